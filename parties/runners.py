@@ -1,0 +1,102 @@
+"""Thin asyncio runners that drive a curator or a modeler over a handed-in channel."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from parties.curator import Curator
+from parties.modeler import Modeler
+from parties.strategies import Strategy
+from protocol.channel import Channel
+from protocol.errors import ErrorCode, PeerError, ProtocolError
+from protocol.messages import (
+    PROTOCOL_VERSION, Dataset, End, Error, Hello, ProjectedDataset, Query, Reward,
+    SessionParams, Welcome,
+)
+
+StepCallback = Callable[[int, int, float], None]
+
+
+async def serve_session(channel: Channel, curator: Curator, params: SessionParams,
+                        release: ProjectedDataset, session_id: str, *,
+                        on_answer: StepCallback | None = None,
+                        max_refusals: int = 10_000) -> str:
+    """Run one session as the curator until the modeler ends it; returns its reason.
+
+    A malformed or refused message is answered with an Error message and the session
+    goes on (up to `max_refusals` of them); a version mismatch ends it.
+    """
+    await _receive_hello(channel)
+    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params))
+    await channel.send(Dataset(release))
+    refusals = 0
+    while True:
+        try:
+            message = await channel.recv()
+        except ProtocolError as exc:
+            refusals += 1
+            if not exc.recoverable or refusals > max_refusals:
+                await _send_error(channel, exc.code, str(exc))
+                raise
+            await _send_error(channel, exc.code, str(exc))
+            continue
+        if isinstance(message, Query):
+            try:
+                value = curator.answer(message.index)
+            except ProtocolError as exc:
+                await _send_error(channel, exc.code, str(exc))
+                continue
+            await channel.send(Reward(message.seq, message.index, value))
+            if on_answer is not None:
+                on_answer(message.seq, message.index, value)
+        elif isinstance(message, End):
+            return message.reason
+        elif isinstance(message, Error):
+            raise PeerError(message.code, message.message)
+        else:  # a second hello: the policy lets it through only to be refused here
+            await _send_error(channel, ErrorCode.SEQUENCE, f"unexpected {type(message).__name__}")
+
+
+async def _receive_hello(channel: Channel) -> Hello:
+    try:
+        message = await channel.recv()
+    except ProtocolError as exc:
+        await _send_error(channel, exc.code, str(exc))
+        raise
+    if not isinstance(message, Hello):
+        exc = ProtocolError(f"expected hello, got {type(message).__name__}", ErrorCode.SEQUENCE)
+        await _send_error(channel, exc.code, str(exc))
+        raise exc
+    return message
+
+
+async def _send_error(channel: Channel, code: ErrorCode, text: str) -> None:
+    await channel.send(Error(ErrorCode(code).value, text[:1000]))
+
+
+async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Generator, *,
+                      client: str = "pobo", on_step: StepCallback | None = None) -> Modeler:
+    """Run one whole session as the modeler: handshake, T queries, end."""
+    await channel.send(Hello(PROTOCOL_VERSION, client))
+    welcome = _expect(await channel.recv(), Welcome)
+    dataset = _expect(await channel.recv(), Dataset)
+    modeler = Modeler(welcome.params, dataset.release, strategy, rng)
+    for seq in range(1, welcome.params.T + 1):
+        index = modeler.next_index()
+        await channel.send(Query(seq, index))
+        reward = _expect(await channel.recv(), Reward)
+        modeler.observe(reward.index, reward.value)
+        if on_step is not None:
+            on_step(seq, reward.index, reward.value)
+    await channel.send(End("done"))
+    return modeler
+
+
+def _expect(message: object, kind: type):
+    if isinstance(message, Error):
+        raise PeerError(message.code, message.message)
+    if not isinstance(message, kind):
+        raise ProtocolError(f"expected {kind.__name__}, got {type(message).__name__}",
+                            ErrorCode.SEQUENCE)
+    return message

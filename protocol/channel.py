@@ -1,0 +1,69 @@
+"""The channel seam a party is handed: typed messages in, typed messages out.
+
+A `Channel` wraps a `FramePipe` (ZeroMQ, or in-process queues: the transport
+decides) and passes every message through the boundary policy and the codec, and
+records every frame in the transcript. Party code cannot tell which pipe it has.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from protocol.codec import DEFAULT_MAX_FRAME, decode, encode
+from protocol.errors import ProtocolError
+from protocol.messages import Message, kind_of
+from protocol.policy import Boundary
+from protocol.transcript import Transcript
+
+
+class FramePipe(Protocol):
+    """A bidirectional, message-framed byte pipe to one peer."""
+
+    async def send(self, frame: bytes) -> None:
+        """Queue one frame for the peer."""
+
+    async def recv(self, timeout: float) -> bytes:
+        """The next frame from the peer; raises PeerTimeout after `timeout` seconds."""
+
+    def close(self) -> None:
+        """Release the pipe's resources; idempotent."""
+
+
+class Channel:
+    """Policy-checked, transcribed message exchange with one peer."""
+
+    def __init__(self, pipe: FramePipe, boundary: Boundary,
+                 transcript: Transcript | None = None, *,
+                 max_frame: int = DEFAULT_MAX_FRAME, timeout: float = 30.0) -> None:
+        self.pipe = pipe
+        self.boundary = boundary
+        self.transcript = transcript
+        self.max_frame = max_frame
+        self.timeout = timeout
+
+    async def send(self, message: Message) -> None:
+        """Check `message` against the policy, encode, record and send it."""
+        self.boundary.outgoing(message)
+        frame = encode(message)
+        if self.transcript is not None:
+            self.transcript.append("sent", kind_of(message), frame)
+        await self.pipe.send(frame)
+
+    async def recv(self, timeout: float | None = None) -> Message:
+        """The next message from the peer, decoded and admitted by the policy."""
+        frame = await self.pipe.recv(self.timeout if timeout is None else timeout)
+        try:
+            message = decode(frame, self.max_frame)
+        except ProtocolError:
+            if self.transcript is not None:
+                self.transcript.append("recv", "malformed", frame)
+            raise
+        if self.transcript is not None:
+            self.transcript.append("recv", kind_of(message), frame)
+        self.boundary.incoming(message)
+        return message
+
+    def close(self) -> None:
+        """Close the pipe and the transcript."""
+        self.pipe.close()
+        if self.transcript is not None:
+            self.transcript.close()

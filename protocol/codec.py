@@ -1,0 +1,180 @@
+"""msgpack encoding of protocol messages, with numpy arrays as a msgpack ExtType.
+
+An array travels as ExtType(ARRAY_EXT, header + raw little-endian bytes); the header
+is one dtype code byte (from an allowlist: float64, float32, int64 -- never object
+or void), one ndim byte and ndim uint64 dimensions. Decoding checks that the shape
+times the item size equals the byte length. Every field is validated against the
+message dataclass's annotations in both directions; anything malformed raises
+`ProtocolError`. Nothing here can unpickle.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import struct
+import typing
+from functools import lru_cache
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import KINDS, Message, kind_of
+
+ARRAY_EXT = 1
+MAX_NDIM = 4
+DEFAULT_MAX_FRAME = 1 << 30  # 1 GiB: room for a projected dataset of 1e6 x 64 float64
+_DTYPES: dict[int, np.dtype] = {1: np.dtype("<f8"), 2: np.dtype("<f4"), 3: np.dtype("<i8")}
+_CODES: dict[np.dtype, int] = {dt: code for code, dt in _DTYPES.items()}
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def encode(message: Message) -> bytes:
+    """The msgpack frame of a message, after validating every field."""
+    try:
+        kind = kind_of(message)
+    except KeyError:
+        raise ProtocolError(f"not a protocol message: {type(message).__name__}",
+                            ErrorCode.UNKNOWN_KIND) from None
+    body = _to_wire(message, type(message), kind)
+    body["kind"] = kind
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def decode(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> Message:
+    """The message in a frame; raises ProtocolError for anything malformed."""
+    if not isinstance(frame, (bytes, bytearray, memoryview)):
+        raise ProtocolError(f"frame must be bytes, got {type(frame).__name__}")
+    if len(frame) > max_frame:
+        raise ProtocolError(f"frame of {len(frame)} bytes exceeds the limit of {max_frame}",
+                            ErrorCode.OVERSIZED)
+    try:
+        body = msgpack.unpackb(
+            frame, raw=False, use_list=True, strict_map_key=True, ext_hook=_array_from_ext,
+            max_str_len=1 << 16, max_bin_len=1 << 10, max_array_len=1 << 12,
+            max_map_len=64, max_ext_len=max_frame)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # untrusted bytes: any unpacking failure is a malformed frame
+        raise ProtocolError(f"undecodable frame: {type(exc).__name__}: {exc}") from None
+    if not isinstance(body, dict):
+        raise ProtocolError(f"a message must be a map, got {type(body).__name__}")
+    kind = body.pop("kind", None)
+    if not isinstance(kind, str):
+        raise ProtocolError("message has no 'kind' string")
+    cls = KINDS.get(kind)
+    if cls is None:
+        raise ProtocolError(f"unknown message kind {kind[:40]!r}", ErrorCode.UNKNOWN_KIND)
+    return _from_wire(body, cls, kind)
+
+
+@lru_cache(maxsize=None)
+def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+
+
+def _to_wire(value: Any, tp: Any, path: str) -> Any:
+    if dataclasses.is_dataclass(tp):
+        if type(value) is not tp:
+            raise ProtocolError(f"{path}: expected {tp.__name__}, got {type(value).__name__}")
+        return {name: _to_wire(getattr(value, name), ftp, f"{path}.{name}")
+                for name, ftp in _fields(tp)}
+    if tp is np.ndarray:
+        return _array_to_ext(_check_array(value, path))
+    if typing.get_origin(tp) is tuple:
+        if not isinstance(value, tuple):
+            raise ProtocolError(f"{path}: expected a tuple, got {type(value).__name__}")
+        (item_tp, _) = typing.get_args(tp)
+        return [_to_wire(v, item_tp, f"{path}[{i}]") for i, v in enumerate(value)]
+    return _check_scalar(value, tp, path)
+
+
+def _from_wire(value: Any, tp: Any, path: str) -> Any:
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{path}: expected a map, got {type(value).__name__}")
+        fields = _fields(tp)
+        names = {name for name, _ in fields}
+        missing, extra = names - value.keys(), value.keys() - names
+        if missing or extra:
+            raise ProtocolError(f"{path}: missing fields {sorted(missing)}, "
+                                f"unexpected fields {sorted(map(str, extra))[:8]}")
+        return tp(**{name: _from_wire(value[name], ftp, f"{path}.{name}")
+                     for name, ftp in fields})
+    if tp is np.ndarray:
+        return _check_array(value, path)
+    if typing.get_origin(tp) is tuple:
+        if not isinstance(value, list):
+            raise ProtocolError(f"{path}: expected an array, got {type(value).__name__}")
+        (item_tp, _) = typing.get_args(tp)
+        return tuple(_from_wire(v, item_tp, f"{path}[{i}]") for i, v in enumerate(value))
+    return _check_scalar(value, tp, path)
+
+
+def _check_scalar(value: Any, tp: Any, path: str) -> Any:
+    if tp is bool:
+        if type(value) is not bool:
+            raise ProtocolError(f"{path}: expected a bool, got {type(value).__name__}")
+        return value
+    if tp is int:
+        if type(value) is not int and not isinstance(value, np.integer):
+            raise ProtocolError(f"{path}: expected an integer, got {type(value).__name__}")
+        value = int(value)
+        if not _INT64[0] <= value <= _INT64[1]:
+            raise ProtocolError(f"{path}: integer out of int64 range")
+        return value
+    if tp is float:
+        if type(value) not in (int, float) and not isinstance(value, (np.floating, np.integer)):
+            raise ProtocolError(f"{path}: expected a number, got {type(value).__name__}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ProtocolError(f"{path}: expected a finite number, got {value}")
+        return value
+    if tp is str:
+        if type(value) is not str:
+            raise ProtocolError(f"{path}: expected a string, got {type(value).__name__}")
+        return value
+    raise TypeError(f"{path}: unsupported schema type {tp!r}")  # a bug in messages.py
+
+
+def _check_array(value: Any, path: str) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        raise ProtocolError(f"{path}: expected an array, got {type(value).__name__}")
+    if value.dtype.newbyteorder("<") not in _CODES:
+        raise ProtocolError(f"{path}: dtype {value.dtype} is not allowed "
+                            "(float64, float32, int64 only)")
+    if value.ndim > MAX_NDIM:
+        raise ProtocolError(f"{path}: {value.ndim} dimensions, at most {MAX_NDIM}")
+    if value.dtype.kind == "f" and not np.isfinite(value).all():
+        raise ProtocolError(f"{path}: array holds NaN or infinity")
+    return value
+
+
+def _array_to_ext(array: np.ndarray) -> msgpack.ExtType:
+    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    header = struct.pack(f"<BB{array.ndim}Q", _CODES[array.dtype], array.ndim, *array.shape)
+    return msgpack.ExtType(ARRAY_EXT, header + array.tobytes())
+
+
+def _array_from_ext(code: int, data: bytes) -> np.ndarray:
+    if code != ARRAY_EXT:
+        raise ProtocolError(f"unknown msgpack extension type {code}")
+    if len(data) < 2:
+        raise ProtocolError("array extension shorter than its header")
+    dtype_code, ndim = data[0], data[1]
+    dtype = _DTYPES.get(dtype_code)
+    if dtype is None:
+        raise ProtocolError(f"array dtype code {dtype_code} is not allowed")
+    if ndim > MAX_NDIM or len(data) < 2 + 8 * ndim:
+        raise ProtocolError(f"array header with {ndim} dimensions is malformed")
+    shape = struct.unpack_from(f"<{ndim}Q", data, 2)
+    offset = 2 + 8 * ndim
+    count = math.prod(shape)
+    if count * dtype.itemsize != len(data) - offset:
+        raise ProtocolError(f"array of shape {shape} and dtype {dtype} needs "
+                            f"{count * dtype.itemsize} bytes, frame has {len(data) - offset}")
+    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
+
+

@@ -1,0 +1,62 @@
+"""Typed errors shared by every layer: one class per failure a caller must tell apart."""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ErrorCode(str, Enum):
+    """Machine-readable codes carried by an `Error` message and by `ProtocolError`."""
+
+    MALFORMED = "malformed"
+    UNKNOWN_KIND = "unknown_kind"
+    VERSION_MISMATCH = "version_mismatch"
+    POLICY = "policy"
+    INDEX_OUT_OF_RANGE = "index_out_of_range"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    SEQUENCE = "sequence"
+    OVERSIZED = "oversized"
+    TIMEOUT = "timeout"
+    INTERNAL = "internal"
+
+
+class PoboError(Exception):
+    """Base of every error pobo raises on purpose."""
+
+
+class ProtocolError(PoboError):
+    """A frame or message that is not a valid, allowed protocol message."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.MALFORMED) -> None:
+        super().__init__(message)
+        self.code = ErrorCode(code)
+
+    @property
+    def recoverable(self) -> bool:
+        """Whether the session can go on after refusing the offending message."""
+        return self.code in (ErrorCode.MALFORMED, ErrorCode.UNKNOWN_KIND,
+                             ErrorCode.INDEX_OUT_OF_RANGE, ErrorCode.BUDGET_EXHAUSTED,
+                             ErrorCode.SEQUENCE, ErrorCode.OVERSIZED, ErrorCode.POLICY)
+
+
+class PolicyViolation(ProtocolError):
+    """A message the boundary policy forbids in this direction or with this payload."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.POLICY)
+
+
+class PeerTimeout(PoboError):
+    """The peer sent nothing before the deadline (it may have vanished)."""
+
+
+class PeerError(PoboError):
+    """The peer answered with an `Error` message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"peer reported {code}: {message}")
+        self.code = code
+        self.peer_message = message
+
+
+class PeerGone(PoboError):
+    """The peer cannot be reached any more (disconnected or unroutable)."""

@@ -1,0 +1,142 @@
+"""The message kinds of the pobo protocol, one frozen dataclass each.
+
+Curator -> modeler: Welcome, Dataset, Reward, End, Error.
+Modeler -> curator: Hello, Query, End, Error.
+Field annotations are the schema: the codec validates every field against them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """A privacy mechanism in force for the session, with its (epsilon, delta)."""
+
+    name: str
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class KernelParams:
+    """Kernel hyperparameters the curator declares public for the session."""
+
+    lengthscale: float
+    signal_var: float
+    noise_var: float
+
+
+@dataclass(frozen=True)
+class SessionParams:
+    """Public parameters of a session, announced by the curator in its Welcome."""
+
+    scenario: str
+    n: int
+    r: int
+    T: int
+    policy: str
+    mechanisms: tuple[Mechanism, ...]
+    kernel: KernelParams
+    randomness: str
+
+
+@dataclass(frozen=True)
+class ProjectedDataset:
+    """The released candidate matrix Z (n x r) and the mechanism that produced it.
+
+    Only the curator's release functions build one (PO-GP-UCB Algorithm 1, or the
+    explicitly non-private identity release); the policy refuses a bare array.
+    """
+
+    mechanism: str
+    epsilon: float
+    delta: float
+    omega: float
+    Z: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.Z.flags.writeable = False
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, ProjectedDataset)
+                and (self.mechanism, self.epsilon, self.delta, self.omega)
+                == (other.mechanism, other.epsilon, other.delta, other.omega)
+                and self.Z.dtype == other.Z.dtype and np.array_equal(self.Z, other.Z))
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class Hello:
+    """Modeler's opening message: its protocol version and a free-form client name."""
+
+    version: int
+    client: str
+
+
+@dataclass(frozen=True)
+class Welcome:
+    """Curator's answer to Hello: its version, a session id and the public parameters."""
+
+    version: int
+    session: str
+    params: SessionParams
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The released dataset, sent once after Welcome."""
+
+    release: ProjectedDataset
+
+
+@dataclass(frozen=True)
+class Query:
+    """Modeler asks for the reward of row `index`; `seq` counts queries from 1."""
+
+    seq: int
+    index: int
+
+
+@dataclass(frozen=True)
+class Reward:
+    """Curator's noisy measurement of f at row `index`, answering query `seq`."""
+
+    seq: int
+    index: int
+    value: float
+
+
+@dataclass(frozen=True)
+class End:
+    """Either side closes the session, with a reason."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Error:
+    """A refused message or failed session, with a machine-readable code."""
+
+    code: str
+    message: str
+
+
+Message = Union[Hello, Welcome, Dataset, Query, Reward, End, Error]
+
+KINDS: dict[str, type] = {
+    "hello": Hello, "welcome": Welcome, "dataset": Dataset, "query": Query,
+    "reward": Reward, "end": End, "error": Error,
+}
+KIND_OF: dict[type, str] = {cls: kind for kind, cls in KINDS.items()}
+
+
+def kind_of(message: object) -> str:
+    """The wire name of a message's kind; raises KeyError for a non-message."""
+    return KIND_OF[type(message)]

@@ -1,0 +1,153 @@
+"""The privacy boundary: which message kinds each party may send, with which payloads.
+
+`Policy` is the static rule (data); `Boundary` applies it to one side of one session,
+tracking the handshake and the outstanding queries so that a message that is
+well-formed but out of place (a reward nobody asked for, a second dataset, an index
+past n, a query past the budget T) is refused too. Both parties check what they
+send before it is encoded and what they receive after it is decoded.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from protocol.errors import ErrorCode, PolicyViolation, ProtocolError
+from protocol.messages import (
+    PROTOCOL_VERSION, Dataset, Hello, Message, Query, Reward, SessionParams, Welcome,
+    kind_of,
+)
+
+CURATOR, MODELER = "curator", "modeler"
+DP_PROJECTION = "po-gp-ucb-projection"
+IDENTITY = "identity"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Which kinds each role may send and which dataset releases may cross."""
+
+    name: str
+    curator_sends: frozenset[str]
+    modeler_sends: frozenset[str]
+    dataset_mechanisms: frozenset[str]
+
+    def may_send(self, role: str) -> frozenset[str]:
+        """The kinds `role` is allowed to send."""
+        return self.curator_sends if role == CURATOR else self.modeler_sends
+
+
+_C2M = frozenset({"welcome", "dataset", "reward", "end", "error"})
+_M2C = frozenset({"hello", "query", "end", "error"})
+PRIVATE = Policy("private", _C2M, _M2C, frozenset({DP_PROJECTION}))
+NON_PRIVATE = Policy("non-private", _C2M, _M2C, frozenset({DP_PROJECTION, IDENTITY}))
+POLICIES = {p.name: p for p in (PRIVATE, NON_PRIVATE)}
+
+
+def check_message(policy: Policy, sender: str, message: Message) -> None:
+    """Raise PolicyViolation unless `sender` may send this message under `policy`."""
+    kind = kind_of(message)
+    if kind not in policy.may_send(sender):
+        raise PolicyViolation(f"the {sender} may not send a {kind!r} message "
+                              f"under the {policy.name!r} policy")
+    if isinstance(message, Welcome) and message.params.policy != policy.name:
+        raise PolicyViolation(f"session announces policy {message.params.policy!r}, "
+                              f"this side enforces {policy.name!r}")
+    if isinstance(message, Dataset):
+        release = message.release
+        if release.mechanism not in policy.dataset_mechanisms:
+            raise PolicyViolation(f"dataset released by {release.mechanism!r} may not cross "
+                                  f"under the {policy.name!r} policy")
+        if release.mechanism != IDENTITY and not (release.epsilon > 0 and 0 < release.delta < 1):
+            raise PolicyViolation("a DP release needs epsilon > 0 and 0 < delta < 1")
+
+
+@dataclass
+class Boundary:
+    """One side's enforcement of the policy over a whole session (stateful)."""
+
+    policy: Policy
+    role: str
+    params: SessionParams | None = None
+    dataset_sent: bool = False
+    hello_seen: bool = False
+    last_query: int = 0
+    outstanding: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def peer(self) -> str:
+        """The other party's role."""
+        return MODELER if self.role == CURATOR else CURATOR
+
+    def outgoing(self, message: Message) -> None:
+        """Check a message this side is about to send; raise rather than send it."""
+        self._admit(self.role, message)
+
+    def incoming(self, message: Message) -> None:
+        """Check a message the peer sent; raise rather than hand it to the party."""
+        self._admit(self.peer, message)
+
+    def _admit(self, sender: str, message: Message) -> None:
+        check_message(self.policy, sender, message)
+        if isinstance(message, Hello):
+            self._check_version(message.version)
+            if self.hello_seen:
+                raise ProtocolError("a second hello in one session", ErrorCode.SEQUENCE)
+            self.hello_seen = True
+        elif isinstance(message, Welcome):
+            self._check_version(message.version)
+            if self.params is not None:
+                raise ProtocolError("a second welcome in one session", ErrorCode.SEQUENCE)
+            self.params = message.params
+        elif isinstance(message, Dataset):
+            self._check_dataset(message)
+            self.dataset_sent = True
+        elif isinstance(message, Query):
+            self._check_query(message)
+            self.last_query = message.seq
+            self.outstanding[message.seq] = message.index
+        elif isinstance(message, Reward):
+            if self.outstanding.get(message.seq) != message.index:
+                raise ProtocolError(f"reward for query {message.seq} (row {message.index}) "
+                                    "answers no outstanding query", ErrorCode.SEQUENCE)
+            del self.outstanding[message.seq]
+
+    def _session(self, what: str) -> SessionParams:
+        if self.params is None:
+            raise ProtocolError(f"{what} before the welcome", ErrorCode.SEQUENCE)
+        return self.params
+
+    @staticmethod
+    def _check_version(version: int) -> None:
+        if version != PROTOCOL_VERSION:
+            raise ProtocolError(f"protocol version {version} is not supported "
+                                f"(this side speaks {PROTOCOL_VERSION})",
+                                ErrorCode.VERSION_MISMATCH)
+
+    def _check_dataset(self, message: Dataset) -> None:
+        params = self._session("dataset")
+        if self.dataset_sent:
+            raise ProtocolError("a second dataset in one session", ErrorCode.SEQUENCE)
+        release = message.release
+        if release.Z.shape != (params.n, params.r):
+            raise ProtocolError(f"dataset of shape {release.Z.shape}, session announced "
+                                f"({params.n}, {params.r})")
+        announced = {m.name: m for m in params.mechanisms}
+        if release.mechanism != IDENTITY:
+            mech = announced.get(release.mechanism)
+            if mech is None or (mech.epsilon, mech.delta) != (release.epsilon, release.delta):
+                raise PolicyViolation(f"dataset mechanism {release.mechanism!r} with "
+                                      f"(eps={release.epsilon}, delta={release.delta}) was "
+                                      "not announced in the welcome")
+
+    def _check_query(self, message: Query) -> None:
+        params = self._session("query")
+        if not self.dataset_sent:
+            raise ProtocolError("query before the dataset", ErrorCode.SEQUENCE)
+        if message.seq != self.last_query + 1:
+            raise ProtocolError(f"query sequence number {message.seq}, expected "
+                                f"{self.last_query + 1}", ErrorCode.SEQUENCE)
+        if message.seq > params.T:
+            raise ProtocolError(f"query {message.seq} exceeds the budget of {params.T}",
+                                ErrorCode.BUDGET_EXHAUSTED)
+        if not 0 <= message.index < params.n:
+            raise ProtocolError(f"row index {message.index} out of range [0, {params.n})",
+                                ErrorCode.INDEX_OUT_OF_RANGE)

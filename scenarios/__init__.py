@@ -1,0 +1,1 @@
+"""Scenario wiring: datasets and objectives, run configuration, process launch, CLI."""

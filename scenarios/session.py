@@ -1,0 +1,199 @@
+"""One PO-GP-UCB session, wired from a scenario: each side's setup, run and result.
+
+Everything the CLI does goes through these functions, so a notebook can drive the
+same code path: `run_inproc(RunConfig(...), out)` in one process, or `launch(...)`
+in scenarios.launch for two OS processes.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from parties.curator import Curator, Oracle
+from parties.projection import identity_release, project, singular_values
+from parties.runners import run_modeler, serve_session
+from parties.strategies import make_strategy
+from protocol.channel import Channel
+from protocol.messages import Mechanism, ProjectedDataset, SessionParams
+from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from protocol.transcript import Transcript
+from scenarios.problem import Problem, rng_for
+from scenarios.registry import build_problem
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Parameters of a run; None means the scenario's paper default."""
+
+    scenario: str = "synthetic"
+    epsilon: float | None = None
+    delta: float | None = None
+    r: int | None = None
+    T: int | None = None
+    seed: int | None = 0
+    non_private: bool = False
+    strategy: str = "gp-ucb"
+    timeout: float = 60.0
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CuratorSide:
+    """Everything the curator prepares before a modeler connects."""
+
+    config: RunConfig
+    problem: Problem
+    params: SessionParams
+    release: ProjectedDataset
+    report: dict
+    session_id: str
+
+
+def prepare_curator(config: RunConfig) -> CuratorSide:
+    """Build the scenario's data, project it (or not), and fix the public parameters."""
+    problem = build_problem(config.scenario, config.seed, **config.options)
+    eps = problem.epsilon if config.epsilon is None else config.epsilon
+    delta = problem.delta if config.delta is None else config.delta
+    r = problem.r if config.r is None else config.r
+    T = problem.T if config.T is None else config.T
+    config = replace(config, epsilon=eps, delta=delta, r=r, T=T)
+    if config.non_private:
+        release = identity_release(problem.X)
+        sigma = singular_values(problem.X)
+        report = {"sigma_min": float(sigma[-1]), "omega": None, "lifted": False}
+        mechanisms: tuple[Mechanism, ...] = ()
+    else:
+        release, rep = project(problem.X, eps, delta, r, rng_for(config.seed, "projection"))
+        report = {"sigma_min": rep.sigma_min, "omega": rep.omega, "lifted": rep.lifted}
+        mechanisms = (Mechanism(release.mechanism, eps, delta),)
+    n, r_out = release.Z.shape
+    policy = NON_PRIVATE if config.non_private else PRIVATE
+    params = SessionParams(problem.name, n, r_out, T, policy.name, mechanisms, problem.kernel,
+                           "seeded" if config.seed is not None else "os-entropy")
+    session_id = rng_for(config.seed, "session").bytes(8).hex()
+    return CuratorSide(config, problem, params, release, report, session_id)
+
+
+def open_channel(pipe, role: str, non_private: bool, out: Path | None,
+                 timeout: float) -> Channel:
+    """A channel for `role` over `pipe`, transcribed to out/<role>.transcript."""
+    policy = NON_PRIVATE if non_private else PRIVATE
+    transcript = Transcript(out / f"{role}.transcript") if out is not None else None
+    return Channel(pipe, Boundary(policy, role), transcript, timeout=timeout)
+
+
+async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *,
+                 verbose: bool = True) -> dict:
+    """Serve one modeler session; return the curator's result, written to
+    out/curator.json even when the session fails part-way."""
+    problem, T = side.problem, side.params.T
+    curator = Curator(Oracle(problem.f, problem.kernel.noise_var), T,
+                      rng_for(side.config.seed, "measurement-noise"))
+
+    def progress(seq: int, index: int, value: float) -> None:
+        if verbose:
+            simple, _ = curator.regret()
+            print(f"[curator] t={seq:>4}/{T} row={index:>7} y={value:+.5f} "
+                  f"simple_regret={simple[-1]:.5f}", flush=True)
+
+    started, status, reason = time.perf_counter(), "error", None
+    try:
+        reason = await serve_session(channel, curator, side.params, side.release,
+                                     side.session_id, on_answer=progress)
+        status = "ok"
+    finally:
+        result = curator_result(side, curator, status, reason, time.perf_counter() - started)
+        if out is not None:
+            write_json(out / "curator.json", result)
+    return result
+
+
+def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str | None,
+                   seconds: float) -> dict:
+    """The curator's record of a session: parameters, answers and regret (from true f)."""
+    cfg, problem = side.config, side.problem
+    simple, cumulative = curator.regret()
+    return {
+        "scenario": problem.name, "seed": cfg.seed, "randomness": side.params.randomness,
+        "policy": side.params.policy, "session": side.session_id, "status": status,
+        "end_reason": reason, "n": int(problem.X.shape[0]), "d": int(problem.X.shape[1]),
+        "r": side.params.r, "epsilon": None if cfg.non_private else cfg.epsilon,
+        "delta": None if cfg.non_private else cfg.delta, **side.report, "T": side.params.T,
+        "queries": curator.queries, "rewards": curator.rewards,
+        "simple_regret": simple.tolist(), "cumulative_regret": cumulative.tolist(),
+        "f_star": float(np.max(problem.f)), "sigma_f": float(np.std(problem.f)),
+        "kernel": asdict(problem.kernel), "seconds": seconds,
+    }
+
+
+async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
+                   out: Path | None = None, *, verbose: bool = False) -> dict:
+    """Run the modeler's side of one session; return what it saw and chose, written to
+    out/modeler.json even when the session fails part-way."""
+    started, status = time.perf_counter(), "error"
+    queries: list[int] = []
+    rewards: list[float] = []
+
+    def progress(seq: int, index: int, value: float) -> None:
+        queries.append(index)
+        rewards.append(value)
+        if verbose:
+            print(f"[modeler] t={seq:>4} row={index:>7} y={value:+.5f}", flush=True)
+
+    try:
+        await run_modeler(channel, make_strategy(strategy), rng_for(seed, "modeler"),
+                          on_step=progress)
+        status = "ok"
+    finally:
+        best = int(np.argmax(rewards)) if rewards else None
+        result = {"seed": seed, "strategy": strategy, "status": status, "queries": queries,
+                  "rewards": rewards,
+                  "best_index": None if best is None else queries[best],
+                  "best_reward": None if best is None else rewards[best],
+                  "seconds": time.perf_counter() - started}
+        if out is not None:
+            write_json(out / "modeler.json", result)
+    return result
+
+
+def merge_results(curator: dict, modeler: dict, out: Path) -> dict:
+    """result.json: the curator's record plus the modeler's view and the transcript paths."""
+    result = dict(curator)
+    result["modeler"] = modeler
+    result["consistent"] = (modeler.get("queries") == curator["queries"]
+                            and modeler.get("rewards") == curator["rewards"])
+    result["transcripts"] = {role: str(out / f"{role}.transcript") for role in (CURATOR, MODELER)}
+    write_json(out / "result.json", result)
+    return result
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write JSON atomically (temp file + rename), so a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
+
+
+async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = False) -> dict:
+    """Run curator and modeler in this process over an in-process pipe; write result.json."""
+    from transport.inproc import pipe_pair  # scenarios choose the transport
+
+    out = Path(out)
+    side = prepare_curator(config)
+    cpipe, mpipe = pipe_pair()
+    cchan = open_channel(cpipe, CURATOR, config.non_private, out, config.timeout)
+    mchan = open_channel(mpipe, MODELER, config.non_private, out, config.timeout)
+    try:
+        cres, mres = await asyncio.gather(
+            curate(cchan, side, out, verbose=verbose),
+            optimise(mchan, config.seed, config.strategy, out))
+    finally:
+        cchan.close()
+        mchan.close()
+    return merge_results(cres, mres, out)
