@@ -17,6 +17,7 @@ import scipy.linalg
 from protocol.errors import PoboError
 
 DEFAULT_JITTER = 1e-10
+PIVOT_FLOOR = 1e-12  # a Cholesky pivot below this fraction of its diagonal is lost to rounding
 
 
 class NumericalError(PoboError):
@@ -85,7 +86,7 @@ class IncrementalGP:
         k_col = self.kernel(self.Z, self.Z[index:index + 1])[:, 0]
         l_row = self.V[:t, index].copy()
         pivot = self.prior_var[index] + self.noise - l_row @ l_row
-        if not pivot > 1e-300:
+        if not pivot > PIVOT_FLOOR * (self.prior_var[index] + self.noise):
             raise NumericalError(f"Cholesky pivot {pivot:.3e} at step {t + 1} (row {index}) "
                                  "is not positive; raise the noise variance or jitter")
         d = np.sqrt(pivot)

@@ -72,11 +72,22 @@ def project(X: np.ndarray, epsilon: float, delta: float, r: int,
         scale = np.sqrt(s**2 + w**2) / s
         Z = Xc @ (Vt.T @ (scale[:, None] * (Vt @ M)))
     else:  # rank-deficient: the lifted null directions need U itself
-        U, s, Vt = scipy.linalg.svd(Xc, full_matrices=False, check_finite=False)
-        Z = (U * np.sqrt(s**2 + w**2)) @ (Vt @ M)
+        Z = lifted_dataset(Xc, w) @ M
     Z /= math.sqrt(r)
     release = ProjectedDataset(DP_PROJECTION, float(epsilon), float(delta), w, Z)
     return release, ProjectionReport(sigma_min, w, lifted)
+
+
+def lifted_dataset(X: np.ndarray, w: float) -> np.ndarray:
+    """X~ = U sqrt(Sigma^2 + w^2 I) V^T (Algorithm 1, line 9): every singular value lifted.
+
+    Dense textbook form (full SVD of the n x d matrix, as in the paper), so that the
+    min(n, d) singular values of X~ are all at least w; `project` uses a cheaper
+    equivalent when X has full column rank.
+    """
+    U, s, Vt = scipy.linalg.svd(np.asarray(X, dtype=float), full_matrices=False,
+                                check_finite=False)
+    return (U * np.sqrt(s**2 + w**2)) @ Vt
 
 
 def identity_release(X: np.ndarray) -> ProjectedDataset:

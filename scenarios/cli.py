@@ -1,0 +1,141 @@
+"""The `pobo` command line: run a whole session, or one party of it, from a scenario.
+
+  pobo run SCENARIO [options]          curator + modeler as two processes (tcp by default)
+  pobo curator SCENARIO --bind EP      the curator alone (separate machines)
+  pobo modeler --connect EP            the modeler alone
+
+Every command is a thin wrapper over a documented Python call (scenarios.launch.run,
+scenarios.remote.serve_curator, scenarios.remote.connect_modeler).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+from parties.strategies import STRATEGIES
+from protocol.errors import PoboError
+from scenarios.launch import TRANSPORTS, LaunchError, run
+from scenarios.registry import SCENARIOS
+from scenarios.remote import connect_modeler, serve_curator
+from scenarios.session import RunConfig, prepare_curator
+
+SCENARIO_OPTIONS = ("grid",)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `pobo` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (PoboError, ValueError, OSError) as exc:
+        print(f"pobo {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"pobo {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every pobo subcommand."""
+    parser = argparse.ArgumentParser(prog="pobo", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="run curator and modeler of a scenario end to end")
+    _scenario_arguments(p, default_seed=0)
+    p.add_argument("--transport", choices=TRANSPORTS, default="tcp",
+                   help="tcp/ipc: two OS processes over loopback; inproc: one process")
+    p.add_argument("--out", type=Path, help="output folder (default runs/SCENARIO-TIME)")
+    p.set_defaults(handler=_cmd_run)
+
+    p = sub.add_parser("curator", help="run the curator alone, bound to an endpoint")
+    _scenario_arguments(p, default_seed=None)
+    p.add_argument("--bind", default="tcp://0.0.0.0:5555",
+                   help="ZeroMQ endpoint to bind (tcp://HOST:PORT or ipc://PATH)")
+    p.add_argument("--accept-timeout", type=float, default=600.0,
+                   help="seconds to wait for a modeler to connect")
+    p.add_argument("--out", type=Path, default=Path("runs/curator"))
+    p.set_defaults(handler=_cmd_curator)
+
+    p = sub.add_parser("modeler", help="run the modeler alone, connected to a curator")
+    p.add_argument("--connect", required=True, help="the curator's endpoint")
+    p.add_argument("--seed", type=int, default=None, help="modeler seed (default: OS entropy)")
+    p.add_argument("--strategy", choices=sorted(STRATEGIES), default="gp-ucb")
+    p.add_argument("--non-private", action="store_true",
+                   help="accept the curator's non-private identity release of X")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a reply")
+    p.add_argument("--out", type=Path, default=Path("runs/modeler"))
+    p.add_argument("--verbose", action="store_true", help="print one line per query")
+    p.set_defaults(handler=_cmd_modeler)
+    return parser
+
+
+def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) -> None:
+    p.add_argument("scenario", choices=sorted(SCENARIOS))
+    p.add_argument("--eps", type=float, help="DP epsilon of the projection")
+    p.add_argument("--delta", type=float, help="DP delta of the projection")
+    p.add_argument("--r", type=int, help="projection dimension")
+    p.add_argument("--T", type=int, help="query budget (BO iterations)")
+    p.add_argument("--seed", type=int, default=default_seed,
+                   help=f"run seed (default: {'OS entropy' if default_seed is None else default_seed})")
+    p.add_argument("--non-private", action="store_true",
+                   help="send X itself (non-private GP-UCB baseline, recorded as such)")
+    p.add_argument("--strategy", choices=sorted(STRATEGIES), default="gp-ucb")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the peer")
+    p.add_argument("--grid", type=int, help="synthetic: grid side (n = grid^2, default 100)")
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The RunConfig that the scenario options of a subcommand describe."""
+    options = {k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k, None) is not None}
+    return RunConfig(scenario=args.scenario, epsilon=args.eps, delta=args.delta, r=args.r,
+                     T=args.T, seed=args.seed, non_private=args.non_private,
+                     strategy=args.strategy, timeout=args.timeout, options=options)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    out = args.out or Path("runs") / f"{config.scenario}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        result = run(config, out, args.transport)
+    except LaunchError as exc:
+        print(f"pobo run: error: {exc}", file=sys.stderr)
+        return 1
+    print(summary(result))
+    print(f"result: {Path(out) / 'result.json'}")
+    return 0
+
+
+def summary(result: dict) -> str:
+    """One human line about a finished run."""
+    sf = result["sigma_f"] or 1.0
+    priv = ("non-private" if result["epsilon"] is None else
+            f"eps={result['epsilon']:.4g} delta={result['delta']:.3g} omega={result['omega']:.4g} "
+            f"sigma_min={result['sigma_min']:.4g} {'lifted' if result['lifted'] else 'not lifted'}")
+    return (f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} "
+            f"T={result['T']} {priv}: simple regret {result['simple_regret'][-1]:.4g} "
+            f"({result['simple_regret'][-1] / sf:.3g} sigma_f), cumulative "
+            f"{result['cumulative_regret'][-1]:.4g}")
+
+
+def _cmd_curator(args: argparse.Namespace) -> int:
+    side = prepare_curator(config_from_args(args))
+    result = asyncio.run(serve_curator(side, args.bind, args.out,
+                                       accept_timeout=args.accept_timeout))
+    print("[curator] " + summary(result), flush=True)
+    return 0 if result["status"] == "ok" else 1
+
+
+def _cmd_modeler(args: argparse.Namespace) -> int:
+    result = asyncio.run(connect_modeler(args.connect, args.out, seed=args.seed,
+                                         strategy=args.strategy, non_private=args.non_private,
+                                         timeout=args.timeout, verbose=args.verbose))
+    print(f"[modeler] {len(result['queries'])} queries; best reward {result['best_reward']} "
+          f"at row {result['best_index']}", flush=True)
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Start the curator and the modeler as two separate OS processes and merge their results.
+
+`run_processes(config, out)` is what `pobo run --transport tcp|ipc` does: it starts
+`python -m scenarios.cli curator --bind ...`, reads the endpoint the curator bound,
+starts `python -m scenarios.cli modeler --connect ...`, forwards the curator's
+progress lines, and always stops both processes before returning, pass or fail.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from protocol.errors import PoboError
+from scenarios.remote import LISTENING
+from scenarios.session import RunConfig, merge_results, run_inproc
+
+TRANSPORTS = ("tcp", "ipc", "inproc")
+
+
+class LaunchError(PoboError):
+    """A party process failed to start, timed out or exited with an error."""
+
+
+@dataclass(frozen=True)
+class Spawned:
+    """A started party process and the lines it printed."""
+
+    role: str
+    process: subprocess.Popen
+    lines: list[str]
+    reader: threading.Thread
+
+
+def scenario_argv(config: RunConfig) -> list[str]:
+    """The `pobo curator` options that rebuild `config` in another process."""
+    argv = [config.scenario, "--strategy", config.strategy, "--timeout", str(config.timeout)]
+    for flag, value in (("--eps", config.epsilon), ("--delta", config.delta), ("--r", config.r),
+                        ("--T", config.T), ("--seed", config.seed)):
+        if value is not None:
+            argv += [flag, repr(value)]
+    if config.non_private:
+        argv.append("--non-private")
+    for key, value in sorted(config.options.items()):
+        if value is not None:
+            argv += ["--" + key.replace("_", "-"), str(value)]
+    return argv
+
+
+def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
+        verbose: bool = True, wall_timeout: float | None = None) -> dict:
+    """Run one session over `transport` (two processes for tcp/ipc); return result.json."""
+    if transport == "inproc":
+        return asyncio.run(run_inproc(config, out, verbose=verbose))
+    return run_processes(config, out, transport, verbose=verbose, wall_timeout=wall_timeout)
+
+
+def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
+                  verbose: bool = True, wall_timeout: float | None = None,
+                  start_timeout: float = 60.0) -> dict:
+    """Curator and modeler as two OS processes over loopback tcp or ipc; result.json."""
+    if transport not in ("tcp", "ipc"):
+        raise ValueError(f"transport must be tcp or ipc for two processes, got {transport!r}")
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="pobo-") as sockdir:
+        bind = "tcp://127.0.0.1:0" if transport == "tcp" else f"ipc://{sockdir}/curator.sock"
+        endpoint_ready = threading.Event()
+        endpoint: list[str] = []
+        spawned: list[Spawned] = []
+        try:
+            curator = _spawn("curator", ["curator", *scenario_argv(config), "--bind", bind,
+                                         "--out", str(out)], verbose,
+                             on_line=lambda line: _found_endpoint(line, endpoint, endpoint_ready))
+            spawned.append(curator)
+            if not endpoint_ready.wait(start_timeout) or not endpoint:
+                raise LaunchError(f"the curator did not bind within {start_timeout:g} s "
+                                  f"(exit code {curator.process.poll()})")
+            modeler_argv = ["modeler", "--connect", endpoint[0], "--out", str(out),
+                            "--strategy", config.strategy, "--timeout", str(config.timeout)]
+            if config.seed is not None:
+                modeler_argv += ["--seed", str(config.seed)]
+            if config.non_private:
+                modeler_argv.append("--non-private")
+            spawned.append(_spawn("modeler", modeler_argv, verbose=False))
+            codes = {s.role: _wait(s.process, wall_timeout) for s in spawned}
+        finally:
+            for s in spawned:
+                _stop(s.process)
+                s.reader.join(5)
+    result = _merge_if_present(out)
+    failed = {role: code for role, code in codes.items() if code != 0}
+    if failed or result is None:
+        raise LaunchError(f"party processes failed (exit codes {codes}); "
+                          f"partial records are in {out}")
+    return result
+
+
+def _found_endpoint(line: str, endpoint: list[str], ready: threading.Event) -> None:
+    if line.startswith(LISTENING) and not endpoint:
+        endpoint.append(line[len(LISTENING):].strip())
+        ready.set()
+
+
+def _spawn(role: str, argv: list[str], verbose: bool, on_line=None) -> Spawned:
+    """Start `python -m scenarios.cli ARGV`, forwarding its stdout line by line."""
+    process = subprocess.Popen([sys.executable, "-m", "scenarios.cli", *argv],
+                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                               bufsize=1)
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.append(line)
+            if on_line is not None:
+                on_line(line)
+            if verbose:
+                print(line, end="", flush=True)
+
+    reader = threading.Thread(target=pump, name=f"pobo-{role}-stdout", daemon=True)
+    reader.start()
+    return Spawned(role, process, lines, reader)
+
+
+def _wait(process: subprocess.Popen, timeout: float | None) -> int:
+    try:
+        return process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"a party process ran past {timeout:g} s") from None
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Terminate a party process if it still runs, then kill it if it will not go."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def _merge_if_present(out: Path) -> dict | None:
+    """Merge curator.json and modeler.json into result.json when both were written."""
+    paths = out / "curator.json", out / "modeler.json"
+    if not all(p.exists() for p in paths):
+        return None
+    curator, modeler = (json.loads(p.read_text()) for p in paths)
+    return merge_results(curator, modeler, out)
