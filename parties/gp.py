@@ -1,19 +1,25 @@
 """Gaussian-process posterior over a fixed finite candidate set, updated in O(n t).
 
-`IncrementalGP` keeps V = L^-1 K(X_t, Z) (t x n), alpha = L^-1 y and the posterior
-mean and variance over all n candidates. Adding observation t+1 at candidate i needs
-no solve: column i of V already is L^-1 k(X_t, z_i), the new row of L. One t x n
-vector-matrix product gives the new row of V, and mean and variance are updated in
-O(n). `posterior_dense` is the textbook formula (Rasmussen & Williams eq. 2.25-2.26)
-used as the reference.
+`IncrementalGP` keeps V = L^-1 K(X_t, Z) (t x n), alpha = L^-1 (y - m) and the
+posterior mean and variance over all n candidates. Adding observation t+1 at
+candidate i needs no solve: column i of V already is L^-1 k(X_t, z_i), the new row
+of the Cholesky factor L. One t x n vector-matrix product gives the new row of V, and
+mean and variance are updated in O(n):
+
+    v = (k(Z, z_i) - V^T l) / d,   d^2 = k(z_i, z_i) + s_n^2 - l^T l,
+    a = (y - m - l^T alpha) / d,   mean += a v,   var -= v^2.
+
+`posterior_dense` is the textbook formula (Rasmussen & Williams eq. 2.25-2.26), the
+reference and the "full recompute" of the benchmark.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
 
 import numpy as np
 import scipy.linalg
 
+from parties.kernels import Kernel
 from protocol.errors import PoboError
 
 DEFAULT_JITTER = 1e-10
@@ -24,96 +30,139 @@ class NumericalError(PoboError):
     """A Cholesky update that would not be positive definite."""
 
 
-@dataclass(frozen=True)
-class SquaredExponential:
-    """Isotropic SE kernel k(a, b) = s2 exp(-|a - b|^2 / (2 l^2))."""
-
-    lengthscale: float
-    variance: float = 1.0
-
-    def __call__(self, A: np.ndarray, B: np.ndarray) -> np.ndarray:
-        """The kernel matrix between the rows of A and the rows of B."""
-        return self.variance * np.exp(-0.5 * sq_distances(A, B) / self.lengthscale**2)
-
-    def diag(self, A: np.ndarray) -> np.ndarray:
-        """k(a, a) for every row a of A."""
-        return np.full(A.shape[0], self.variance)
-
-
-def sq_distances(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distances between rows of A and rows of B (clipped at 0)."""
-    d2 = (np.einsum("ij,ij->i", A, A)[:, None] + np.einsum("ij,ij->i", B, B)[None, :]
-          - 2.0 * (A @ B.T))
-    return np.maximum(d2, 0.0, out=d2)
-
-
 class IncrementalGP:
     """GP posterior over candidates Z, one observation at a time, O(n t) per step.
 
-    Jitter policy: `jitter` (default 1e-10, absolute) is added to the
-    noise variance on the diagonal, in this engine and in `posterior_dense` alike. A
-    Cholesky row whose pivot is not positive raises NumericalError instead of NaN.
-    Memory: V is preallocated for `capacity` rows, 8 n capacity bytes.
+    Jitter policy: `jitter` (default 1e-10, absolute) is added to the noise variance on
+    the diagonal, here and in `posterior_dense` alike. A Cholesky pivot below 1e-12 of
+    its diagonal raises NumericalError instead of producing NaN; the engine is left as
+    it was. Memory: V is preallocated for `capacity` rows (8 n capacity bytes) plus a
+    few length-n vectors; the candidates are not copied for an isotropic kernel.
     """
 
-    def __init__(self, Z: np.ndarray, kernel: SquaredExponential, noise_var: float,
-                 capacity: int, jitter: float = DEFAULT_JITTER) -> None:
+    def __init__(self, Z: np.ndarray, kernel: Kernel, noise_var: float, capacity: int,
+                 jitter: float = DEFAULT_JITTER, prior_mean: float = 0.0) -> None:
         self.Z = np.asarray(Z, dtype=float)
-        self.kernel = kernel
-        self.noise = float(noise_var) + jitter
-        n = self.Z.shape[0]
+        if self.Z.ndim != 2:
+            raise ValueError(f"candidates must be an n x r matrix, got shape {self.Z.shape}")
+        if kernel.ard and len(kernel.lengthscales) != self.Z.shape[1]:
+            raise ValueError(f"ARD kernel has {len(kernel.lengthscales)} length-scales for "
+                             f"{self.Z.shape[1]} input dimensions")
+        if not (math.isfinite(noise_var) and noise_var >= 0):
+            raise ValueError(f"noise variance must be >= 0 and finite, got {noise_var}")
+        self.kernel, self.noise_var, self.jitter = kernel, float(noise_var), float(jitter)
+        self.prior_mean = float(prior_mean)
         self.capacity = int(capacity)
-        self.t = 0
+        n = self.n
+        # scaled inputs and their squared norms: one kernel column costs one n x r product
+        self._Zs = self.Z if not kernel.ard else kernel.scale(self.Z)
+        self._inv_l2 = 1.0 / kernel.lengthscales[0] ** 2 if not kernel.ard else 1.0
+        self._zz = np.einsum("ij,ij->i", self._Zs, self._Zs)
         self.V = np.empty((self.capacity, n))
         self.L = np.zeros((self.capacity, self.capacity))
         self.alpha = np.empty(self.capacity)
         self.indices = np.empty(self.capacity, dtype=np.int64)
         self.y = np.empty(self.capacity)
-        self.prior_var = kernel.diag(self.Z)
-        self.mean = np.zeros(n)
-        self.var = self.prior_var.copy()
+        self.t = 0
+        self.mean = np.full(n, self.prior_mean)
+        self.var = np.full(n, kernel.variance)
+        self._buf = np.empty(n)
+
+    @property
+    def n(self) -> int:
+        """Number of candidates."""
+        return self.Z.shape[0]
 
     @property
     def std(self) -> np.ndarray:
         """Posterior standard deviation over all candidates."""
         return np.sqrt(self.var)
 
+    def kernel_column(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
+        """k(Z, z_index) over all candidates, O(n r), into `out` if given."""
+        out = np.dot(self._Zs, self._Zs[index], out=out)
+        out *= -2.0
+        out += self._zz
+        out += self._zz[index]
+        np.maximum(out, 0.0, out=out)
+        if self._inv_l2 != 1.0:
+            out *= self._inv_l2
+        self.kernel.profile(out, out=out)
+        out *= self.kernel.variance
+        return out
+
     def add(self, index: int, y: float) -> None:
         """Condition on y observed at candidate `index`: O(n t) time, no refactorisation."""
         t = self.t
         if t >= self.capacity:
             raise ValueError(f"engine is full: capacity {self.capacity} observations")
-        k_col = self.kernel(self.Z, self.Z[index:index + 1])[:, 0]
+        if not 0 <= index < self.n:
+            raise IndexError(f"candidate {index} out of range [0, {self.n})")
+        if not math.isfinite(y):
+            raise ValueError(f"observation must be finite, got {y}")
         l_row = self.V[:t, index].copy()
-        pivot = self.prior_var[index] + self.noise - l_row @ l_row
-        if not pivot > PIVOT_FLOOR * (self.prior_var[index] + self.noise):
+        diag = self.kernel.variance + self.noise_var + self.jitter
+        pivot = diag - l_row @ l_row
+        if not pivot > PIVOT_FLOOR * diag:
             raise NumericalError(f"Cholesky pivot {pivot:.3e} at step {t + 1} (row {index}) "
                                  "is not positive; raise the noise variance or jitter")
-        d = np.sqrt(pivot)
-        v = k_col - l_row @ self.V[:t] if t else k_col
-        v /= d
-        a = (y - l_row @ self.alpha[:t]) / d
-        self.V[t] = v
-        self.L[t, :t] = l_row
-        self.L[t, t] = d
-        self.alpha[t] = a
-        self.indices[t] = index
-        self.y[t] = y
+        d = math.sqrt(pivot)
+        v = self.V[t]
+        self.kernel_column(index, out=v)
+        if t:
+            v -= np.dot(l_row, self.V[:t], out=self._buf)
+        v *= 1.0 / d
+        a = (y - self.prior_mean - l_row @ self.alpha[:t]) / d
+        self.L[t, :t], self.L[t, t] = l_row, d
+        self.alpha[t], self.indices[t], self.y[t] = a, index, y
         self.t = t + 1
-        self.mean += a * v
-        self.var -= v * v
+        self.mean += np.multiply(v, a, out=self._buf)
+        self.var -= np.multiply(v, v, out=self._buf)
         np.maximum(self.var, 0.0, out=self.var)
 
+    def ucb_argmax(self, beta: float, rng: np.random.Generator) -> int:
+        """argmax of mean + beta^1/2 std over all candidates, ties broken with `rng`."""
+        score = np.sqrt(self.var, out=self._buf)
+        score *= math.sqrt(beta)
+        score += self.mean
+        return argmax_random_tie(score, rng)
 
-def posterior_dense(Z: np.ndarray, indices: np.ndarray, y: np.ndarray,
-                    kernel: SquaredExponential, noise_var: float,
-                    jitter: float = DEFAULT_JITTER) -> tuple[np.ndarray, np.ndarray]:
-    """Textbook GP posterior mean and variance over all rows of Z (O(n t^2 + t^3))."""
-    Xt = Z[np.asarray(indices)]
+    def observations(self) -> tuple[np.ndarray, np.ndarray]:
+        """(candidate indices, observed values) conditioned on so far, in order."""
+        return self.indices[:self.t].copy(), self.y[:self.t].copy()
+
+    def rebuilt(self, kernel: Kernel, noise_var: float, prior_mean: float = 0.0) -> IncrementalGP:
+        """A fresh engine with new hyperparameters holding the same observations, O(n t^2)."""
+        gp = IncrementalGP(self.Z, kernel, noise_var, self.capacity, self.jitter, prior_mean)
+        for i, y in zip(*self.observations()):
+            gp.add(int(i), float(y))
+        return gp
+
+
+def argmax_random_tie(values: np.ndarray, rng: np.random.Generator) -> int:
+    """Index of the maximum, ties broken uniformly at random with `rng`."""
+    i = int(np.argmax(values))
+    best = np.flatnonzero(values == values[i])
+    return i if best.size == 1 else int(rng.choice(best))
+
+
+def posterior_dense(Z: np.ndarray, indices: np.ndarray, y: np.ndarray, kernel: Kernel,
+                    noise_var: float, jitter: float = DEFAULT_JITTER, prior_mean: float = 0.0,
+                    chunk: int = 65536) -> tuple[np.ndarray, np.ndarray]:
+    """Textbook GP posterior mean and variance over all rows of Z, O(n t^2 + t^3).
+
+    Cholesky of K_t + (noise + jitter) I by scipy.linalg, then the cross-covariances in
+    chunks of `chunk` candidates so memory stays O(chunk t).
+    """
+    Z = np.asarray(Z, dtype=float)
+    Xt = Z[np.asarray(indices, dtype=np.int64)]
     K = kernel(Xt, Xt) + (noise_var + jitter) * np.eye(len(Xt))
-    factor = scipy.linalg.cho_factor(K, lower=True)
-    Ks = kernel(Z, Xt)
-    mean = Ks @ scipy.linalg.cho_solve(factor, np.asarray(y, dtype=float))
-    W = scipy.linalg.solve_triangular(factor[0], Ks.T, lower=True)
-    var = kernel.diag(Z) - np.einsum("ij,ij->j", W, W)
+    factor = scipy.linalg.cho_factor(K, lower=True, check_finite=False)
+    weights = scipy.linalg.cho_solve(factor, np.asarray(y, dtype=float) - prior_mean)
+    mean, var = np.empty(Z.shape[0]), np.empty(Z.shape[0])
+    for start in range(0, Z.shape[0], chunk):
+        Ks = kernel(Z[start:start + chunk], Xt)
+        mean[start:start + chunk] = prior_mean + Ks @ weights
+        W = scipy.linalg.solve_triangular(factor[0], Ks.T, lower=True, check_finite=False)
+        var[start:start + chunk] = kernel.variance - np.einsum("ij,ij->j", W, W)
     return mean, np.maximum(var, 0.0)

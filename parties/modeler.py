@@ -1,41 +1,92 @@
-"""The modeler's side of PO-GP-UCB (Algorithm 2): BO over the released rows of Z."""
+"""The modeler's side of PO-GP-UCB (Algorithm 2): BO over the released rows of Z.
+
+Hyperparameters are the curator's declared public ones (`fixed`), or the modeler
+fits them itself by maximum likelihood on what it has -- Z and the rewards -- once
+after an initial design of uniformly random rows (`once`), or again every m rounds
+(`every`), rebuilding the O(n t) cache after each fit.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
-from parties.gp import IncrementalGP, SquaredExponential
+from parties.gp import IncrementalGP
+from parties.kernels import kernel_by_name
+from parties.likelihood import Fit, fit_hyperparameters
 from parties.strategies import Strategy
 from protocol.messages import ProjectedDataset, SessionParams
+
+FIT_MODES = ("fixed", "once", "every")
+
+
+@dataclass(frozen=True)
+class HyperFit:
+    """How the modeler sets its GP hyperparameters (and which kernel it uses)."""
+
+    mode: str = "fixed"
+    n_init: int = 5
+    every: int = 10
+    restarts: int = 3
+    kernel: str | None = None  # None: the kernel the curator declared
+
+    def __post_init__(self) -> None:
+        if self.mode not in FIT_MODES:
+            raise ValueError(f"unknown fit mode {self.mode!r}; choose from {FIT_MODES}")
+        if self.mode != "fixed" and (self.n_init < 2 or self.every < 1):
+            raise ValueError("fitting needs n_init >= 2 observations and every >= 1")
+
+    def refit_due(self, t: int) -> bool:
+        """Whether to fit after the t-th observation."""
+        if self.mode == "fixed" or t < self.n_init:
+            return False
+        return t == self.n_init or (self.mode == "every" and (t - self.n_init) % self.every == 0)
 
 
 class Modeler:
     """Synchronous modeler state: the GP over Z, the strategy, and what it observed."""
 
-    def __init__(self, params: SessionParams, release: ProjectedDataset,
-                 strategy: Strategy, rng: np.random.Generator) -> None:
+    def __init__(self, params: SessionParams, release: ProjectedDataset, strategy: Strategy,
+                 rng: np.random.Generator, hyper: HyperFit = HyperFit()) -> None:
         kp = params.kernel
-        self.params = params
-        self.strategy = strategy
-        self.rng = rng
-        self.gp = IncrementalGP(release.Z, SquaredExponential(kp.lengthscale, kp.signal_var),
-                                kp.noise_var, capacity=params.T)
-        self.queries: list[int] = []
-        self.rewards: list[float] = []
+        self.params, self.strategy, self.rng, self.hyper = params, strategy, rng, hyper
+        kernel = kernel_by_name(hyper.kernel or kp.kernel, kp.lengthscale, kp.signal_var,
+                                dims=release.Z.shape[1])
+        self.gp = IncrementalGP(release.Z, kernel, kp.noise_var, capacity=params.T)
+        self.fits: list[Fit] = []
+        self._design = (rng.permutation(self.gp.n)[:hyper.n_init]
+                        if hyper.mode != "fixed" else np.empty(0, dtype=np.int64))
 
     @property
     def t(self) -> int:
         """Number of rewards observed so far."""
-        return len(self.rewards)
+        return self.gp.t
+
+    @property
+    def queries(self) -> list[int]:
+        """Rows queried so far, in order."""
+        return self.gp.indices[:self.t].tolist()
+
+    @property
+    def rewards(self) -> list[float]:
+        """Rewards received so far, in order."""
+        return self.gp.y[:self.t].tolist()
 
     def next_index(self) -> int:
-        """The row to query in the next round."""
+        """The row to query in the next round (initial design first, when fitting)."""
+        if self.t < self._design.size:
+            return int(self._design[self.t])
         return self.strategy.select(self.gp, self.t + 1, self.rng)
 
     def observe(self, index: int, value: float) -> None:
-        """Condition the GP on the reward received for row `index`."""
+        """Condition the GP on the reward for row `index`; refit when the mode says so."""
         self.gp.add(index, value)
-        self.queries.append(int(index))
-        self.rewards.append(float(value))
+        if self.hyper.refit_due(self.t):
+            X, y = self.gp.Z[self.gp.indices[:self.t]], self.gp.y[:self.t]
+            fit = fit_hyperparameters(self.gp.kernel, self.gp.noise_var, X, y, self.rng,
+                                      self.hyper.restarts)
+            self.fits.append(fit)
+            self.gp = self.gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean)
 
     def best(self) -> tuple[int, float]:
         """The queried row with the highest observed reward, and that reward."""

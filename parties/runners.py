@@ -6,7 +6,7 @@ from collections.abc import Callable
 import numpy as np
 
 from parties.curator import Curator
-from parties.modeler import Modeler
+from parties.modeler import HyperFit, Modeler
 from parties.strategies import Strategy
 from protocol.channel import Channel
 from protocol.errors import ErrorCode, PeerError, ProtocolError
@@ -76,12 +76,13 @@ async def _send_error(channel: Channel, code: ErrorCode, text: str) -> None:
 
 
 async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Generator, *,
-                      client: str = "pobo", on_step: StepCallback | None = None) -> Modeler:
+                      hyper: HyperFit = HyperFit(), client: str = "pobo",
+                      on_step: StepCallback | None = None) -> Modeler:
     """Run one whole session as the modeler: handshake, T queries, end."""
     await channel.send(Hello(PROTOCOL_VERSION, client))
     welcome = _expect(await channel.recv(), Welcome)
     dataset = _expect(await channel.recv(), Dataset)
-    modeler = Modeler(welcome.params, dataset.release, strategy, rng)
+    modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)
     for seq in range(1, welcome.params.T + 1):
         index = modeler.next_index()
         await channel.send(Query(seq, index))

@@ -24,12 +24,6 @@ def beta_gp_ucb(t: int, n: int, delta: float = 0.05) -> float:
     return 2.0 * math.log(n * t * t * math.pi**2 / (6.0 * delta))
 
 
-def argmax_random_tie(values: np.ndarray, rng: np.random.Generator) -> int:
-    """Index of the maximum, ties broken uniformly at random with `rng`."""
-    best = np.flatnonzero(values == values.max())
-    return int(best[0] if best.size == 1 else rng.choice(best))
-
-
 @dataclass(frozen=True)
 class GPUCB:
     """GP-UCB: argmax mu_{t-1}(z) + beta_t^1/2 sigma_{t-1}(z) over the candidates."""
@@ -39,8 +33,7 @@ class GPUCB:
 
     def select(self, gp: IncrementalGP, t: int, rng: np.random.Generator) -> int:
         """The UCB maximiser at round t (at t = 1 every row ties: a uniform draw)."""
-        beta = beta_gp_ucb(t, gp.Z.shape[0], self.delta)
-        return argmax_random_tie(gp.mean + math.sqrt(beta) * gp.std, rng)
+        return gp.ucb_argmax(beta_gp_ucb(t, gp.n, self.delta), rng)
 
 
 @dataclass(frozen=True)
@@ -51,7 +44,7 @@ class RandomChoice:
 
     def select(self, gp: IncrementalGP, t: int, rng: np.random.Generator) -> int:
         """A uniformly random row."""
-        return int(rng.integers(gp.Z.shape[0]))
+        return int(rng.integers(gp.n))
 
 
 STRATEGIES = {"gp-ucb": GPUCB, "random": RandomChoice}

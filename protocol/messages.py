@@ -25,8 +25,12 @@ class Mechanism:
 
 @dataclass(frozen=True)
 class KernelParams:
-    """Kernel hyperparameters the curator declares public for the session."""
+    """Kernel and hyperparameters the curator declares public for the session.
 
+    `kernel` is 'se' (the paper's isotropic squared exponential) or 'matern52'.
+    """
+
+    kernel: str
     lengthscale: float
     signal_var: float
     noise_var: float

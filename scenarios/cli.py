@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from parties.modeler import FIT_MODES, HyperFit
 from parties.strategies import STRATEGIES
 from protocol.errors import PoboError
 from scenarios.launch import TRANSPORTS, LaunchError, run
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run curator and modeler of a scenario end to end")
     _scenario_arguments(p, default_seed=0)
+    _modeler_arguments(p)
     p.add_argument("--transport", choices=TRANSPORTS, default="tcp",
                    help="tcp/ipc: two OS processes over loopback; inproc: one process")
     p.add_argument("--out", type=Path, help="output folder (default runs/SCENARIO-TIME)")
@@ -62,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("modeler", help="run the modeler alone, connected to a curator")
     p.add_argument("--connect", required=True, help="the curator's endpoint")
     p.add_argument("--seed", type=int, default=None, help="modeler seed (default: OS entropy)")
-    p.add_argument("--strategy", choices=sorted(STRATEGIES), default="gp-ucb")
+    _modeler_arguments(p)
     p.add_argument("--non-private", action="store_true",
                    help="accept the curator's non-private identity release of X")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a reply")
@@ -82,17 +84,35 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
                    help=f"run seed (default: {'OS entropy' if default_seed is None else default_seed})")
     p.add_argument("--non-private", action="store_true",
                    help="send X itself (non-private GP-UCB baseline, recorded as such)")
-    p.add_argument("--strategy", choices=sorted(STRATEGIES), default="gp-ucb")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the peer")
     p.add_argument("--grid", type=int, help="synthetic: grid side (n = grid^2, default 100)")
+
+
+def _modeler_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--strategy", choices=sorted(STRATEGIES), default="gp-ucb")
+    p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"),
+                   help="modeler's kernel (default: the one the curator declares)")
+    p.add_argument("--fit", choices=FIT_MODES, default="fixed",
+                   help="hyperparameters: fixed (declared), once after --n-init random rows, "
+                        "or every --fit-every rounds (maximum likelihood on Z and rewards)")
+    p.add_argument("--n-init", type=int, default=5, help="initial design size when fitting")
+    p.add_argument("--fit-every", type=int, default=10, help="refit period for --fit every")
+    p.add_argument("--restarts", type=int, default=3, help="L-BFGS-B restarts per fit")
+
+
+def hyper_from_args(args: argparse.Namespace) -> HyperFit:
+    """The modeler's hyperparameter policy that the options describe."""
+    return HyperFit(args.fit, args.n_init, args.fit_every, args.restarts, args.kernel)
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The RunConfig that the scenario options of a subcommand describe."""
     options = {k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k, None) is not None}
+    modeler = ({"strategy": args.strategy, "hyper": hyper_from_args(args)}
+               if hasattr(args, "strategy") else {})
     return RunConfig(scenario=args.scenario, epsilon=args.eps, delta=args.delta, r=args.r,
                      T=args.T, seed=args.seed, non_private=args.non_private,
-                     strategy=args.strategy, timeout=args.timeout, options=options)
+                     timeout=args.timeout, options=options, **modeler)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -130,7 +150,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
 
 def _cmd_modeler(args: argparse.Namespace) -> int:
     result = asyncio.run(connect_modeler(args.connect, args.out, seed=args.seed,
-                                         strategy=args.strategy, non_private=args.non_private,
+                                         strategy=args.strategy, hyper=hyper_from_args(args),
+                                         non_private=args.non_private,
                                          timeout=args.timeout, verbose=args.verbose))
     print(f"[modeler] {len(result['queries'])} queries; best reward {result['best_reward']} "
           f"at row {result['best_index']}", flush=True)

@@ -39,7 +39,7 @@ class Spawned:
 
 def scenario_argv(config: RunConfig) -> list[str]:
     """The `pobo curator` options that rebuild `config` in another process."""
-    argv = [config.scenario, "--strategy", config.strategy, "--timeout", str(config.timeout)]
+    argv = [config.scenario, "--timeout", str(config.timeout)]
     for flag, value in (("--eps", config.epsilon), ("--delta", config.delta), ("--r", config.r),
                         ("--T", config.T), ("--seed", config.seed)):
         if value is not None:
@@ -49,6 +49,20 @@ def scenario_argv(config: RunConfig) -> list[str]:
     for key, value in sorted(config.options.items()):
         if value is not None:
             argv += ["--" + key.replace("_", "-"), str(value)]
+    return argv
+
+
+def modeler_argv(config: RunConfig) -> list[str]:
+    """The `pobo modeler` options that rebuild the modeler's side of `config`."""
+    h = config.hyper
+    argv = ["--strategy", config.strategy, "--timeout", str(config.timeout), "--fit", h.mode,
+            "--n-init", str(h.n_init), "--fit-every", str(h.every), "--restarts", str(h.restarts)]
+    if h.kernel is not None:
+        argv += ["--kernel", h.kernel]
+    if config.seed is not None:
+        argv += ["--seed", str(config.seed)]
+    if config.non_private:
+        argv.append("--non-private")
     return argv
 
 
@@ -81,13 +95,8 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
             if not endpoint_ready.wait(start_timeout) or not endpoint:
                 raise LaunchError(f"the curator did not bind within {start_timeout:g} s "
                                   f"(exit code {curator.process.poll()})")
-            modeler_argv = ["modeler", "--connect", endpoint[0], "--out", str(out),
-                            "--strategy", config.strategy, "--timeout", str(config.timeout)]
-            if config.seed is not None:
-                modeler_argv += ["--seed", str(config.seed)]
-            if config.non_private:
-                modeler_argv.append("--non-private")
-            spawned.append(_spawn("modeler", modeler_argv, verbose=False))
+            spawned.append(_spawn("modeler", ["modeler", "--connect", endpoint[0], "--out",
+                                              str(out), *modeler_argv(config)], verbose=False))
             codes = {s.role: _wait(s.process, wall_timeout) for s in spawned}
         finally:
             for s in spawned:

@@ -37,7 +37,3 @@ def rng_for(seed: int | None, stream: str) -> np.random.Generator:
         return np.random.default_rng()
     return np.random.default_rng([int(seed), zlib.crc32(stream.encode())])
 
-
-def scale_to_max_norm(X: np.ndarray, max_norm: float = 25.0) -> np.ndarray:
-    """X scaled so its largest row norm is `max_norm` (the paper's preprocessing)."""
-    return X * (max_norm / np.max(np.linalg.norm(X, axis=1)))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import zmq.asyncio
 
+from parties.modeler import HyperFit
 from protocol.policy import CURATOR, MODELER
 from scenarios.session import CuratorSide, curate, open_channel, optimise
 from transport.sockets import DealerPipe, RouterHub
@@ -45,13 +46,14 @@ async def serve_curator(side: CuratorSide, bind: str, out: Path | None, *,
 
 
 async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 0,
-                          strategy: str = "gp-ucb", non_private: bool = False,
+                          strategy: str = "gp-ucb", hyper: HyperFit = HyperFit(),
+                          non_private: bool = False,
                           timeout: float = 60.0, verbose: bool = False) -> dict:
     """Connect a DEALER to the curator at `connect` and run one session as the modeler."""
     ctx = zmq.asyncio.Context()
     channel = open_channel(DealerPipe.connect(ctx, connect), MODELER, non_private, out, timeout)
     try:
-        return await optimise(channel, seed, strategy, out, verbose=verbose)
+        return await optimise(channel, seed, strategy, out, hyper=hyper, verbose=verbose)
     finally:
         channel.close()
         ctx.term()

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from parties.curator import Curator, Oracle
+from parties.modeler import HyperFit
 from parties.projection import identity_release, project, singular_values
 from parties.runners import run_modeler, serve_session
 from parties.strategies import make_strategy
@@ -38,6 +39,7 @@ class RunConfig:
     seed: int | None = 0
     non_private: bool = False
     strategy: str = "gp-ucb"
+    hyper: HyperFit = HyperFit()
     timeout: float = 60.0
     options: dict = field(default_factory=dict)
 
@@ -132,10 +134,11 @@ def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str
 
 
 async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
-                   out: Path | None = None, *, verbose: bool = False) -> dict:
+                   out: Path | None = None, *, hyper: HyperFit = HyperFit(),
+                   verbose: bool = False) -> dict:
     """Run the modeler's side of one session; return what it saw and chose, written to
     out/modeler.json even when the session fails part-way."""
-    started, status = time.perf_counter(), "error"
+    started, status, fits = time.perf_counter(), "error", []
     queries: list[int] = []
     rewards: list[float] = []
 
@@ -146,12 +149,17 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
             print(f"[modeler] t={seq:>4} row={index:>7} y={value:+.5f}", flush=True)
 
     try:
-        await run_modeler(channel, make_strategy(strategy), rng_for(seed, "modeler"),
-                          on_step=progress)
+        modeler = await run_modeler(channel, make_strategy(strategy), rng_for(seed, "modeler"),
+                                    hyper=hyper, on_step=progress)
+        fits = [{"kernel": f.kernel.name, "lengthscales": list(f.kernel.lengthscales),
+                 "signal_var": f.kernel.variance, "noise_var": f.noise_var,
+                 "prior_mean": f.prior_mean, "log_likelihood": f.log_likelihood}
+                for f in modeler.fits]
         status = "ok"
     finally:
         best = int(np.argmax(rewards)) if rewards else None
-        result = {"seed": seed, "strategy": strategy, "status": status, "queries": queries,
+        result = {"seed": seed, "strategy": strategy, "hyper": asdict(hyper), "fits": fits,
+                  "status": status, "queries": queries,
                   "rewards": rewards,
                   "best_index": None if best is None else queries[best],
                   "best_reward": None if best is None else rewards[best],
@@ -192,7 +200,7 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     try:
         cres, mres = await asyncio.gather(
             curate(cchan, side, out, verbose=verbose),
-            optimise(mchan, config.seed, config.strategy, out))
+            optimise(mchan, config.seed, config.strategy, out, hyper=config.hyper))
     finally:
         cchan.close()
         mchan.close()

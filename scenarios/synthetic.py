@@ -6,7 +6,8 @@ import math
 import numpy as np
 
 from protocol.messages import KernelParams
-from scenarios.problem import Problem, rng_for, scale_to_max_norm
+from parties.preparation import scale_to_max_norm
+from scenarios.problem import Problem, rng_for
 
 LENGTHSCALE = 6.25  # 0.25 x max norm, as in the authors' code (the paper's text says 1.25)
 SIGNAL_VAR = 1.0
@@ -42,5 +43,5 @@ def build(seed: int | None, grid: int = 100) -> Problem:
     X = grid_points(grid)
     axis = X[::grid, 0]
     f = sample_grid_gp(axis, LENGTHSCALE, SIGNAL_VAR, rng_for(seed, "synthetic/f"))
-    return Problem("synthetic", X, f, KernelParams(LENGTHSCALE, SIGNAL_VAR, NOISE_VAR),
+    return Problem("synthetic", X, f, KernelParams("se", LENGTHSCALE, SIGNAL_VAR, NOISE_VAR),
                    epsilon=math.exp(1.1), delta=1e-5, r=10, T=50)

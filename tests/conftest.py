@@ -12,7 +12,7 @@ from protocol.policy import DP_PROJECTION
 @pytest.fixture
 def params() -> SessionParams:
     return SessionParams("test", 5, 2, 3, "private", (Mechanism(DP_PROJECTION, 1.0, 1e-5),),
-                         KernelParams(1.0, 1.0, 1e-4), "seeded")
+                         KernelParams("se", 1.0, 1.0, 1e-4), "seeded")
 
 
 @pytest.fixture
