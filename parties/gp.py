@@ -37,7 +37,7 @@ class IncrementalGP:
     the diagonal, here and in `posterior_dense` alike. A Cholesky pivot below 1e-12 of
     its diagonal raises NumericalError instead of producing NaN; the engine is left as
     it was. Memory: V is preallocated for `capacity` rows (8 n capacity bytes) plus a
-    few length-n vectors; the candidates are not copied for an isotropic kernel.
+    few length-n vectors and one n x r copy of the candidates scaled by the length-scales.
     """
 
     def __init__(self, Z: np.ndarray, kernel: Kernel, noise_var: float, capacity: int,
@@ -54,10 +54,12 @@ class IncrementalGP:
         self.prior_mean = float(prior_mean)
         self.capacity = int(capacity)
         n = self.n
-        # scaled inputs and their squared norms: one kernel column costs one n x r product
-        self._Zs = self.Z if not kernel.ard else kernel.scale(self.Z)
-        self._inv_l2 = 1.0 / kernel.lengthscales[0] ** 2 if not kernel.ard else 1.0
+        # inputs divided by their length-scales and their squared norms: a kernel column
+        # costs one n x r product and a few O(n) passes
+        self._Zs = kernel.scale(self.Z)
         self._zz = np.einsum("ij,ij->i", self._Zs, self._Zs)
+        # SE: k(Z, z_i) = exp(Zs z_i + h - |zs_i|^2 / 2), h = log(variance) - |Zs|^2 / 2
+        self._h = (math.log(kernel.variance) - 0.5 * self._zz) if kernel.family == "se" else None
         self.V = np.empty((self.capacity, n))
         self.L = np.zeros((self.capacity, self.capacity))
         self.alpha = np.empty(self.capacity)
@@ -81,12 +83,14 @@ class IncrementalGP:
     def kernel_column(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
         """k(Z, z_index) over all candidates, O(n r), into `out` if given."""
         out = np.dot(self._Zs, self._Zs[index], out=out)
+        if self._h is not None:
+            out += self._h
+            out += -0.5 * self._zz[index]
+            return np.exp(out, out=out)
         out *= -2.0
         out += self._zz
         out += self._zz[index]
         np.maximum(out, 0.0, out=out)
-        if self._inv_l2 != 1.0:
-            out *= self._inv_l2
         self.kernel.profile(out, out=out)
         out *= self.kernel.variance
         return out
@@ -121,11 +125,17 @@ class IncrementalGP:
         np.maximum(self.var, 0.0, out=self.var)
 
     def ucb_argmax(self, beta: float, rng: np.random.Generator) -> int:
-        """argmax of mean + beta^1/2 std over all candidates, ties broken with `rng`."""
+        """argmax of mean + beta^1/2 std over all candidates.
+
+        Before any observation every candidate ties and the choice is a uniform draw
+        with `rng`; afterwards exact ties (duplicate rows) go to the first index.
+        """
+        if self.t == 0:
+            return int(rng.integers(self.n))
         score = np.sqrt(self.var, out=self._buf)
         score *= math.sqrt(beta)
         score += self.mean
-        return argmax_random_tie(score, rng)
+        return int(np.argmax(score))
 
     def observations(self) -> tuple[np.ndarray, np.ndarray]:
         """(candidate indices, observed values) conditioned on so far, in order."""
@@ -137,13 +147,6 @@ class IncrementalGP:
         for i, y in zip(*self.observations()):
             gp.add(int(i), float(y))
         return gp
-
-
-def argmax_random_tie(values: np.ndarray, rng: np.random.Generator) -> int:
-    """Index of the maximum, ties broken uniformly at random with `rng`."""
-    i = int(np.argmax(values))
-    best = np.flatnonzero(values == values[i])
-    return i if best.size == 1 else int(rng.choice(best))
 
 
 def posterior_dense(Z: np.ndarray, indices: np.ndarray, y: np.ndarray, kernel: Kernel,
