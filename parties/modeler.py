@@ -7,7 +7,7 @@ after an initial design of uniformly random rows (`once`), or again every m roun
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -17,14 +17,18 @@ from parties.likelihood import Fit, fit_hyperparameters
 from parties.strategies import Strategy
 from protocol.messages import ProjectedDataset, SessionParams
 
-FIT_MODES = ("fixed", "once", "every")
+FIT_MODES = ("auto", "fixed", "once", "every")
 
 
 @dataclass(frozen=True)
 class HyperFit:
-    """How the modeler sets its GP hyperparameters (and which kernel it uses)."""
+    """How the modeler sets its GP hyperparameters (and which kernel it uses).
 
-    mode: str = "fixed"
+    `auto` keeps the declared values when the curator marks them 'public' and refits
+    every `every` rounds when it marks them 'initial' (starting values only).
+    """
+
+    mode: str = "auto"
     n_init: int = 5
     every: int = 10
     restarts: int = 3
@@ -36,9 +40,15 @@ class HyperFit:
         if self.mode != "fixed" and (self.n_init < 2 or self.every < 1):
             raise ValueError("fitting needs n_init >= 2 observations and every >= 1")
 
+    def resolved(self, status: str) -> HyperFit:
+        """This policy with `auto` decided by the declared hyperparameters' status."""
+        if self.mode != "auto":
+            return self
+        return replace(self, mode="fixed" if status == "public" else "every")
+
     def refit_due(self, t: int) -> bool:
         """Whether to fit after the t-th observation."""
-        if self.mode == "fixed" or t < self.n_init:
+        if self.mode in ("fixed", "auto") or t < self.n_init:
             return False
         return t == self.n_init or (self.mode == "every" and (t - self.n_init) % self.every == 0)
 
@@ -49,6 +59,7 @@ class Modeler:
     def __init__(self, params: SessionParams, release: ProjectedDataset, strategy: Strategy,
                  rng: np.random.Generator, hyper: HyperFit = HyperFit()) -> None:
         kp = params.kernel
+        hyper = hyper.resolved(kp.status)
         self.params, self.strategy, self.rng, self.hyper = params, strategy, rng, hyper
         kernel = kernel_by_name(hyper.kernel or kp.kernel, kp.lengthscale, kp.signal_var,
                                 dims=release.Z.shape[1])

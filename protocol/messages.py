@@ -28,12 +28,16 @@ class KernelParams:
     """Kernel and hyperparameters the curator declares public for the session.
 
     `kernel` is 'se' (the paper's isotropic squared exponential) or 'matern52'.
+    `status` is 'public' when these are the values to use, or 'initial' when they are
+    only starting values and the modeler is expected to fit its own (maximum likelihood
+    on Z and the rewards): the curator's own fits never cross the boundary.
     """
 
     kernel: str
     lengthscale: float
     signal_var: float
     noise_var: float
+    status: str = "public"
 
 
 @dataclass(frozen=True)

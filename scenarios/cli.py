@@ -23,7 +23,7 @@ from scenarios.registry import SCENARIOS
 from scenarios.remote import connect_modeler, serve_curator
 from scenarios.session import RunConfig, prepare_curator
 
-SCENARIO_OPTIONS = ("grid",)
+SCENARIO_OPTIONS = ("grid", "data", "n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,16 +85,20 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--non-private", action="store_true",
                    help="send X itself (non-private GP-UCB baseline, recorded as such)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the peer")
-    p.add_argument("--grid", type=int, help="synthetic: grid side (n = grid^2, default 100)")
+    p.add_argument("--grid", type=int, help="synthetic, branin: grid side (n = grid^2, default 100)")
+    p.add_argument("--data", help="hospital, bank, realestate: the public CSV (.csv or .csv.gz); "
+                                  "default: an embedded dataset generated from the seed")
+    p.add_argument("--n", type=int, help="hospital, bank, realestate: use n random rows")
 
 
 def _modeler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", choices=sorted(STRATEGIES), default="gp-ucb")
     p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"),
                    help="modeler's kernel (default: the one the curator declares)")
-    p.add_argument("--fit", choices=FIT_MODES, default="fixed",
+    p.add_argument("--fit", choices=FIT_MODES, default="auto",
                    help="hyperparameters: fixed (declared), once after --n-init random rows, "
-                        "or every --fit-every rounds (maximum likelihood on Z and rewards)")
+                        "or every --fit-every rounds (maximum likelihood on Z and rewards); "
+                        "auto: fixed if the curator declares them public, else every")
     p.add_argument("--n-init", type=int, default=5, help="initial design size when fitting")
     p.add_argument("--fit-every", type=int, default=10, help="refit period for --fit every")
     p.add_argument("--restarts", type=int, default=3, help="L-BFGS-B restarts per fit")

@@ -3,10 +3,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scenarios import synthetic
+from scenarios import bank, branin, hospital, realestate, synthetic
 from scenarios.problem import Problem
 
-SCENARIOS: dict[str, Callable[..., Problem]] = {"synthetic": synthetic.build}
+SCENARIOS: dict[str, Callable[..., Problem]] = {
+    "synthetic": synthetic.build, "branin": branin.build, "hospital": hospital.build,
+    "bank": bank.build, "realestate": realestate.build,
+}
 
 
 def build_problem(name: str, seed: int | None, **options) -> Problem:
@@ -15,4 +18,8 @@ def build_problem(name: str, seed: int | None, **options) -> Problem:
         builder = SCENARIOS[name]
     except KeyError:
         raise ValueError(f"unknown scenario {name!r}; choose from {sorted(SCENARIOS)}") from None
-    return builder(seed, **{k: v for k, v in options.items() if v is not None})
+    options = {k: v for k, v in options.items() if v is not None}
+    try:
+        return builder(seed, **options)
+    except TypeError as exc:
+        raise ValueError(f"scenario {name!r} does not take options {sorted(options)}: {exc}") from None

@@ -94,7 +94,7 @@ async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *
     """Serve one modeler session; return the curator's result, written to
     out/curator.json even when the session fails part-way."""
     problem, T = side.problem, side.params.T
-    curator = Curator(Oracle(problem.f, problem.kernel.noise_var), T,
+    curator = Curator(Oracle(problem.f, problem.noise_var), T,
                       rng_for(side.config.seed, "measurement-noise"))
 
     def progress(seq: int, index: int, value: float) -> None:
@@ -128,8 +128,11 @@ def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str
         "delta": None if cfg.non_private else cfg.delta, **side.report, "T": side.params.T,
         "queries": curator.queries, "rewards": curator.rewards,
         "simple_regret": simple.tolist(), "cumulative_regret": cumulative.tolist(),
+        "hits": np.cumsum(problem.f[curator.queries]).tolist() if problem.metric == "hits" else None,
+        "sense": problem.sense, "metric": problem.metric,
         "f_star": float(np.max(problem.f)), "sigma_f": float(np.std(problem.f)),
-        "kernel": asdict(problem.kernel), "seconds": seconds,
+        "kernel": asdict(problem.kernel), "noise_var": problem.noise_var,
+        "source": problem.source, "dropped": problem.dropped, "seconds": seconds,
     }
 
 
