@@ -3,6 +3,7 @@
   pobo run SCENARIO [options]          curator + modeler as two processes (tcp by default)
   pobo curator SCENARIO --bind EP      the curator alone (separate machines)
   pobo modeler --connect EP            the modeler alone
+  pobo sweep [SCENARIO] [--preset P]   a grid of runs, with tables and plots
 
 Every command is a thin wrapper over a documented Python call (scenarios.launch.run,
 scenarios.remote.serve_curator, scenarios.remote.connect_modeler).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import time
 from pathlib import Path
@@ -19,9 +21,12 @@ from parties.modeler import FIT_MODES, HyperFit
 from parties.strategies import STRATEGIES
 from protocol.errors import PoboError
 from scenarios.launch import TRANSPORTS, LaunchError, run
+from scenarios.presets import PRESETS, Preset
 from scenarios.registry import SCENARIOS
+from scenarios.report import write_report
 from scenarios.remote import connect_modeler, serve_curator
 from scenarios.session import RunConfig, prepare_curator
+from scenarios.sweep import SweepSpec, dask_executor, run_sweep
 
 SCENARIO_OPTIONS = ("grid", "data", "n")
 
@@ -51,6 +56,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tcp/ipc: two OS processes over loopback; inproc: one process")
     p.add_argument("--out", type=Path, help="output folder (default runs/SCENARIO-TIME)")
     p.set_defaults(handler=_cmd_run)
+
+    p = sub.add_parser("sweep", help="run every combination of eps, r, strategy and seed")
+    p.add_argument("scenario", nargs="?", choices=sorted(SCENARIOS),
+                   help="the scenario (optional with --preset)")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="one of the paper's experiments")
+    p.add_argument("--eps", type=float, nargs="+", help="epsilons")
+    p.add_argument("--log-eps", type=float, nargs="+", help="epsilons as e^x (the paper's way)")
+    p.add_argument("--r", type=int, nargs="+", help="projection dimensions")
+    p.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 10, presets 50)")
+    p.add_argument("--T", type=int, help="query budget")
+    p.add_argument("--non-private", action="store_true", help="add the non-private baseline")
+    p.add_argument("--strategies", nargs="+", choices=sorted(STRATEGIES), default=["gp-ucb"])
+    p.add_argument("--workers", type=int, default=2, help="local worker processes")
+    p.add_argument("--dask", metavar="ADDRESS", help="run on a dask.distributed scheduler")
+    p.add_argument("--transcripts", action="store_true", help="keep both transcripts of every run")
+    p.add_argument("--grid", type=int, help="synthetic, branin: grid side")
+    p.add_argument("--data", help="hospital, bank, realestate: the public CSV")
+    p.add_argument("--n", type=int, help="hospital, bank, realestate: use n random rows")
+    p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"))
+    p.add_argument("--fit", choices=FIT_MODES, default="auto")
+    p.add_argument("--n-init", type=int, default=5)
+    p.add_argument("--fit-every", type=int, default=10)
+    p.add_argument("--restarts", type=int, default=3)
+    p.add_argument("--out", type=Path, help="output folder (default runs/sweep-NAME)")
+    p.set_defaults(handler=_cmd_sweep)
 
     p = sub.add_parser("curator", help="run the curator alone, bound to an endpoint")
     _scenario_arguments(p, default_seed=None)
@@ -142,6 +172,39 @@ def summary(result: dict) -> str:
             f"T={result['T']} {priv}: simple regret {result['simple_regret'][-1]:.4g} "
             f"({result['simple_regret'][-1] / sf:.3g} sigma_f), cumulative "
             f"{result['cumulative_regret'][-1]:.4g}")
+
+
+def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | None]:
+    """The sweep (and the preset it starts from) that the options describe."""
+    preset = PRESETS[args.preset] if args.preset else None
+    scenario = args.scenario or (preset.scenario if preset else None)
+    if scenario is None:
+        raise ValueError("name a scenario or a --preset")
+    if args.eps or args.log_eps:
+        epsilons = tuple(args.eps or ()) + tuple(math.exp(x) for x in args.log_eps or ())
+    else:
+        epsilons = preset.epsilons if preset else (None,)
+    options = {k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k) is not None}
+    spec = SweepSpec(
+        scenario, epsilons, tuple(args.r) if args.r else (preset.rs if preset else (None,)),
+        seeds=args.seeds or (preset.seeds if preset else 10),
+        T=args.T or (preset.T if preset else None),
+        non_private=args.non_private or bool(preset and preset.non_private),
+        strategies=tuple(args.strategies), hyper=hyper_from_args(args), options=options,
+        transcripts=args.transcripts)
+    return spec, preset
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    spec, preset = sweep_spec_from_args(args)
+    out = args.out or Path("runs") / f"sweep-{args.preset or spec.scenario}"
+    executor = dask_executor(args.dask) if args.dask else None
+    rows = run_sweep(spec, out, executor=executor, workers=args.workers)
+    print(write_report(rows, out, scenario=spec.scenario, options=spec.options,
+                       epsilons=spec.epsilons, rs=spec.rs,
+                       paper=preset.paper if preset else None,
+                       title=preset.caption if preset else f"{spec.scenario} sweep"))
+    return 0
 
 
 def _cmd_curator(args: argparse.Namespace) -> int:

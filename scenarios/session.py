@@ -56,9 +56,11 @@ class CuratorSide:
     session_id: str
 
 
-def prepare_curator(config: RunConfig) -> CuratorSide:
-    """Build the scenario's data, project it (or not), and fix the public parameters."""
-    problem = build_problem(config.scenario, config.seed, **config.options)
+def prepare_curator(config: RunConfig, problem: Problem | None = None) -> CuratorSide:
+    """Build the scenario's data (unless given), project it (or not), and fix the public
+    parameters."""
+    if problem is None:
+        problem = build_problem(config.scenario, config.seed, **config.options)
     eps = problem.epsilon if config.epsilon is None else config.epsilon
     delta = problem.delta if config.delta is None else config.delta
     r = problem.r if config.r is None else config.r
@@ -178,7 +180,8 @@ def merge_results(curator: dict, modeler: dict, out: Path) -> dict:
     result["modeler"] = modeler
     result["consistent"] = (modeler.get("queries") == curator["queries"]
                             and modeler.get("rewards") == curator["rewards"])
-    result["transcripts"] = {role: str(out / f"{role}.transcript") for role in (CURATOR, MODELER)}
+    result["transcripts"] = {role: str(out / f"{role}.transcript") for role in (CURATOR, MODELER)
+                             if (out / f"{role}.transcript").exists()}
     write_json(out / "result.json", result)
     return result
 
@@ -191,15 +194,21 @@ def write_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = False) -> dict:
-    """Run curator and modeler in this process over an in-process pipe; write result.json."""
+async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = False,
+                     problem: Problem | None = None, transcripts: bool = True) -> dict:
+    """Run curator and modeler in this process over an in-process pipe; write result.json.
+
+    `problem` reuses an already built dataset (sweeps share one per seed); without
+    `transcripts` the channels still encode, decode and police every message.
+    """
     from transport.inproc import pipe_pair  # scenarios choose the transport
 
     out = Path(out)
-    side = prepare_curator(config)
+    side = prepare_curator(config, problem)
     cpipe, mpipe = pipe_pair()
-    cchan = open_channel(cpipe, CURATOR, config.non_private, out, config.timeout)
-    mchan = open_channel(mpipe, MODELER, config.non_private, out, config.timeout)
+    where = out if transcripts else None
+    cchan = open_channel(cpipe, CURATOR, config.non_private, where, config.timeout)
+    mchan = open_channel(mpipe, MODELER, config.non_private, where, config.timeout)
     try:
         cres, mres = await asyncio.gather(
             curate(cchan, side, out, verbose=verbose),

@@ -1,0 +1,153 @@
+"""Sweeps: every combination of epsilon, r, strategy and seed, each a real protocol session.
+
+Runs that share a seed share their dataset, so the runs of one seed form one task; the
+tasks go to any `concurrent.futures.Executor` (a local process pool by default, a
+dask.distributed cluster with `dask_executor`). A run whose `result.json` already
+exists in the output folder is not run again, so an interrupted sweep resumes.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from parties.modeler import HyperFit
+from scenarios.registry import build_problem
+from scenarios.session import RunConfig, run_inproc
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to sweep. An epsilon or r of None means the scenario's default."""
+
+    scenario: str
+    epsilons: tuple[float | None, ...] = (None,)
+    rs: tuple[int | None, ...] = (None,)
+    seeds: int = 10
+    T: int | None = None
+    non_private: bool = False
+    strategies: tuple[str, ...] = ("gp-ucb",)
+    hyper: HyperFit = HyperFit()
+    options: dict = field(default_factory=dict)
+    transcripts: bool = False
+
+    def runs(self) -> list[tuple[str, RunConfig]]:
+        """(run id, config) for every run, seed-major so that a seed's runs are adjacent."""
+        out = []
+        for seed in range(self.seeds):
+            base = RunConfig(self.scenario, T=self.T, seed=seed, hyper=self.hyper,
+                             options=dict(self.options))
+            for strategy in self.strategies:
+                for eps in self.epsilons:
+                    for r in self.rs:
+                        cfg = replace(base, epsilon=eps, r=r, strategy=strategy)
+                        out.append((run_id(cfg), cfg))
+                if self.non_private:
+                    cfg = replace(base, non_private=True, strategy=strategy)
+                    out.append((run_id(cfg), cfg))
+        return out
+
+
+def run_id(cfg: RunConfig) -> str:
+    """A file-name-safe id naming a run's parameters."""
+    privacy = ("nonprivate" if cfg.non_private else
+               f"eps{'default' if cfg.epsilon is None else format(cfg.epsilon, '.6g')}"
+               f"-r{'default' if cfg.r is None else cfg.r}")
+    return f"{cfg.scenario}-{cfg.strategy}-{privacy}-seed{cfg.seed}"
+
+
+def run_group(runs: list[tuple[str, RunConfig]], out: str, transcripts: bool = False) -> list[dict]:
+    """Run one seed's runs in this process on one shared dataset; their summaries.
+
+    Module-level and built from plain data, so any executor (process pool, dask) can
+    ship it to a worker.
+    """
+    first = runs[0][1]
+    problem = build_problem(first.scenario, first.seed, **first.options)
+    summaries = []
+    for rid, cfg in runs:
+        folder = Path(out) / "runs" / rid
+        result = asyncio.run(run_inproc(cfg, folder, problem=problem, transcripts=transcripts))
+        summaries.append(summarise(rid, cfg, result))
+    return summaries
+
+
+def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
+    """The CSV row of one run (its traces stay in its result.json)."""
+    sf = result["sigma_f"] or 1.0
+    return {
+        "run": rid, "scenario": result["scenario"], "strategy": cfg.strategy,
+        "policy": result["policy"], "epsilon": result["epsilon"], "r": result["r"],
+        "seed": result["seed"], "T": result["T"], "n": result["n"], "d": result["d"],
+        "sigma_min": result["sigma_min"], "omega": result["omega"], "lifted": result["lifted"],
+        "simple_regret": result["simple_regret"][-1],
+        "simple_regret_norm": result["simple_regret"][-1] / sf,
+        "cumulative_regret": result["cumulative_regret"][-1],
+        "hits": None if result.get("hits") is None else result["hits"][-1],
+        "sigma_f": result["sigma_f"], "seconds": result["seconds"],
+    }
+
+
+def finished(out: Path, rid: str) -> dict | None:
+    """The result of a run already completed in `out`, or None."""
+    path = out / "runs" / rid / "result.json"
+    if not path.exists():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return result if result.get("status") == "ok" and result.get("consistent") else None
+
+
+def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = None,
+              workers: int = 2, progress: Callable[[str], None] | None = print) -> list[dict]:
+    """Run every run of `spec` not already finished in `out`; all runs' summaries.
+
+    Progress: one line per finished run (and per skipped one), then the wall time.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    rows: dict[str, dict] = {}
+    todo: dict[int, list[tuple[str, RunConfig]]] = {}
+    for rid, cfg in spec.runs():
+        done = finished(out, rid)
+        if done is not None:
+            rows[rid] = summarise(rid, cfg, done)
+        else:
+            todo.setdefault(cfg.seed, []).append((rid, cfg))
+    total = len(rows) + sum(map(len, todo.values()))
+    say = progress or (lambda line: None)
+    if rows:
+        say(f"[sweep] {len(rows)} of {total} runs already finished in {out}: skipped")
+    own = executor is None and todo
+    pool = ProcessPoolExecutor(max_workers=workers) if own else executor
+    try:
+        futures = [pool.submit(run_group, group, str(out), spec.transcripts)
+                   for group in todo.values()]
+        for future in as_completed(futures):
+            for row in future.result():
+                rows[row["run"]] = row
+                say(f"[sweep] {len(rows)}/{total} {row['run']}: S_T = {row['simple_regret']:.4g} "
+                    f"({row['simple_regret_norm']:.3g} sigma_f)"
+                    + (f", hits {row['hits']:.0f}" if row["hits"] is not None else ""))
+    finally:
+        if own:
+            pool.shutdown(cancel_futures=True)
+    say(f"[sweep] {total} runs in {time.perf_counter() - started:.1f} s wall time")
+    order = [rid for rid, _ in spec.runs()]
+    return [rows[rid] for rid in order]
+
+
+def dask_executor(address: str) -> Executor:
+    """A concurrent.futures executor on the dask.distributed cluster at `address`."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise RuntimeError("--dask needs the optional extra: pip install 'pobo[dask]'") from None
+    return Client(address).get_executor()
