@@ -8,7 +8,10 @@ exists in the output folder is not run again, so an interrupted sweep resumes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import multiprocessing as mp
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
@@ -104,8 +107,29 @@ def finished(out: Path, rid: str) -> dict | None:
     return result if result.get("status") == "ok" and result.get("consistent") else None
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+@contextlib.contextmanager
+def single_threaded_blas():
+    """Environment for worker processes started inside: one BLAS thread each, so W
+    workers on W cores do not oversubscribe them (3-4x faster on small matrices)."""
+    saved = {k: os.environ.get(k) for k in _BLAS_THREADS}
+    os.environ.update({k: "1" for k in _BLAS_THREADS if saved[k] is None})
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+
+
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = None,
-              workers: int = 2, progress: Callable[[str], None] | None = print) -> list[dict]:
+              workers: int = 2, progress: Callable[[str], None] | None = _say) -> list[dict]:
     """Run every run of `spec` not already finished in `out`; all runs' summaries.
 
     Progress: one line per finished run (and per skipped one), then the wall time.
@@ -126,10 +150,12 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = N
     if rows:
         say(f"[sweep] {len(rows)} of {total} runs already finished in {out}: skipped")
     own = executor is None and todo
-    pool = ProcessPoolExecutor(max_workers=workers) if own else executor
+    pool = (ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+            if own else executor)
     try:
-        futures = [pool.submit(run_group, group, str(out), spec.transcripts)
-                   for group in todo.values()]
+        with single_threaded_blas():  # the pool spawns its workers on these submits
+            futures = [pool.submit(run_group, group, str(out), spec.transcripts)
+                       for group in todo.values()]
         for future in as_completed(futures):
             for row in future.result():
                 rows[row["run"]] = row
