@@ -168,8 +168,11 @@ def summary(result: dict) -> str:
     priv = ("non-private" if result["epsilon"] is None else
             f"eps={result['epsilon']:.4g} delta={result['delta']:.3g} omega={result['omega']:.4g} "
             f"sigma_min={result['sigma_min']:.4g} {'lifted' if result['lifted'] else 'not lifted'}")
-    return (f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} "
-            f"T={result['T']} {priv}: simple regret {result['simple_regret'][-1]:.4g} "
+    head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
+    if result.get("metric") == "hits":
+        return (f"{head}: {result['hits'][-1]:.0f} hits in {len(result['queries'])} queries "
+                f"(random selection expects {result['random_hits_expected']:.1f})")
+    return (f"{head}: simple regret {result['simple_regret'][-1]:.4g} "
             f"({result['simple_regret'][-1] / sf:.3g} sigma_f), cumulative "
             f"{result['cumulative_regret'][-1]:.4g}")
 

@@ -120,7 +120,7 @@ async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *
 def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str | None,
                    seconds: float) -> dict:
     """The curator's record of a session: parameters, answers and regret (from true f)."""
-    cfg, problem = side.config, side.problem
+    cfg, problem, T = side.config, side.problem, side.params.T
     simple, cumulative = curator.regret()
     return {
         "scenario": problem.name, "seed": cfg.seed, "randomness": side.params.randomness,
@@ -132,6 +132,8 @@ def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str
         "simple_regret": simple.tolist(), "cumulative_regret": cumulative.tolist(),
         "hits": np.cumsum(problem.f[curator.queries]).tolist() if problem.metric == "hits" else None,
         "sense": problem.sense, "metric": problem.metric,
+        "random_hits_expected": (float(T * problem.f.mean()) if problem.metric == "hits"
+                                 else None),
         "f_star": float(np.max(problem.f)), "sigma_f": float(np.std(problem.f)),
         "kernel": asdict(problem.kernel), "noise_var": problem.noise_var,
         "source": problem.source, "dropped": problem.dropped, "seconds": seconds,
