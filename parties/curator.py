@@ -5,19 +5,39 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parties.ldp import ConvertToLaplace
+from parties.noise import NoiseSource
 from protocol.errors import ErrorCode, ProtocolError
+
+NOISE_MODELS = ("gaussian", "uniform", "student-t")
 
 
 @dataclass(frozen=True)
 class Oracle:
-    """Noisy measurement y = f(x_i) + N(0, noise_var) of a tabulated objective f."""
+    """Noisy measurement y = f(x_i) + eta of a tabulated objective f.
+
+    eta ~ N(0, noise_var) ('gaussian'), U[-R, R] ('uniform', the LDP paper's bounded
+    noise) or Student-t with 3 degrees of freedom ('student-t', its heavy-tailed case).
+    """
 
     f: np.ndarray
-    noise_var: float
+    noise_var: float = 0.0
+    noise: str = "gaussian"
+    R: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.noise not in NOISE_MODELS:
+            raise ValueError(f"unknown noise model {self.noise!r}; choose from {NOISE_MODELS}")
 
     def measure(self, index: int, rng: np.random.Generator) -> float:
         """One fresh noisy evaluation at row `index`."""
-        return float(self.f[index] + np.sqrt(self.noise_var) * rng.standard_normal())
+        if self.noise == "uniform":
+            eta = rng.uniform(-self.R, self.R)
+        elif self.noise == "student-t":
+            eta = rng.standard_t(3)
+        else:
+            eta = np.sqrt(self.noise_var) * rng.standard_normal()
+        return float(self.f[index] + eta)
 
 
 def regret_traces(f: np.ndarray, queried: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -29,12 +49,16 @@ def regret_traces(f: np.ndarray, queried: np.ndarray) -> tuple[np.ndarray, np.nd
 class Curator:
     """Synchronous curator state: the oracle, the budget, and the record of answers."""
 
-    def __init__(self, oracle: Oracle, budget: int, rng: np.random.Generator) -> None:
+    def __init__(self, oracle: Oracle, budget: int, rng: np.random.Generator,
+                 ldp: ConvertToLaplace | None = None, source: NoiseSource | None = None) -> None:
         self.oracle = oracle
         self.budget = int(budget)
         self.rng = rng
+        self.ldp = ldp
+        self.source = source if source is not None else NoiseSource()
         self.queries: list[int] = []
-        self.rewards: list[float] = []
+        self.measured: list[float] = []  # raw measurements: never sent when LDP is on
+        self.rewards: list[float] = []  # what was released
 
     @property
     def n(self) -> int:
@@ -49,10 +73,17 @@ class Curator:
         if len(self.queries) >= self.budget:
             raise ProtocolError(f"the budget of {self.budget} evaluations is spent",
                                 ErrorCode.BUDGET_EXHAUSTED)
-        value = self.oracle.measure(index, self.rng)
+        measured = self.oracle.measure(index, self.rng)
+        value = measured if self.ldp is None else self.ldp.privatise(measured, self.source)
         self.queries.append(int(index))
+        self.measured.append(measured)
         self.rewards.append(value)
         return value
+
+    @property
+    def noise_tag(self) -> str:
+        """The mechanism name rewards carry ('' without LDP)."""
+        return "" if self.ldp is None else "ctl-laplace"
 
     def regret(self) -> tuple[np.ndarray, np.ndarray]:
         """(simple, cumulative) regret so far, from the true f (simulation only)."""

@@ -14,8 +14,10 @@ import numpy as np
 from parties.gp import IncrementalGP
 from parties.kernels import kernel_by_name
 from parties.likelihood import Fit, fit_hyperparameters
-from parties.strategies import Strategy
+from parties.robust import ROBUST, RewardModel
+from parties.strategies import Robust, Strategy
 from protocol.messages import ProjectedDataset, SessionParams
+from protocol.policy import LDP_REWARD
 
 FIT_MODES = ("auto", "fixed", "once", "every")
 
@@ -53,44 +55,64 @@ class HyperFit:
         return t == self.n_init or (self.mode == "every" and (t - self.n_init) % self.every == 0)
 
 
+def reward_model(params: SessionParams) -> RewardModel:
+    """The public reward constants of a session: declared B and R, the CTL epsilon."""
+    ldp = [m.epsilon for m in params.mechanisms if m.name == LDP_REWARD]
+    return RewardModel(params.reward_bound, params.noise_bound, ldp[0] if ldp else None,
+                       params.noise, params.kernel.noise_var)
+
+
 class Modeler:
-    """Synchronous modeler state: the GP over Z, the strategy, and what it observed."""
+    """Synchronous modeler state: the GP over Z (or a robust learner), the strategy, and
+    what it observed.
+
+    In a session with local-DP rewards, plain GP-UCB models the Laplace noise as part
+    of its observation noise (variance 2 L^2 added to the declared noise variance).
+    """
 
     def __init__(self, params: SessionParams, release: ProjectedDataset, strategy: Strategy,
                  rng: np.random.Generator, hyper: HyperFit = HyperFit()) -> None:
         kp = params.kernel
-        hyper = hyper.resolved(kp.status)
+        model = reward_model(params)
+        robust = isinstance(strategy, Robust)
+        hyper = HyperFit("fixed", kernel=hyper.kernel) if robust else hyper.resolved(kp.status)
         self.params, self.strategy, self.rng, self.hyper = params, strategy, rng, hyper
         kernel = kernel_by_name(hyper.kernel or kp.kernel, kp.lengthscale, kp.signal_var,
                                 dims=release.Z.shape[1])
-        self.gp = IncrementalGP(release.Z, kernel, kp.noise_var, capacity=params.T)
+        noise = kp.noise_var + 2 * model.laplace_scale**2
+        self.gp = IncrementalGP(release.Z, kernel, noise, capacity=params.T)
+        self.learner = None
+        if robust:
+            cls = ROBUST[strategy.name]
+            extra = {} if cls.name == "tgp-ucb" else {"rng": rng}
+            self.learner = cls(release.Z, kernel, params.T, model, lam=strategy.lam,
+                               delta=strategy.delta, scale=strategy.beta_scale, **extra)
         self.fits: list[Fit] = []
+        self.queries: list[int] = []
+        self.rewards: list[float] = []
         self._design = (rng.permutation(self.gp.n)[:hyper.n_init]
                         if hyper.mode != "fixed" else np.empty(0, dtype=np.int64))
 
     @property
     def t(self) -> int:
         """Number of rewards observed so far."""
-        return self.gp.t
-
-    @property
-    def queries(self) -> list[int]:
-        """Rows queried so far, in order."""
-        return self.gp.indices[:self.t].tolist()
-
-    @property
-    def rewards(self) -> list[float]:
-        """Rewards received so far, in order."""
-        return self.gp.y[:self.t].tolist()
+        return len(self.rewards)
 
     def next_index(self) -> int:
         """The row to query in the next round (initial design first, when fitting)."""
+        if self.learner is not None:
+            return self.learner.next_index(self.rng)
         if self.t < self._design.size:
             return int(self._design[self.t])
         return self.strategy.select(self.gp, self.t + 1, self.rng)
 
     def observe(self, index: int, value: float) -> None:
-        """Condition the GP on the reward for row `index`; refit when the mode says so."""
+        """Condition on the reward for row `index`; refit when the mode says so."""
+        self.queries.append(int(index))
+        self.rewards.append(float(value))
+        if self.learner is not None:
+            self.learner.observe(index, value)
+            return
         self.gp.add(index, value)
         if self.hyper.refit_due(self.t):
             X, y = self.gp.Z[self.gp.indices[:self.t]], self.gp.y[:self.t]

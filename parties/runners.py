@@ -47,7 +47,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
             except ProtocolError as exc:
                 await _send_error(channel, exc.code, str(exc))
                 continue
-            await channel.send(Reward(message.seq, message.index, value))
+            await channel.send(Reward(message.seq, message.index, value, curator.noise_tag))
             if on_answer is not None:
                 on_answer(message.seq, message.index, value)
         elif isinstance(message, End):

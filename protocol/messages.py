@@ -52,6 +52,9 @@ class SessionParams:
     mechanisms: tuple[Mechanism, ...]
     kernel: KernelParams
     randomness: str
+    reward_bound: float = 0.0  # B: declared bound on |f| (0 = none declared)
+    noise_bound: float = 0.0  # R: declared bound on the measurement noise
+    noise: str = "gaussian"  # the measurement noise: 'gaussian', 'uniform' or 'student-t'
 
 
 @dataclass(frozen=True)
@@ -114,11 +117,16 @@ class Query:
 
 @dataclass(frozen=True)
 class Reward:
-    """Curator's noisy measurement of f at row `index`, answering query `seq`."""
+    """Curator's noisy measurement of f at row `index`, answering query `seq`.
+
+    `noise` names the local-DP mechanism the value came out of ('' for none); in a
+    session that announces one, the policy refuses a reward that did not.
+    """
 
     seq: int
     index: int
     value: float
+    noise: str = ""
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from protocol.messages import (
 CURATOR, MODELER = "curator", "modeler"
 DP_PROJECTION = "po-gp-ucb-projection"
 IDENTITY = "identity"
+LDP_REWARD = "ctl-laplace"
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class Boundary:
             self.last_query = message.seq
             self.outstanding[message.seq] = message.index
         elif isinstance(message, Reward):
+            self._check_reward_noise(message)
             if self.outstanding.get(message.seq) != message.index:
                 raise ProtocolError(f"reward for query {message.seq} (row {message.index}) "
                                     "answers no outstanding query", ErrorCode.SEQUENCE)
@@ -137,6 +139,16 @@ class Boundary:
                 raise PolicyViolation(f"dataset mechanism {release.mechanism!r} with "
                                       f"(eps={release.epsilon}, delta={release.delta}) was "
                                       "not announced in the welcome")
+
+    def _check_reward_noise(self, message: Reward) -> None:
+        params = self._session("reward")
+        ldp = any(m.name == LDP_REWARD for m in params.mechanisms)
+        expected = LDP_REWARD if ldp else ""
+        if message.noise != expected:
+            raise PolicyViolation(
+                f"reward for query {message.seq} carries noise {message.noise!r}; this session "
+                + ("releases rewards only through the local-DP mechanism" if ldp else
+                   "announced no reward mechanism"))
 
     def _check_query(self, message: Query) -> None:
         params = self._session("query")

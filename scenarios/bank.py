@@ -7,7 +7,7 @@ log-transformed for their skew. Objective, maximised: log of the return ratio
 with the ratio floored at 0.01 for loans that returned nothing. Completed loans only
 (Fully Paid or Charged Off, including the 'does not meet the credit policy' variants).
 Paper settings: r = 15, delta = 1e-5, T = 50; epsilon = e^2.9, the largest of Fig. 2b
-with sigma_min >= omega there.
+with sigma_min >= omega there. Declared bound for LDP rewards: |f| <= -ln 0.01.
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def build(seed: int | None, data: str | None = None, n: int | None = None) -> Pr
         X_raw, roi, table = load(data)
         source, dropped = table.describe(), table.dropped
     return data_problem("bank", X_raw, roi, seed, n=n, source=source, dropped=dropped,
-                        epsilon=math.exp(2.9), delta=1e-5, r=15, T=50, noise_var=1e-6)
+                        epsilon=math.exp(2.9), delta=1e-5, r=15, T=50, noise_var=1e-6,
+                        B=-math.log(RATIO_FLOOR))
 
 
 def _completed(row: dict) -> str | None:

@@ -32,5 +32,5 @@ def build(seed: int | None, grid: int = 100) -> Problem:
     raw = np.column_stack([a.ravel(), b.ravel()])
     X = scale_to_max_norm(raw - raw.mean(axis=0), MAX_NORM)
     return Problem("branin", X, -branin(raw[:, 0], raw[:, 1]), fitted_prior(),
-                   epsilon=math.exp(1.1), delta=1e-5, r=10, T=50, noise_var=1e-6,
+                   epsilon=math.exp(1.1), delta=1e-5, r=10, T=50, noise_var=1e-6, B=310.0,
                    source=f"Branin-Hoo on a {grid}x{grid} grid")

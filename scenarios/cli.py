@@ -28,7 +28,7 @@ from scenarios.remote import connect_modeler, serve_curator
 from scenarios.session import RunConfig, prepare_curator
 from scenarios.sweep import SweepSpec, dask_executor, run_sweep
 
-SCENARIO_OPTIONS = ("grid", "data", "n")
+SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,13 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 10, presets 50)")
     p.add_argument("--T", type=int, help="query budget")
     p.add_argument("--non-private", action="store_true", help="add the non-private baseline")
-    p.add_argument("--strategies", nargs="+", choices=sorted(STRATEGIES), default=["gp-ucb"])
+    p.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=["gp-ucb"])
     p.add_argument("--workers", type=int, default=2, help="local worker processes")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a dask.distributed scheduler")
     p.add_argument("--transcripts", action="store_true", help="keep both transcripts of every run")
     p.add_argument("--grid", type=int, help="synthetic, branin: grid side")
     p.add_argument("--data", help="hospital, bank, realestate: the public CSV")
     p.add_argument("--n", type=int, help="hospital, bank, realestate: use n random rows")
+    _ldp_synthetic_arguments(p)
+    p.add_argument("--ldp-eps", type=float, nargs="+",
+                   help="make every reward eps-LDP (CTL Laplace); several values are swept")
+    p.add_argument("--beta-scales", type=float, nargs="+",
+                   help="exploration scales S to sweep (default: each strategy's default)")
     p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"))
     p.add_argument("--fit", choices=FIT_MODES, default="auto")
     p.add_argument("--n-init", type=int, default=5)
@@ -119,10 +124,23 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--data", help="hospital, bank, realestate: the public CSV (.csv or .csv.gz); "
                                   "default: an embedded dataset generated from the seed")
     p.add_argument("--n", type=int, help="hospital, bank, realestate: use n random rows")
+    _ldp_synthetic_arguments(p)
+    p.add_argument("--ldp-eps", type=float,
+                   help="make every reward eps-LDP with the CTL Laplace mechanism (Zhou & Tan)")
+
+
+def _ldp_synthetic_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--f-kernel", choices=("se", "matern52"),
+                   help="ldp-synthetic: the kernel f is built from (default se)")
+    p.add_argument("--noise", choices=("uniform", "student-t"),
+                   help="ldp-synthetic: U[-1, 1] noise (default) or Student-t(3)")
 
 
 def _modeler_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--strategy", choices=sorted(STRATEGIES), default="gp-ucb")
+    p.add_argument("--strategy", choices=STRATEGIES, default="gp-ucb")
+    p.add_argument("--beta-scale", type=float,
+                   help="multiply the strategy's exploration width beta_t (default: its "
+                        "documented default; 1 = the theorem's value)")
     p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"),
                    help="modeler's kernel (default: the one the curator declares)")
     p.add_argument("--fit", choices=FIT_MODES, default="auto",
@@ -142,11 +160,11 @@ def hyper_from_args(args: argparse.Namespace) -> HyperFit:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The RunConfig that the scenario options of a subcommand describe."""
     options = {k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k, None) is not None}
-    modeler = ({"strategy": args.strategy, "hyper": hyper_from_args(args)}
-               if hasattr(args, "strategy") else {})
+    modeler = ({"strategy": args.strategy, "hyper": hyper_from_args(args),
+                "beta_scale": args.beta_scale} if hasattr(args, "strategy") else {})
     return RunConfig(scenario=args.scenario, epsilon=args.eps, delta=args.delta, r=args.r,
-                     T=args.T, seed=args.seed, non_private=args.non_private,
-                     timeout=args.timeout, options=options, **modeler)
+                     T=args.T, seed=args.seed, non_private=args.non_private or None,
+                     timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps, **modeler)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -194,7 +212,8 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
         T=args.T or (preset.T if preset else None),
         non_private=args.non_private or bool(preset and preset.non_private),
         strategies=tuple(args.strategies), hyper=hyper_from_args(args), options=options,
-        transcripts=args.transcripts)
+        transcripts=args.transcripts, ldp_epsilons=tuple(args.ldp_eps or (None,)),
+        beta_scales=tuple(args.beta_scales or (None,)))
     return spec, preset
 
 
@@ -221,6 +240,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
 def _cmd_modeler(args: argparse.Namespace) -> int:
     result = asyncio.run(connect_modeler(args.connect, args.out, seed=args.seed,
                                          strategy=args.strategy, hyper=hyper_from_args(args),
+                                         beta_scale=args.beta_scale,
                                          non_private=args.non_private,
                                          timeout=args.timeout, verbose=args.verbose))
     print(f"[modeler] {len(result['queries'])} queries; best reward {result['best_reward']} "

@@ -49,7 +49,8 @@ def build(seed: int | None, data: str | None = None, n: int | None = None) -> Pr
         hit = (c["readmitted"] == "<30").astype(float)
         source, dropped = table.describe(), table.dropped
     return data_problem("hospital", X_raw, hit, seed, n=n, source=source, dropped=dropped,
-                        scaling="standardise", metric="hits", epsilon=8.0, delta=1e-6, r=10, T=100, noise_var=0.0)
+                        scaling="standardise", metric="hits", epsilon=8.0, delta=1e-6, r=10,
+                        T=100, noise_var=0.0, B=1.0)
 
 
 def generate(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -41,7 +41,8 @@ def scenario_argv(config: RunConfig) -> list[str]:
     """The `pobo curator` options that rebuild `config` in another process."""
     argv = [config.scenario, "--timeout", str(config.timeout)]
     for flag, value in (("--eps", config.epsilon), ("--delta", config.delta), ("--r", config.r),
-                        ("--T", config.T), ("--seed", config.seed)):
+                        ("--T", config.T), ("--seed", config.seed),
+                        ("--ldp-eps", config.ldp_epsilon)):
         if value is not None:
             argv += [flag, repr(value)]
     if config.non_private:
@@ -59,6 +60,8 @@ def modeler_argv(config: RunConfig) -> list[str]:
             "--n-init", str(h.n_init), "--fit-every", str(h.every), "--restarts", str(h.restarts)]
     if h.kernel is not None:
         argv += ["--kernel", h.kernel]
+    if config.beta_scale is not None:
+        argv += ["--beta-scale", repr(config.beta_scale)]
     if config.seed is not None:
         argv += ["--seed", str(config.seed)]
     if config.non_private:

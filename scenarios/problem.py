@@ -32,6 +32,9 @@ class Problem:
     r: int
     T: int
     noise_var: float = 0.0
+    noise: str = "gaussian"  # measurement noise: gaussian(noise_var), uniform[-R, R], student-t
+    R: float = 0.0
+    B: float | None = None  # declared public bound on |f| (needed for LDP rewards)
     sense: str = "maximise"
     metric: str = "simple_regret"
     source: str = "embedded"

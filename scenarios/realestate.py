@@ -4,7 +4,8 @@ Inputs (d = 2): `lat`, `long` of Singapore private residential projects; objecti
 **minimised**: log price per square metre (`avg_price_per_sqm`). The modeler maximises
 its negative and regret is reported in the paper's sense, log price(x_t) - min log
 price. Paper settings: r = 15, delta = 1e-4, T = 100; epsilon = e^2.8, the largest of
-Fig. 2c with sigma_min >= omega there.
+Fig. 2c with sigma_min >= omega there. Declared bound for LDP rewards: |f| <= 11 (prices
+below e^11, about 60,000 per square metre).
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def build(seed: int | None, data: str | None = None, n: int | None = None) -> Pr
         source, dropped = table.describe(), table.dropped
     return data_problem("realestate", X_raw, log_price, seed, sense="minimise", n=n,
                         source=source, dropped=dropped, epsilon=math.exp(2.8), delta=1e-4,
-                        r=15, T=100, noise_var=1e-6)
+                        r=15, T=100, noise_var=1e-6, B=11.0)
 
 
 def generate(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

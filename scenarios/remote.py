@@ -47,13 +47,14 @@ async def serve_curator(side: CuratorSide, bind: str, out: Path | None, *,
 
 async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 0,
                           strategy: str = "gp-ucb", hyper: HyperFit = HyperFit(),
-                          non_private: bool = False,
+                          beta_scale: float | None = None, non_private: bool = False,
                           timeout: float = 60.0, verbose: bool = False) -> dict:
     """Connect a DEALER to the curator at `connect` and run one session as the modeler."""
     ctx = zmq.asyncio.Context()
     channel = open_channel(DealerPipe.connect(ctx, connect), MODELER, non_private, out, timeout)
     try:
-        return await optimise(channel, seed, strategy, out, hyper=hyper, verbose=verbose)
+        return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
+                              verbose=verbose)
     finally:
         channel.close()
         ctx.term()

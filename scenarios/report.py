@@ -34,31 +34,43 @@ def _eps_label(eps: float | None) -> str:
     return f"e^{math.log(eps):.2g} = {eps:.4g}"
 
 
+METRICS = {"hits": ("hits", "hits (positives found)"),
+           "cumulative_regret": ("cumulative_regret", "R_T (cumulative regret)"),
+           "simple_regret": ("simple_regret_norm", "S_T / sigma_f")}
+
+
+def _num(value) -> str:
+    return "—" if value is None else f"{value:.4g}"
+
+
 def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "") -> str:
-    """S_T/sigma_f (or hits) as mean +- standard error per strategy, epsilon and r,
-    the non-private baseline below, with the paper's value beside each r when given."""
-    hits = rows[0]["hits"] is not None
-    metric = "hits" if hits else "simple_regret_norm"
-    name = "hits (positives found)" if hits else "S_T / sigma_f"
+    """The scenario's metric (S_T/sigma_f, hits or R_T) as mean +- standard error per
+    strategy, beta scale, LDP epsilon, projection epsilon and r, the non-private
+    release below, with the paper's value beside each r when given."""
+    metric, name = METRICS[rows[0].get("metric", "simple_regret")]
     cells: dict[tuple, list[float]] = defaultdict(list)
     lifted: dict[tuple, list[bool]] = defaultdict(list)
     for row in rows:
-        key = (row["strategy"], row["epsilon"], row["r"] if row["epsilon"] is not None else None)
+        key = (row["strategy"], row.get("beta_scale"), row.get("ldp_epsilon"), row["epsilon"],
+               row["r"] if row["epsilon"] is not None else None)
         cells[key].append(row[metric])
         lifted[key].append(bool(row["lifted"]))
     lines = [f"### {title}" if title else "", "",
              f"{name}, mean ± standard error over seeds (n = {rows[0]['n']}, T = {rows[0]['T']})",
-             "", "| strategy | ε | r | " + name + " | runs | σ_min ≥ ω |"
+             "", "| strategy | β scale | LDP ε | ε | r | " + name + " | runs | σ_min ≥ ω |"
              + (" paper S_T |" if paper else ""),
-             "| --- | --- | --- | --- | --- | --- |" + (" --- |" if paper else "")]
-    for (strategy, eps, r), values in sorted(cells.items(), key=lambda kv: (
-            kv[0][0], kv[0][1] is None, kv[0][1] or 0, kv[0][2] or 0)):
+             "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if paper else "")]
+    order = lambda kv: tuple((v is None, v or 0) if not isinstance(v, str) else (False, v)  # noqa: E731
+                             for v in kv[0])
+    for key, values in sorted(cells.items(), key=order):
+        strategy, scale, ldp, eps, r = key
         m, se = mean_se(values)
-        ok = lifted[(strategy, eps, r)]
+        ok = lifted[key]
         admissible = "—" if eps is None else ("yes" if not any(ok) else
                                               "no" if all(ok) else f"{ok.count(False)}/{len(ok)}")
         extra = f" {paper.get(r, '')} |" if paper else ""
-        lines.append(f"| {strategy} | {_eps_label(eps)} | {r if r is not None else 'd'} | "
+        lines.append(f"| {strategy} | {'default' if scale is None else _num(scale)} | "
+                     f"{_num(ldp)} | {_eps_label(eps)} | {r if r is not None else 'd'} | "
                      f"{m:.4f} ± {se:.4f} | {len(values)} | {admissible} |{extra}")
     return "\n".join(lines).strip() + "\n"
 

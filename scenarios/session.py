@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -15,16 +16,20 @@ from pathlib import Path
 import numpy as np
 
 from parties.curator import Curator, Oracle
+from parties.ldp import ConvertToLaplace, subweibull_clip
+from parties.noise import NoiseSource
 from parties.modeler import HyperFit
 from parties.projection import identity_release, project, singular_values
 from parties.runners import run_modeler, serve_session
 from parties.strategies import make_strategy
 from protocol.channel import Channel
 from protocol.messages import Mechanism, ProjectedDataset, SessionParams
-from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from protocol.policy import CURATOR, LDP_REWARD, MODELER, NON_PRIVATE, PRIVATE, Boundary
+
+LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
 from protocol.transcript import Transcript
 from scenarios.problem import Problem, rng_for
-from scenarios.registry import build_problem
+from scenarios.registry import PUBLIC_INPUTS, build_problem
 
 
 @dataclass(frozen=True)
@@ -37,11 +42,17 @@ class RunConfig:
     r: int | None = None
     T: int | None = None
     seed: int | None = 0
-    non_private: bool = False
+    non_private: bool | None = None  # None: the scenario's default (public inputs or not)
     strategy: str = "gp-ucb"
     hyper: HyperFit = HyperFit()
     timeout: float = 60.0
     options: dict = field(default_factory=dict)
+    ldp_epsilon: float | None = None  # local DP on every reward (CTL of Zhou & Tan)
+    beta_scale: float | None = None  # None: the strategy's documented default
+
+    def __post_init__(self) -> None:
+        if self.non_private is None:
+            object.__setattr__(self, "non_private", self.scenario in PUBLIC_INPUTS)
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,7 @@ class CuratorSide:
     release: ProjectedDataset
     report: dict
     session_id: str
+    ldp: ConvertToLaplace | None = None
 
 
 def prepare_curator(config: RunConfig, problem: Problem | None = None) -> CuratorSide:
@@ -72,15 +84,41 @@ def prepare_curator(config: RunConfig, problem: Problem | None = None) -> Curato
         report = {"sigma_min": float(sigma[-1]), "omega": None, "lifted": False}
         mechanisms: tuple[Mechanism, ...] = ()
     else:
-        release, rep = project(problem.X, eps, delta, r, rng_for(config.seed, "projection"))
+        release, rep = project(problem.X, eps, delta, r, privacy_source(config.seed, "projection"))
         report = {"sigma_min": rep.sigma_min, "omega": rep.omega, "lifted": rep.lifted}
         mechanisms = (Mechanism(release.mechanism, eps, delta),)
+    ldp = None
+    if config.ldp_epsilon is not None:
+        ldp = ldp_mechanism(problem, config.ldp_epsilon, T)
+        mechanisms += (Mechanism(LDP_REWARD, ldp.epsilon, ldp.delta),)
+    report["noise_bound"] = problem.R if ldp is None else ldp.R
     n, r_out = release.Z.shape
     policy = NON_PRIVATE if config.non_private else PRIVATE
     params = SessionParams(problem.name, n, r_out, T, policy.name, mechanisms, problem.kernel,
-                           "seeded" if config.seed is not None else "os-entropy")
+                           privacy_source(config.seed, "ldp-noise").mode,
+                           reward_bound=problem.B or 0.0, noise_bound=report["noise_bound"],
+                           noise=problem.noise)
     session_id = rng_for(config.seed, "session").bytes(8).hex()
-    return CuratorSide(config, problem, params, release, report, session_id)
+    return CuratorSide(config, problem, params, release, report, session_id, ldp)
+
+
+def privacy_source(seed: int | None, stream: str) -> NoiseSource:
+    """Randomness that protects privacy: seeded for simulation, the OS CSPRNG without a seed."""
+    return NoiseSource(None if seed is None else rng_for(seed, stream))
+
+
+def ldp_mechanism(problem: Problem, epsilon: float, T: int) -> ConvertToLaplace:
+    """CTL(epsilon) for a scenario: its declared B, and R = its noise bound, or for
+    Gaussian noise the sub-Gaussian clip K ln(T/delta)^1/2, K = sqrt(2 noise_var), at
+    delta = LDP_DELTA (sec. 4.5: the reward is then (epsilon, delta)-LDP)."""
+    if problem.B is None:
+        raise ValueError(f"scenario {problem.name} declares no bound B on |f|: no LDP rewards")
+    if problem.noise == "gaussian" and problem.noise_var > 0:
+        R = subweibull_clip(math.sqrt(2 * problem.noise_var), 0.5, T, LDP_DELTA)
+        return ConvertToLaplace(epsilon, problem.B, R, LDP_DELTA)
+    if problem.noise == "student-t":
+        raise ValueError("Student-t noise has no sub-Weibull clip: run it without --ldp-eps")
+    return ConvertToLaplace(epsilon, problem.B, problem.R)
 
 
 def open_channel(pipe, role: str, non_private: bool, out: Path | None,
@@ -96,8 +134,9 @@ async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *
     """Serve one modeler session; return the curator's result, written to
     out/curator.json even when the session fails part-way."""
     problem, T = side.problem, side.params.T
-    curator = Curator(Oracle(problem.f, problem.noise_var), T,
-                      rng_for(side.config.seed, "measurement-noise"))
+    curator = Curator(Oracle(problem.f, problem.noise_var, problem.noise, problem.R), T,
+                      rng_for(side.config.seed, "measurement-noise"), side.ldp,
+                      privacy_source(side.config.seed, "ldp-noise"))
 
     def progress(seq: int, index: int, value: float) -> None:
         if verbose:
@@ -128,7 +167,10 @@ def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str
         "end_reason": reason, "n": int(problem.X.shape[0]), "d": int(problem.X.shape[1]),
         "r": side.params.r, "epsilon": None if cfg.non_private else cfg.epsilon,
         "delta": None if cfg.non_private else cfg.delta, **side.report, "T": side.params.T,
-        "queries": curator.queries, "rewards": curator.rewards,
+        "ldp_epsilon": None if side.ldp is None else side.ldp.epsilon,
+        "ldp_delta": None if side.ldp is None else side.ldp.delta,
+        "ldp_scale": None if side.ldp is None else side.ldp.scale,
+        "queries": curator.queries, "rewards": curator.rewards, "measured": curator.measured,
         "simple_regret": simple.tolist(), "cumulative_regret": cumulative.tolist(),
         "hits": np.cumsum(problem.f[curator.queries]).tolist() if problem.metric == "hits" else None,
         "sense": problem.sense, "metric": problem.metric,
@@ -142,7 +184,7 @@ def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str
 
 async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                    out: Path | None = None, *, hyper: HyperFit = HyperFit(),
-                   verbose: bool = False) -> dict:
+                   beta_scale: float | None = None, verbose: bool = False) -> dict:
     """Run the modeler's side of one session; return what it saw and chose, written to
     out/modeler.json even when the session fails part-way."""
     started, status, fits = time.perf_counter(), "error", []
@@ -156,7 +198,8 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
             print(f"[modeler] t={seq:>4} row={index:>7} y={value:+.5f}", flush=True)
 
     try:
-        modeler = await run_modeler(channel, make_strategy(strategy), rng_for(seed, "modeler"),
+        modeler = await run_modeler(channel, make_strategy(strategy, beta_scale),
+                                    rng_for(seed, "modeler"),
                                     hyper=hyper, on_step=progress)
         fits = [{"kernel": f.kernel.name, "lengthscales": list(f.kernel.lengthscales),
                  "signal_var": f.kernel.variance, "noise_var": f.noise_var,
@@ -165,7 +208,8 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
         status = "ok"
     finally:
         best = int(np.argmax(rewards)) if rewards else None
-        result = {"seed": seed, "strategy": strategy, "hyper": asdict(hyper), "fits": fits,
+        result = {"seed": seed, "strategy": strategy, "beta_scale": beta_scale,
+                  "hyper": asdict(hyper), "fits": fits,
                   "status": status, "queries": queries,
                   "rewards": rewards,
                   "best_index": None if best is None else queries[best],
@@ -214,7 +258,8 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     try:
         cres, mres = await asyncio.gather(
             curate(cchan, side, out, verbose=verbose),
-            optimise(mchan, config.seed, config.strategy, out, hyper=config.hyper))
+            optimise(mchan, config.seed, config.strategy, out, hyper=config.hyper,
+                     beta_scale=config.beta_scale))
     finally:
         cchan.close()
         mchan.close()

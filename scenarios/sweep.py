@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from parties.modeler import HyperFit
-from scenarios.registry import build_problem
+from scenarios.registry import PUBLIC_INPUTS, build_problem
 from scenarios.session import RunConfig, run_inproc
 
 
@@ -37,21 +37,30 @@ class SweepSpec:
     hyper: HyperFit = HyperFit()
     options: dict = field(default_factory=dict)
     transcripts: bool = False
+    ldp_epsilons: tuple[float | None, ...] = (None,)
+    beta_scales: tuple[float | None, ...] = (None,)
 
     def runs(self) -> list[tuple[str, RunConfig]]:
-        """(run id, config) for every run, seed-major so that a seed's runs are adjacent."""
+        """(run id, config) for every run, seed-major so that a seed's runs are adjacent.
+
+        A scenario with public inputs (no projection) runs only its non-private release.
+        """
+        if self.scenario in PUBLIC_INPUTS:
+            releases = [(None, None, True)]
+        else:
+            releases = [(e, r, False) for e in self.epsilons for r in self.rs]
+            releases += [(None, None, True)] if self.non_private else []
         out = []
         for seed in range(self.seeds):
             base = RunConfig(self.scenario, T=self.T, seed=seed, hyper=self.hyper,
                              options=dict(self.options))
             for strategy in self.strategies:
-                for eps in self.epsilons:
-                    for r in self.rs:
-                        cfg = replace(base, epsilon=eps, r=r, strategy=strategy)
-                        out.append((run_id(cfg), cfg))
-                if self.non_private:
-                    cfg = replace(base, non_private=True, strategy=strategy)
-                    out.append((run_id(cfg), cfg))
+                for scale in self.beta_scales:
+                    for ldp in self.ldp_epsilons:
+                        for eps, r, nonpriv in releases:
+                            cfg = replace(base, epsilon=eps, r=r, non_private=nonpriv,
+                                          strategy=strategy, ldp_epsilon=ldp, beta_scale=scale)
+                            out.append((run_id(cfg), cfg))
         return out
 
 
@@ -60,7 +69,9 @@ def run_id(cfg: RunConfig) -> str:
     privacy = ("nonprivate" if cfg.non_private else
                f"eps{'default' if cfg.epsilon is None else format(cfg.epsilon, '.6g')}"
                f"-r{'default' if cfg.r is None else cfg.r}")
-    return f"{cfg.scenario}-{cfg.strategy}-{privacy}-seed{cfg.seed}"
+    extra = "" if cfg.ldp_epsilon is None else f"-ldp{cfg.ldp_epsilon:.6g}"
+    extra += "" if cfg.beta_scale is None else f"-S{cfg.beta_scale:.6g}"
+    return f"{cfg.scenario}-{cfg.strategy}-{privacy}{extra}-seed{cfg.seed}"
 
 
 def run_group(runs: list[tuple[str, RunConfig]], out: str, transcripts: bool = False) -> list[dict]:
@@ -84,6 +95,8 @@ def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
     sf = result["sigma_f"] or 1.0
     return {
         "run": rid, "scenario": result["scenario"], "strategy": cfg.strategy,
+        "beta_scale": cfg.beta_scale, "ldp_epsilon": result.get("ldp_epsilon"),
+        "metric": result.get("metric", "simple_regret"),
         "policy": result["policy"], "epsilon": result["epsilon"], "r": result["r"],
         "seed": result["seed"], "T": result["T"], "n": result["n"], "d": result["d"],
         "sigma_min": result["sigma_min"], "omega": result["omega"], "lifted": result["lifted"],

@@ -44,5 +44,5 @@ def build(seed: int | None, grid: int = 100) -> Problem:
     axis = X[::grid, 0]
     f = sample_grid_gp(axis, LENGTHSCALE, SIGNAL_VAR, rng_for(seed, "synthetic/f"))
     return Problem("synthetic", X, f, KernelParams("se", LENGTHSCALE, SIGNAL_VAR, NOISE_VAR),
-                   epsilon=math.exp(1.1), delta=1e-5, r=10, T=50, noise_var=NOISE_VAR,
+                   epsilon=math.exp(1.1), delta=1e-5, r=10, T=50, noise_var=NOISE_VAR, B=4.0,
                    source=f"generated from the seed ({grid}x{grid} grid)")

@@ -1,0 +1,57 @@
+"""Locally private rewards: Convert-to-Laplace, CTL(epsilon) of Zhou & Tan (Curator 1).
+
+Each reward leaves the curator as y_bar = clip(y, -(B + R), B + R) + Laplace(2(B + R)/eps).
+The clip makes the bound the privacy proof assumes (|f| <= B, |noise| <= R) actually
+hold, so the release is eps-LDP for the individual behind the row whatever the data.
+With unbounded (sub-Weibull) noise, sec. 4.5 clips at R = K ln(T/delta)^theta and the
+release is (eps, delta)-LDP: delta bounds the chance that any of the T noises exceeds R.
+The noise is lattice Laplace (parties.noise), so it resists the floating-point attack.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from parties.noise import NoiseSource, lattice_laplace
+
+CTL = "ctl-laplace"
+
+
+@dataclass(frozen=True)
+class ConvertToLaplace:
+    """CTL(epsilon) with declared bounds B on |f| and R on the measurement noise."""
+
+    epsilon: float
+    B: float
+    R: float
+    delta: float = 0.0  # > 0 only for the clipped unbounded-noise case of sec. 4.5
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise ValueError(f"LDP epsilon must be positive and finite, got {self.epsilon}")
+        if not (self.B >= 0 and self.R >= 0 and self.B + self.R > 0):
+            raise ValueError(f"need B >= 0, R >= 0 and B + R > 0, got B={self.B}, R={self.R}")
+        if not 0 <= self.delta < 1:
+            raise ValueError(f"LDP delta must lie in [0, 1), got {self.delta}")
+
+    @property
+    def bound(self) -> float:
+        """B + R: rewards are clipped to [-bound, bound]."""
+        return self.B + self.R
+
+    @property
+    def scale(self) -> float:
+        """The Laplace scale 2(B + R)/epsilon (the paper's calligraphic L)."""
+        return 2.0 * self.bound / self.epsilon
+
+    def privatise(self, y: float, source: NoiseSource) -> float:
+        """The eps-LDP release of one reward y."""
+        clipped = min(max(float(y), -self.bound), self.bound)
+        return lattice_laplace(clipped, 2.0 * self.bound, self.epsilon, source)
+
+
+def subweibull_clip(K: float, theta: float, T: int, delta: float) -> float:
+    """R = K ln(T/delta)^theta: the clip of sec. 4.5 for sub-Weibull(theta) noise."""
+    if not (K > 0 and theta > 0 and T >= 1 and 0 < delta < 1):
+        raise ValueError("need K > 0, theta > 0, T >= 1 and 0 < delta < 1")
+    return K * math.log(T / delta) ** theta
