@@ -64,7 +64,7 @@ class Robust:
 # beta_t exactly as the theorems give it (S = 1; beta_t of 10^2 to 10^4 there) all three
 # explore almost uniformly for thousands of rounds. Chosen on ldp-synthetic (SE and
 # Matern, eps in {0.5, 1}, T = 2000; see the README) and held fixed.
-DEFAULT_BETA_SCALE = {"gp-ucb": 1.0, "tgp-ucb": 0.02, "ata-gp-ucb": 0.02, "moma-gp-ucb": 0.05}
+DEFAULT_BETA_SCALE = {"gp-ucb": 1.0, "tgp-ucb": 0.03, "ata-gp-ucb": 0.01, "moma-gp-ucb": 0.01}
 ROBUST_NAMES = ("tgp-ucb", "ata-gp-ucb", "moma-gp-ucb")
 STRATEGIES = ("gp-ucb", "random", *ROBUST_NAMES)
 
