@@ -8,6 +8,8 @@ import numpy as np
 from parties.ldp import ConvertToLaplace
 from parties.noise import NoiseSource
 from protocol.errors import ErrorCode, ProtocolError
+from protocol.ledger import LOCAL, Entry, Ledger
+from protocol.policy import LDP_REWARD
 
 NOISE_MODELS = ("gaussian", "uniform", "student-t")
 
@@ -50,8 +52,10 @@ class Curator:
     """Synchronous curator state: the oracle, the budget, and the record of answers."""
 
     def __init__(self, oracle: Oracle, budget: int, rng: np.random.Generator,
-                 ldp: ConvertToLaplace | None = None, source: NoiseSource | None = None) -> None:
+                 ldp: ConvertToLaplace | None = None, source: NoiseSource | None = None,
+                 ledger: Ledger | None = None) -> None:
         self.oracle = oracle
+        self.ledger = ledger if ledger is not None else Ledger()
         self.budget = int(budget)
         self.rng = rng
         self.ldp = ldp
@@ -74,7 +78,11 @@ class Curator:
             raise ProtocolError(f"the budget of {self.budget} evaluations is spent",
                                 ErrorCode.BUDGET_EXHAUSTED)
         measured = self.oracle.measure(index, self.rng)
-        value = measured if self.ldp is None else self.ldp.privatise(measured, self.source)
+        if self.ldp is None:
+            value = measured
+        else:
+            self.ledger.charge(Entry(LDP_REWARD, self.ldp.epsilon, self.ldp.delta, LOCAL, index))
+            value = self.ldp.privatise(measured, self.source)
         self.queries.append(int(index))
         self.measured.append(measured)
         self.rewards.append(value)
@@ -83,7 +91,7 @@ class Curator:
     @property
     def noise_tag(self) -> str:
         """The mechanism name rewards carry ('' without LDP)."""
-        return "" if self.ldp is None else "ctl-laplace"
+        return "" if self.ldp is None else LDP_REWARD
 
     def regret(self) -> tuple[np.ndarray, np.ndarray]:
         """(simple, cumulative) regret so far, from the true f (simulation only)."""

@@ -16,7 +16,7 @@ from parties.kernels import kernel_by_name
 from parties.likelihood import Fit, fit_hyperparameters
 from parties.robust import ROBUST, RewardModel
 from parties.strategies import Robust, Strategy
-from protocol.messages import ProjectedDataset, SessionParams
+from protocol.messages import ProjectedDataset, Release, SessionParams
 from protocol.policy import LDP_REWARD
 
 FIT_MODES = ("auto", "fixed", "once", "every")
@@ -88,6 +88,8 @@ class Modeler:
             self.learner = cls(release.Z, kernel, params.T, model, lam=strategy.lam,
                                delta=strategy.delta, scale=strategy.beta_scale, **extra)
         self.fits: list[Fit] = []
+        self.release: Release | None = None
+        self.release_error: str | None = None
         self.queries: list[int] = []
         self.rewards: list[float] = []
         self._design = (rng.permutation(self.gp.n)[:hyper.n_init]

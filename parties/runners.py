@@ -11,21 +11,25 @@ from parties.strategies import Strategy
 from protocol.channel import Channel
 from protocol.errors import ErrorCode, PeerError, ProtocolError
 from protocol.messages import (
-    PROTOCOL_VERSION, Dataset, End, Error, Hello, ProjectedDataset, Query, Reward,
-    SessionParams, Welcome,
+    PROTOCOL_VERSION, Dataset, End, Error, Hello, ProjectedDataset, Query, Release,
+    ReleaseRequest, Reward, SessionParams, Welcome,
 )
 
 StepCallback = Callable[[int, int, float], None]
+ReleaseHandler = Callable[[ReleaseRequest], Release]
 
 
 async def serve_session(channel: Channel, curator: Curator, params: SessionParams,
                         release: ProjectedDataset, session_id: str, *,
                         on_answer: StepCallback | None = None,
+                        on_release: ReleaseHandler | None = None,
                         max_refusals: int = 10_000) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
     A malformed or refused message is answered with an Error message and the session
-    goes on (up to `max_refusals` of them); a version mismatch ends it.
+    goes on (up to `max_refusals` of them); a version mismatch ends it. A release
+    request goes to `on_release`, which computes it from the curator's own record (a
+    refusal, e.g. past the privacy budget, is answered with a typed Error).
     """
     await _receive_hello(channel)
     await channel.send(Welcome(PROTOCOL_VERSION, session_id, params))
@@ -50,6 +54,15 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
             await channel.send(Reward(message.seq, message.index, value, curator.noise_tag))
             if on_answer is not None:
                 on_answer(message.seq, message.index, value)
+        elif isinstance(message, ReleaseRequest):
+            try:
+                if on_release is None:
+                    raise ProtocolError("this curator offers no release", ErrorCode.POLICY)
+                reply = on_release(message)
+            except ProtocolError as exc:
+                await _send_error(channel, exc.code, str(exc))
+                continue
+            await channel.send(reply)
         elif isinstance(message, End):
             return message.reason
         elif isinstance(message, Error):
@@ -77,8 +90,11 @@ async def _send_error(channel: Channel, code: ErrorCode, text: str) -> None:
 
 async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Generator, *,
                       hyper: HyperFit = HyperFit(), client: str = "pobo",
-                      on_step: StepCallback | None = None) -> Modeler:
-    """Run one whole session as the modeler: handshake, T queries, end."""
+                      on_step: StepCallback | None = None,
+                      release: ReleaseRequest | None = None) -> Modeler:
+    """Run one whole session as the modeler: handshake, T queries, optionally one DP
+    release of the result (kept in `modeler.release`, or the refusal in
+    `modeler.release_error`), end."""
     await channel.send(Hello(PROTOCOL_VERSION, client))
     welcome = _expect(await channel.recv(), Welcome)
     dataset = _expect(await channel.recv(), Dataset)
@@ -90,6 +106,13 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         modeler.observe(reward.index, reward.value)
         if on_step is not None:
             on_step(seq, reward.index, reward.value)
+    if release is not None:
+        await channel.send(release)
+        reply = await channel.recv()
+        if isinstance(reply, Error):
+            modeler.release_error = f"{reply.code}: {reply.message}"
+        else:
+            modeler.release = _expect(reply, Release)
     await channel.send(End("done"))
     return modeler
 

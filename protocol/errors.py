@@ -16,6 +16,7 @@ class ErrorCode(str, Enum):
     SEQUENCE = "sequence"
     OVERSIZED = "oversized"
     TIMEOUT = "timeout"
+    PRIVACY_BUDGET = "privacy_budget"
     INTERNAL = "internal"
 
 
@@ -35,7 +36,8 @@ class ProtocolError(PoboError):
         """Whether the session can go on after refusing the offending message."""
         return self.code in (ErrorCode.MALFORMED, ErrorCode.UNKNOWN_KIND,
                              ErrorCode.INDEX_OUT_OF_RANGE, ErrorCode.BUDGET_EXHAUSTED,
-                             ErrorCode.SEQUENCE, ErrorCode.OVERSIZED, ErrorCode.POLICY)
+                             ErrorCode.SEQUENCE, ErrorCode.OVERSIZED, ErrorCode.POLICY,
+                             ErrorCode.PRIVACY_BUDGET)
 
 
 class PolicyViolation(ProtocolError):

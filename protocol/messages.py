@@ -1,7 +1,7 @@
 """The message kinds of the pobo protocol, one frozen dataclass each.
 
-Curator -> modeler: Welcome, Dataset, Reward, End, Error.
-Modeler -> curator: Hello, Query, End, Error.
+Curator -> modeler: Welcome, Dataset, Reward, Release, End, Error.
+Modeler -> curator: Hello, Query, ReleaseRequest, End, Error.
 Field annotations are the schema: the codec validates every field against them.
 """
 from __future__ import annotations
@@ -55,6 +55,8 @@ class SessionParams:
     reward_bound: float = 0.0  # B: declared bound on |f| (0 = none declared)
     noise_bound: float = 0.0  # R: declared bound on the measurement noise
     noise: str = "gaussian"  # the measurement noise: 'gaussian', 'uniform' or 'student-t'
+    budget_epsilon: float = 0.0  # the curator's central privacy budget (0 = none)
+    budget_delta: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,29 @@ class Reward:
 
 
 @dataclass(frozen=True)
+class ReleaseRequest:
+    """Modeler asks, once and after the last query, for a DP release of the result
+    (Kusner et al.: 'noisy' Algorithm 1, 'noise-free' Algorithm 2, 'lipschitz' Algorithm 3)."""
+
+    algorithm: str
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class Release:
+    """Curator's DP release: the chosen row (-1 when the algorithm releases no row) and
+    the noisy best value, with the noise scale it used."""
+
+    algorithm: str
+    epsilon: float
+    delta: float
+    index: int
+    value: float
+    scale: float
+
+
+@dataclass(frozen=True)
 class End:
     """Either side closes the session, with a reason."""
 
@@ -144,11 +169,12 @@ class Error:
     message: str
 
 
-Message = Union[Hello, Welcome, Dataset, Query, Reward, End, Error]
+Message = Union[Hello, Welcome, Dataset, Query, Reward, ReleaseRequest, Release, End, Error]
 
 KINDS: dict[str, type] = {
     "hello": Hello, "welcome": Welcome, "dataset": Dataset, "query": Query,
-    "reward": Reward, "end": End, "error": Error,
+    "reward": Reward, "release_request": ReleaseRequest, "release": Release, "end": End,
+    "error": Error,
 }
 KIND_OF: dict[type, str] = {cls: kind for kind, cls in KINDS.items()}
 

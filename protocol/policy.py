@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode, PolicyViolation, ProtocolError
 from protocol.messages import (
-    PROTOCOL_VERSION, Dataset, Hello, Message, Query, Reward, SessionParams, Welcome,
-    kind_of,
+    PROTOCOL_VERSION, Dataset, Hello, Message, Query, Release, ReleaseRequest, Reward,
+    SessionParams, Welcome, kind_of,
 )
 
 CURATOR, MODELER = "curator", "modeler"
@@ -36,8 +36,9 @@ class Policy:
         return self.curator_sends if role == CURATOR else self.modeler_sends
 
 
-_C2M = frozenset({"welcome", "dataset", "reward", "end", "error"})
-_M2C = frozenset({"hello", "query", "end", "error"})
+_C2M = frozenset({"welcome", "dataset", "reward", "release", "end", "error"})
+_M2C = frozenset({"hello", "query", "release_request", "end", "error"})
+RELEASE_ALGORITHMS = frozenset({"noisy", "noise-free", "lipschitz"})
 PRIVATE = Policy("private", _C2M, _M2C, frozenset({DP_PROJECTION}))
 NON_PRIVATE = Policy("non-private", _C2M, _M2C, frozenset({DP_PROJECTION, IDENTITY}))
 POLICIES = {p.name: p for p in (PRIVATE, NON_PRIVATE)}
@@ -72,6 +73,8 @@ class Boundary:
     hello_seen: bool = False
     last_query: int = 0
     outstanding: dict[int, int] = field(default_factory=dict)
+    release_requested: bool = False
+    released: bool = False
 
     @property
     def peer(self) -> str:
@@ -105,6 +108,14 @@ class Boundary:
             self._check_query(message)
             self.last_query = message.seq
             self.outstanding[message.seq] = message.index
+        elif isinstance(message, ReleaseRequest):
+            self._check_release_request(message)
+            self.release_requested = True
+        elif isinstance(message, Release):
+            if not self.release_requested or self.released:
+                raise ProtocolError("a release nobody asked for, or a second one",
+                                    ErrorCode.SEQUENCE)
+            self.released = True
         elif isinstance(message, Reward):
             self._check_reward_noise(message)
             if self.outstanding.get(message.seq) != message.index:
@@ -139,6 +150,18 @@ class Boundary:
                 raise PolicyViolation(f"dataset mechanism {release.mechanism!r} with "
                                       f"(eps={release.epsilon}, delta={release.delta}) was "
                                       "not announced in the welcome")
+
+    def _check_release_request(self, message: ReleaseRequest) -> None:
+        params = self._session("release request")
+        if self.release_requested:
+            raise PolicyViolation("a second release request in one session")
+        if self.last_query < params.T or self.outstanding:
+            raise PolicyViolation(f"a release request before the last query ({self.last_query} "
+                                  f"of {params.T} answered)")
+        if message.algorithm not in RELEASE_ALGORITHMS:
+            raise ProtocolError(f"unknown release algorithm {message.algorithm[:40]!r}")
+        if not (message.epsilon > 0 and 0 <= message.delta < 1):
+            raise ProtocolError("a release needs epsilon > 0 and 0 <= delta < 1")
 
     def _check_reward_noise(self, message: Reward) -> None:
         params = self._session("reward")

@@ -39,6 +39,7 @@ class Problem:
     metric: str = "simple_regret"
     source: str = "embedded"
     dropped: dict = field(default_factory=dict)
+    release: dict = field(default_factory=dict)  # constants of Kusner et al.'s releases
 
     def __post_init__(self) -> None:
         if self.X.ndim != 2 or self.f.shape != (self.X.shape[0],):

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scenarios import bank, branin, hospital, ldp_synthetic, realestate, synthetic
+from scenarios import bank, branin, hospital, ldp_synthetic, realestate, synthetic, tuning
 from scenarios.problem import Problem
 
-PUBLIC_INPUTS = frozenset({"ldp-synthetic"})  # inputs are a public grid: no projection by default
+PUBLIC_INPUTS = frozenset({"ldp-synthetic", "tuning"})  # inputs are a public grid: no projection by default
 SCENARIOS: dict[str, Callable[..., Problem]] = {
     "synthetic": synthetic.build, "branin": branin.build, "hospital": hospital.build,
     "bank": bank.build, "realestate": realestate.build, "ldp-synthetic": ldp_synthetic.build,
+    "tuning": tuning.build,
 }
 
 

@@ -23,13 +23,17 @@ from parties.projection import identity_release, project, singular_values
 from parties.runners import run_modeler, serve_session
 from parties.strategies import make_strategy
 from protocol.channel import Channel
-from protocol.messages import Mechanism, ProjectedDataset, SessionParams
-from protocol.policy import CURATOR, LDP_REWARD, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from protocol.messages import Mechanism, ProjectedDataset, ReleaseRequest, SessionParams
+from protocol.ledger import Entry, Ledger
+from protocol.policy import (
+    CURATOR, DP_PROJECTION, LDP_REWARD, MODELER, NON_PRIVATE, PRIVATE, Boundary,
+)
 
 LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
 from protocol.transcript import Transcript
 from scenarios.problem import Problem, rng_for
 from scenarios.registry import PUBLIC_INPUTS, build_problem
+from scenarios.releases import release_handler
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,11 @@ class RunConfig:
     options: dict = field(default_factory=dict)
     ldp_epsilon: float | None = None  # local DP on every reward (CTL of Zhou & Tan)
     beta_scale: float | None = None  # None: the strategy's documented default
+    release: str | None = None  # DP release of the result: noisy, noise-free, lipschitz
+    release_epsilon: float = 1.0
+    release_delta: float = 1e-3
+    budget_epsilon: float | None = None  # the curator's central privacy budget
+    budget_delta: float | None = None
 
     def __post_init__(self) -> None:
         if self.non_private is None:
@@ -66,6 +75,7 @@ class CuratorSide:
     report: dict
     session_id: str
     ldp: ConvertToLaplace | None = None
+    ledger: Ledger = field(default_factory=Ledger)
 
 
 def prepare_curator(config: RunConfig, problem: Problem | None = None) -> CuratorSide:
@@ -78,6 +88,9 @@ def prepare_curator(config: RunConfig, problem: Problem | None = None) -> Curato
     r = problem.r if config.r is None else config.r
     T = problem.T if config.T is None else config.T
     config = replace(config, epsilon=eps, delta=delta, r=r, T=T)
+    ledger = Ledger(config.budget_epsilon or math.inf, config.budget_delta or 1.0)
+    if not config.non_private:  # refused here, before the projection draws its matrix
+        ledger.charge(Entry(DP_PROJECTION, eps, delta))
     if config.non_private:
         release = identity_release(problem.X)
         sigma = singular_values(problem.X)
@@ -97,9 +110,17 @@ def prepare_curator(config: RunConfig, problem: Problem | None = None) -> Curato
     params = SessionParams(problem.name, n, r_out, T, policy.name, mechanisms, problem.kernel,
                            privacy_source(config.seed, "ldp-noise").mode,
                            reward_bound=problem.B or 0.0, noise_bound=report["noise_bound"],
-                           noise=problem.noise)
+                           noise=problem.noise, budget_epsilon=config.budget_epsilon or 0.0,
+                           budget_delta=config.budget_delta or 0.0)
     session_id = rng_for(config.seed, "session").bytes(8).hex()
-    return CuratorSide(config, problem, params, release, report, session_id, ldp)
+    return CuratorSide(config, problem, params, release, report, session_id, ldp, ledger)
+
+
+def release_request(config: RunConfig) -> ReleaseRequest | None:
+    """The modeler's release request that `config` asks for, if any."""
+    if config.release is None:
+        return None
+    return ReleaseRequest(config.release, config.release_epsilon, config.release_delta)
 
 
 def privacy_source(seed: int | None, stream: str) -> NoiseSource:
@@ -134,9 +155,14 @@ async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *
     """Serve one modeler session; return the curator's result, written to
     out/curator.json even when the session fails part-way."""
     problem, T = side.problem, side.params.T
+    source = privacy_source(side.config.seed, "ldp-noise")
     curator = Curator(Oracle(problem.f, problem.noise_var, problem.noise, problem.R), T,
-                      rng_for(side.config.seed, "measurement-noise"), side.ldp,
-                      privacy_source(side.config.seed, "ldp-noise"))
+                      rng_for(side.config.seed, "measurement-noise"), side.ldp, source,
+                      side.ledger)
+    released: list = []
+    handler = release_handler(problem, side.release.Z, side.params.kernel, curator, side.ledger,
+                              privacy_source(side.config.seed, "release-noise"),
+                              record=released.append)
 
     def progress(seq: int, index: int, value: float) -> None:
         if verbose:
@@ -147,10 +173,11 @@ async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *
     started, status, reason = time.perf_counter(), "error", None
     try:
         reason = await serve_session(channel, curator, side.params, side.release,
-                                     side.session_id, on_answer=progress)
+                                     side.session_id, on_answer=progress, on_release=handler)
         status = "ok"
     finally:
         result = curator_result(side, curator, status, reason, time.perf_counter() - started)
+        result["release"] = asdict(released[0]) if released else None
         if out is not None:
             write_json(out / "curator.json", result)
     return result
@@ -179,15 +206,18 @@ def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str
         "f_star": float(np.max(problem.f)), "sigma_f": float(np.std(problem.f)),
         "kernel": asdict(problem.kernel), "noise_var": problem.noise_var,
         "source": problem.source, "dropped": problem.dropped, "seconds": seconds,
+        "ledger": side.ledger.to_dict(),
     }
 
 
 async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                    out: Path | None = None, *, hyper: HyperFit = HyperFit(),
-                   beta_scale: float | None = None, verbose: bool = False) -> dict:
-    """Run the modeler's side of one session; return what it saw and chose, written to
-    out/modeler.json even when the session fails part-way."""
-    started, status, fits = time.perf_counter(), "error", []
+                   beta_scale: float | None = None, release: ReleaseRequest | None = None,
+                   verbose: bool = False) -> dict:
+    """Run the modeler's side of one session (asking for a DP `release` of the result at
+    the end, if given); return what it saw and chose, written to out/modeler.json even
+    when the session fails part-way."""
+    started, status, fits, released = time.perf_counter(), "error", [], {}
     queries: list[int] = []
     rewards: list[float] = []
 
@@ -200,7 +230,9 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
     try:
         modeler = await run_modeler(channel, make_strategy(strategy, beta_scale),
                                     rng_for(seed, "modeler"),
-                                    hyper=hyper, on_step=progress)
+                                    hyper=hyper, on_step=progress, release=release)
+        released = {"release": None if modeler.release is None else asdict(modeler.release),
+                    "release_error": modeler.release_error}
         fits = [{"kernel": f.kernel.name, "lengthscales": list(f.kernel.lengthscales),
                  "signal_var": f.kernel.variance, "noise_var": f.noise_var,
                  "prior_mean": f.prior_mean, "log_likelihood": f.log_likelihood}
@@ -214,7 +246,7 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                   "rewards": rewards,
                   "best_index": None if best is None else queries[best],
                   "best_reward": None if best is None else rewards[best],
-                  "seconds": time.perf_counter() - started}
+                  **released, "seconds": time.perf_counter() - started}
         if out is not None:
             write_json(out / "modeler.json", result)
     return result
@@ -259,7 +291,7 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
         cres, mres = await asyncio.gather(
             curate(cchan, side, out, verbose=verbose),
             optimise(mchan, config.seed, config.strategy, out, hyper=config.hyper,
-                     beta_scale=config.beta_scale))
+                     beta_scale=config.beta_scale, release=release_request(config)))
     finally:
         cchan.close()
         mchan.close()
