@@ -20,6 +20,8 @@ from pathlib import Path
 from parties.modeler import FIT_MODES, HyperFit
 from parties.strategies import STRATEGIES
 from protocol.errors import PoboError
+from protocol.ledger import describe_ledger
+from protocol.messages import ReleaseRequest
 from scenarios.launch import TRANSPORTS, LaunchError, run
 from scenarios.presets import PRESETS, Preset
 from scenarios.registry import SCENARIOS
@@ -127,6 +129,9 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     _ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=float,
                    help="make every reward eps-LDP with the CTL Laplace mechanism (Zhou & Tan)")
+    p.add_argument("--budget-eps", type=float,
+                   help="the curator's central privacy budget: refuse what would exceed it")
+    p.add_argument("--budget-delta", type=float, help="the budget's delta (default 1)")
 
 
 def _ldp_synthetic_arguments(p: argparse.ArgumentParser) -> None:
@@ -150,6 +155,18 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-init", type=int, default=5, help="initial design size when fitting")
     p.add_argument("--fit-every", type=int, default=10, help="refit period for --fit every")
     p.add_argument("--restarts", type=int, default=3, help="L-BFGS-B restarts per fit")
+    p.add_argument("--release", choices=("noisy", "noise-free", "lipschitz"),
+                   help="ask the curator for a DP release of the result at the end "
+                        "(Kusner et al. Algorithm 1, 2 or 3)")
+    p.add_argument("--release-eps", type=float, default=1.0, help="epsilon of the release")
+    p.add_argument("--release-delta", type=float, default=1e-3, help="delta of the release")
+
+
+def release_from_args(args: argparse.Namespace) -> ReleaseRequest | None:
+    """The release request the modeler options describe."""
+    if args.release is None:
+        return None
+    return ReleaseRequest(args.release, args.release_eps, args.release_delta)
 
 
 def hyper_from_args(args: argparse.Namespace) -> HyperFit:
@@ -161,10 +178,13 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The RunConfig that the scenario options of a subcommand describe."""
     options = {k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k, None) is not None}
     modeler = ({"strategy": args.strategy, "hyper": hyper_from_args(args),
-                "beta_scale": args.beta_scale} if hasattr(args, "strategy") else {})
+                "beta_scale": args.beta_scale, "release": args.release,
+                "release_epsilon": args.release_eps, "release_delta": args.release_delta}
+               if hasattr(args, "strategy") else {})
     return RunConfig(scenario=args.scenario, epsilon=args.eps, delta=args.delta, r=args.r,
                      T=args.T, seed=args.seed, non_private=args.non_private or None,
-                     timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps, **modeler)
+                     timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps,
+                     budget_epsilon=args.budget_eps, budget_delta=args.budget_delta, **modeler)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -176,6 +196,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"pobo run: error: {exc}", file=sys.stderr)
         return 1
     print(summary(result))
+    print(describe_ledger(result["ledger"]))
+    released, refused = result["modeler"].get("release"), result["modeler"].get("release_error")
+    if released:
+        print(f"DP release ({released['algorithm']}, eps={released['epsilon']:g}, "
+              f"delta={released['delta']:g}): row {released['index']}, value "
+              f"{released['value']:.6g} (Laplace scale {released['scale']:.4g})")
+    elif refused:
+        print(f"DP release refused: {refused}")
     print(f"result: {Path(out) / 'result.json'}")
     return 0
 
@@ -241,6 +269,7 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
     result = asyncio.run(connect_modeler(args.connect, args.out, seed=args.seed,
                                          strategy=args.strategy, hyper=hyper_from_args(args),
                                          beta_scale=args.beta_scale,
+                                         release=release_from_args(args),
                                          non_private=args.non_private,
                                          timeout=args.timeout, verbose=args.verbose))
     print(f"[modeler] {len(result['queries'])} queries; best reward {result['best_reward']} "

@@ -42,7 +42,8 @@ def scenario_argv(config: RunConfig) -> list[str]:
     argv = [config.scenario, "--timeout", str(config.timeout)]
     for flag, value in (("--eps", config.epsilon), ("--delta", config.delta), ("--r", config.r),
                         ("--T", config.T), ("--seed", config.seed),
-                        ("--ldp-eps", config.ldp_epsilon)):
+                        ("--ldp-eps", config.ldp_epsilon), ("--budget-eps", config.budget_epsilon),
+                        ("--budget-delta", config.budget_delta)):
         if value is not None:
             argv += [flag, repr(value)]
     if config.non_private:
@@ -62,6 +63,9 @@ def modeler_argv(config: RunConfig) -> list[str]:
         argv += ["--kernel", h.kernel]
     if config.beta_scale is not None:
         argv += ["--beta-scale", repr(config.beta_scale)]
+    if config.release is not None:
+        argv += ["--release", config.release, "--release-eps", repr(config.release_epsilon),
+                 "--release-delta", repr(config.release_delta)]
     if config.seed is not None:
         argv += ["--seed", str(config.seed)]
     if config.non_private:

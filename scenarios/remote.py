@@ -12,6 +12,7 @@ from pathlib import Path
 import zmq.asyncio
 
 from parties.modeler import HyperFit
+from protocol.messages import ReleaseRequest
 from protocol.policy import CURATOR, MODELER
 from scenarios.session import CuratorSide, curate, open_channel, optimise
 from transport.sockets import DealerPipe, RouterHub
@@ -47,14 +48,15 @@ async def serve_curator(side: CuratorSide, bind: str, out: Path | None, *,
 
 async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 0,
                           strategy: str = "gp-ucb", hyper: HyperFit = HyperFit(),
-                          beta_scale: float | None = None, non_private: bool = False,
+                          beta_scale: float | None = None, release: ReleaseRequest | None = None,
+                          non_private: bool = False,
                           timeout: float = 60.0, verbose: bool = False) -> dict:
     """Connect a DEALER to the curator at `connect` and run one session as the modeler."""
     ctx = zmq.asyncio.Context()
     channel = open_channel(DealerPipe.connect(ctx, connect), MODELER, non_private, out, timeout)
     try:
         return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
-                              verbose=verbose)
+                              release=release, verbose=verbose)
     finally:
         channel.close()
         ctx.term()
