@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 from parties.modeler import FIT_MODES, HyperFit
 from parties.strategies import STRATEGIES
 from protocol.errors import PoboError
 from protocol.ledger import describe_ledger
 from protocol.messages import ReleaseRequest
+from scenarios.auditing import audit_files
 from scenarios.launch import TRANSPORTS, LaunchError, run
 from scenarios.presets import PRESETS, Preset
-from scenarios.registry import SCENARIOS
+from scenarios.registry import SCENARIOS, build_problem
 from scenarios.report import write_report
 from scenarios.remote import connect_modeler, serve_curator
 from scenarios.session import RunConfig, prepare_curator
@@ -88,6 +92,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restarts", type=int, default=3)
     p.add_argument("--out", type=Path, help="output folder (default runs/sweep-NAME)")
     p.set_defaults(handler=_cmd_sweep)
+
+    p = sub.add_parser("audit", help="verify transcripts: chain, policy, ledger, agreement")
+    p.add_argument("transcripts", nargs="+", type=Path,
+                   help="a party's transcript, or the curator's and the modeler's of one session")
+    p.add_argument("--data", type=Path,
+                   help="the curator's data (.npz with X and f, or .npy X): check that none of "
+                        "it appears in anything sent")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_cmd_audit)
+
+    p = sub.add_parser("export-data", help="write a scenario's preprocessed X and f (.npz), "
+                                           "the curator's private data, for `pobo audit --data`")
+    _scenario_arguments(p, default_seed=0)
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(handler=_cmd_export)
 
     p = sub.add_parser("curator", help="run the curator alone, bound to an endpoint")
     _scenario_arguments(p, default_seed=None)
@@ -254,6 +273,23 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                        epsilons=spec.epsilons, rs=spec.rs,
                        paper=preset.paper if preset else None,
                        title=preset.caption if preset else f"{spec.scenario} sweep"))
+    return 0
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    reports = audit_files(args.transcripts, args.data)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reports], indent=1))
+    else:
+        print("\n".join(r.text() for r in reports))
+    return 0 if all(r.ok for r in reports) else 2
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    problem = build_problem(config.scenario, config.seed, **config.options)
+    np.savez(args.out, X=problem.X, f=problem.f)
+    print(f"wrote X {problem.X.shape} and f to {args.out} (private: keep it with the curator)")
     return 0
 
 

@@ -178,6 +178,7 @@ async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *
     finally:
         result = curator_result(side, curator, status, reason, time.perf_counter() - started)
         result["release"] = asdict(released[0]) if released else None
+        result["transcript_head"] = channel.transcript.head if channel.transcript else None
         if out is not None:
             write_json(out / "curator.json", result)
     return result
@@ -246,7 +247,8 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                   "rewards": rewards,
                   "best_index": None if best is None else queries[best],
                   "best_reward": None if best is None else rewards[best],
-                  **released, "seconds": time.perf_counter() - started}
+                  **released, "seconds": time.perf_counter() - started,
+                  "transcript_head": channel.transcript.head if channel.transcript else None}
         if out is not None:
             write_json(out / "modeler.json", result)
     return result

@@ -1,0 +1,78 @@
+"""`pobo audit`: find the anchors and the curator's data for protocol.audit."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from protocol.audit import AuditReport, audit_session, audit_transcript
+from protocol.policy import CURATOR, MODELER
+
+
+def anchor_for(transcript: Path, role: str) -> dict | None:
+    """The transcript head the party recorded in its result beside the transcript."""
+    for name in (f"{role}.json", "result.json"):
+        path = transcript.parent / name
+        if path.exists():
+            try:
+                data = json.loads(path.read_text())
+            except ValueError:
+                continue
+            head = data.get("transcript_head") if name != "result.json" else None
+            if head:
+                return head
+    return None
+
+
+def load_data(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
+    """(X, f or None) from .npz (arrays X, f) or .npy (X)."""
+    if path.suffix == ".npy":
+        return np.load(path, allow_pickle=False), None
+    with np.load(path, allow_pickle=False) as data:
+        return data["X"], (data["f"] if "f" in data else None)
+
+
+def check_recorded_ledger(report: AuditReport, transcript: Path) -> None:
+    """Compare the recomputed ledger with the one the curator recorded, if it is there."""
+    path = transcript.parent / "curator.json"
+    if report.role != CURATOR or report.ledger is None or not path.exists():
+        return
+    try:
+        recorded = json.loads(path.read_text()).get("ledger")
+    except ValueError:
+        return
+    if not recorded:
+        return
+    a, b = report.ledger, recorded
+    same = (abs(a["central"]["epsilon"] - b["central"]["epsilon"]) <= 1e-9 * max(1, b["central"]["epsilon"])
+            and abs(a["central"]["delta"] - b["central"]["delta"]) <= 1e-12 + 1e-9 * b["central"]["delta"]
+            and a["local"]["reports"] == b["local"]["reports"])
+    if not same:
+        report.violations.append(
+            f"the curator recorded a ledger of central eps {b['central']['epsilon']:.6g} and "
+            f"{b['local']['reports']} LDP reports; the messages imply eps "
+            f"{a['central']['epsilon']:.6g} and {a['local']['reports']} reports")
+
+
+def audit_files(paths: list[Path], data: Path | None = None) -> list[AuditReport]:
+    """Audit one transcript, or a curator's and a modeler's of one session (any order)."""
+    reports = _audit(paths, data)
+    for report in reports:
+        check_recorded_ledger(report, Path(report.path))
+    return reports
+
+
+def _audit(paths: list[Path], data: Path | None) -> list[AuditReport]:
+    X, f = load_data(data) if data is not None else (None, None)
+    if len(paths) == 1:
+        role = CURATOR if paths[0].name.startswith(CURATOR) else MODELER
+        return [audit_transcript(paths[0], anchor_for(paths[0], role), X, f)]
+    if len(paths) != 2:
+        raise ValueError("give one transcript, or the curator's and the modeler's of a session")
+    probe = [audit_transcript(p) for p in paths]
+    if probe[0].role == MODELER:
+        paths = paths[::-1]
+    return audit_session(paths[0], paths[1],
+                         {CURATOR: anchor_for(paths[0], CURATOR),
+                          MODELER: anchor_for(paths[1], MODELER)}, X, f)

@@ -1,0 +1,121 @@
+"""`pobo audit`: a clean session passes; edits, truncation, reordering, forbidden
+messages and leaked data are caught and named."""
+import asyncio
+import json
+import subprocess
+import sys
+
+import msgpack
+import numpy as np
+import pytest
+
+from protocol.audit import audit_session, audit_transcript
+from protocol.codec import encode
+from protocol.messages import Dataset, ProjectedDataset, Reward
+from protocol.policy import IDENTITY
+from protocol.transcript import Transcript, raw_records
+from scenarios.auditing import audit_files
+from scenarios.session import RunConfig, run_inproc
+
+
+@pytest.fixture
+def session(tmp_path):
+    cfg = RunConfig(T=5, options={"grid": 10}, ldp_epsilon=2.0, release="noisy")
+    asyncio.run(run_inproc(cfg, tmp_path))
+    return tmp_path
+
+
+def _records(path):
+    return [raw for raw, _ in raw_records(path.read_bytes())]
+
+
+def test_a_clean_session_passes_with_the_recomputed_ledger(session):
+    reports = audit_files([session / "modeler.transcript", session / "curator.transcript"])
+    assert [r.role for r in reports] == ["curator", "modeler"]
+    assert all(r.ok for r in reports), [r.violations for r in reports]
+    recorded = json.loads((session / "curator.json").read_text())["ledger"]
+    assert reports[0].ledger["central"]["epsilon"] == pytest.approx(recorded["central"]["epsilon"])
+    assert reports[0].ledger["local"]["reports"] == 5
+
+
+def test_an_edited_record_breaks_the_chain(session):
+    path = session / "curator.transcript"
+    raws = _records(path)
+    item = msgpack.unpackb(raws[6], raw=False)
+    item["time"] += 1.0  # any edit of a record's bytes
+    raws[6] = msgpack.packb(item, use_bin_type=True)
+    path.write_bytes(b"".join(raws))
+    report = audit_transcript(path)
+    assert not report.ok and any("record 7: hash chain broken" in v for v in report.violations)
+
+
+def test_truncation_is_caught_by_the_torn_tail_and_by_the_anchor(session):
+    path = session / "curator.transcript"
+    data = path.read_bytes()
+    path.write_bytes(data[:-10])
+    assert any("truncated" in v for v in audit_transcript(path).violations)
+    path.write_bytes(data)
+    whole = _records(path)
+    path.write_bytes(b"".join(whole[:-2]))  # two whole records removed from the tail
+    report = audit_files([path])[0]
+    assert any("head mismatch" in v for v in report.violations)
+
+
+def test_reordered_records_are_caught(session):
+    path = session / "modeler.transcript"
+    raws = _records(path)
+    raws[4], raws[5] = raws[5], raws[4]
+    path.write_bytes(b"".join(raws))
+    violations = audit_transcript(path).violations
+    assert any("sequence number" in v for v in violations)
+
+
+def test_a_forbidden_message_fails_the_audit_naming_the_record(tmp_path):
+    """A transcript written without the policy: the curator 'sends' X itself under the
+    private policy, and a raw reward in an LDP session."""
+    asyncio.run(run_inproc(RunConfig(T=3, options={"grid": 8}, ldp_epsilon=1.0), tmp_path))
+    good = [r for _, r in raw_records((tmp_path / "curator.transcript").read_bytes())]
+    forged = Transcript(tmp_path / "forged.transcript")
+    for r in good[:2]:  # hello, welcome
+        forged.append(r.dir, r.kind, r.frame)
+    X = np.arange(128, dtype=float).reshape(64, 2)
+    forged.append("sent", "dataset", encode(Dataset(ProjectedDataset(IDENTITY, 0.0, 1.0, 0.0, X))))
+    forged.append("sent", "reward", encode(Reward(1, 0, 0.5)))
+    forged.close()
+    report = audit_transcript(tmp_path / "forged.transcript")
+    assert any(v.startswith("record 2: sent dataset that the policy forbids") for v in report.violations)
+    assert any(v.startswith("record 3: sent reward") for v in report.violations)
+
+
+def test_the_two_transcripts_must_agree(session, tmp_path):
+    other = tmp_path / "other"
+    asyncio.run(run_inproc(RunConfig(T=5, seed=9, options={"grid": 10}), other))
+    reports = audit_session(session / "curator.transcript", other / "modeler.transcript")
+    assert any("transcripts disagree" in v for v in reports[0].violations)
+
+
+def test_data_check_and_cli_exit_status(tmp_path):
+    out = tmp_path / "np"
+    asyncio.run(run_inproc(RunConfig(T=3, options={"grid": 8}), out))
+    data = tmp_path / "data.npz"
+    done = subprocess.run([sys.executable, "-m", "scenarios.cli", "export-data", "synthetic",
+                           "--grid", "8", "--out", str(data)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    ok = subprocess.run([sys.executable, "-m", "scenarios.cli", "audit",
+                         str(out / "curator.transcript"), "--data", str(data), "--json"],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and json.loads(ok.stdout)[0]["ok"]
+    # a transcript in which X itself crossed under the private policy
+    forged = Transcript(tmp_path / "x.transcript")
+    good = [r for _, r in raw_records((out / "curator.transcript").read_bytes())]
+    for r in good[:2]:
+        forged.append(r.dir, r.kind, r.frame)
+    X = np.load(data)["X"]
+    forged.append("sent", "dataset", encode(Dataset(ProjectedDataset("po-gp-ucb-projection",
+                                                                     3.0041660239464334, 1e-5, 1.0, X))))
+    forged.close()
+    bad = subprocess.run([sys.executable, "-m", "scenarios.cli", "audit",
+                          str(tmp_path / "x.transcript"), "--data", str(data)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "rows of X appear verbatim" in bad.stdout
