@@ -57,6 +57,7 @@ class SessionParams:
     noise: str = "gaussian"  # the measurement noise: 'gaussian', 'uniform' or 'student-t'
     budget_epsilon: float = 0.0  # the curator's central privacy budget (0 = none)
     budget_delta: float = 0.0
+    security: str = "in-process"  # 'curve', 'plaintext' (ZeroMQ) or 'in-process'
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,7 @@ from scenarios.report import write_report
 from scenarios.remote import connect_modeler, serve_curator
 from scenarios.session import RunConfig, prepare_curator
 from scenarios.sweep import SweepSpec, dask_executor, run_sweep
+from transport.security import CurveClient, CurveServer, make_keys
 
 SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise")
 
@@ -61,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--transport", choices=TRANSPORTS, default="tcp",
                    help="tcp/ipc: two OS processes over loopback; inproc: one process")
     p.add_argument("--out", type=Path, help="output folder (default runs/SCENARIO-TIME)")
+    p.add_argument("--curve", type=Path, metavar="DIR",
+                   help="encrypt and authenticate with CURVE keys from DIR (made if missing)")
     p.set_defaults(handler=_cmd_run)
 
     p = sub.add_parser("sweep", help="run every combination of eps, r, strategy and seed")
@@ -114,8 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ZeroMQ endpoint to bind (tcp://HOST:PORT or ipc://PATH)")
     p.add_argument("--accept-timeout", type=float, default=600.0,
                    help="seconds to wait for a modeler to connect")
+    p.add_argument("--sessions", type=int, default=1,
+                   help="modeler sessions to serve concurrently, each with its own projection, "
+                        "budget and ledger, in OUT/SESSION/ (0: until SIGINT/SIGTERM)")
+    p.add_argument("--curve-secret", type=Path, help="CURVE: the curator's secret key file")
+    p.add_argument("--curve-allow", type=Path,
+                   help="CURVE: directory of the modeler public keys to admit")
     p.add_argument("--out", type=Path, default=Path("runs/curator"))
     p.set_defaults(handler=_cmd_curator)
+
+    p = sub.add_parser("keys", help="make CURVE key pairs for a curator and a modeler")
+    p.add_argument("directory", type=Path)
+    p.set_defaults(handler=_cmd_keys)
 
     p = sub.add_parser("modeler", help="run the modeler alone, connected to a curator")
     p.add_argument("--connect", required=True, help="the curator's endpoint")
@@ -124,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--non-private", action="store_true",
                    help="accept the curator's non-private identity release of X")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a reply")
+    p.add_argument("--curve-secret", type=Path, help="CURVE: the modeler's secret key file")
+    p.add_argument("--curve-server", type=Path, help="CURVE: the curator's public key file")
     p.add_argument("--out", type=Path, default=Path("runs/modeler"))
     p.add_argument("--verbose", action="store_true", help="print one line per query")
     p.set_defaults(handler=_cmd_modeler)
@@ -210,7 +226,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     out = args.out or Path("runs") / f"{config.scenario}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        result = run(config, out, args.transport)
+        result = run(config, out, args.transport, curve_dir=args.curve)
     except LaunchError as exc:
         print(f"pobo run: error: {exc}", file=sys.stderr)
         return 1
@@ -293,12 +309,37 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_keys(args: argparse.Namespace) -> int:
+    paths = make_keys(args.directory)
+    print(f"curator: {paths['curator_secret']} (secret, stays on the curator) and "
+          f"{paths['curator_public']} (public, give it to the modeler)")
+    print(f"modeler: {paths['modeler_secret']} (secret, stays on the modeler) and "
+          f"{paths['modeler_public']} (public, copied to {paths['allowed']}/ for the curator)")
+    return 0
+
+
+def _curve_pair(secret: Path | None, other: Path | None, what: str):
+    if (secret is None) != (other is None):
+        raise ValueError(f"CURVE needs both --curve-secret and --curve-{what}")
+    return secret, other
+
+
 def _cmd_curator(args: argparse.Namespace) -> int:
-    side = prepare_curator(config_from_args(args))
-    result = asyncio.run(serve_curator(side, args.bind, args.out,
-                                       accept_timeout=args.accept_timeout))
-    print("[curator] " + summary(result), flush=True)
-    return 0 if result["status"] == "ok" else 1
+    config = config_from_args(args)
+    secret, allowed = _curve_pair(args.curve_secret, args.curve_allow, "allow")
+    curve = CurveServer(secret, allowed) if secret else None
+    problem = build_problem(config.scenario, config.seed, **config.options)
+
+    def side(i: int):
+        seed = config.seed if config.seed is None or i == 0 else config.seed * 1_000_003 + i
+        return prepare_curator(replace(config, seed=seed), problem)
+
+    result = asyncio.run(serve_curator(side, args.bind, args.out, sessions=args.sessions,
+                                       accept_timeout=args.accept_timeout, curve=curve))
+    results = result if isinstance(result, list) else [result]
+    for r in results:
+        print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
+    return 0 if results and all(r["status"] == "ok" for r in results) else 1
 
 
 def _cmd_modeler(args: argparse.Namespace) -> int:
@@ -307,6 +348,9 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
                                          beta_scale=args.beta_scale,
                                          release=release_from_args(args),
                                          non_private=args.non_private,
+                                         curve=CurveClient(*_curve_pair(
+                                             args.curve_secret, args.curve_server, "server"))
+                                         if args.curve_secret else None,
                                          timeout=args.timeout, verbose=args.verbose))
     print(f"[modeler] {len(result['queries'])} queries; best reward {result['best_reward']} "
           f"at row {result['best_index']}", flush=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from protocol.errors import PoboError
 from scenarios.remote import LISTENING
 from scenarios.session import RunConfig, merge_results, run_inproc
+from transport.security import make_keys
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
 
@@ -74,17 +75,34 @@ def modeler_argv(config: RunConfig) -> list[str]:
 
 
 def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
-        verbose: bool = True, wall_timeout: float | None = None) -> dict:
+        verbose: bool = True, wall_timeout: float | None = None,
+        curve_dir: Path | None = None) -> dict:
     """Run one session over `transport` (two processes for tcp/ipc); return result.json."""
     if transport == "inproc":
         return asyncio.run(run_inproc(config, out, verbose=verbose))
-    return run_processes(config, out, transport, verbose=verbose, wall_timeout=wall_timeout)
+    return run_processes(config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
+                         curve_dir=curve_dir)
+
+
+def curve_argv(curve_dir: Path | None) -> tuple[list[str], list[str]]:
+    """(curator, modeler) CURVE options from a `pobo keys` directory, made if missing."""
+    if curve_dir is None:
+        return [], []
+    curve_dir = Path(curve_dir)
+    if not (curve_dir / "curator.key_secret").exists():
+        make_keys(curve_dir)
+    return (["--curve-secret", str(curve_dir / "curator.key_secret"),
+             "--curve-allow", str(curve_dir / "allowed")],
+            ["--curve-secret", str(curve_dir / "modeler.key_secret"),
+             "--curve-server", str(curve_dir / "curator.key")])
 
 
 def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                   verbose: bool = True, wall_timeout: float | None = None,
-                  start_timeout: float = 60.0) -> dict:
-    """Curator and modeler as two OS processes over loopback tcp or ipc; result.json."""
+                  start_timeout: float = 60.0, curve_dir: Path | None = None) -> dict:
+    """Curator and modeler as two OS processes over loopback tcp or ipc (CURVE-encrypted
+    with the keys in `curve_dir` when given); result.json."""
+    curator_curve, modeler_curve = curve_argv(curve_dir)
     if transport not in ("tcp", "ipc"):
         raise ValueError(f"transport must be tcp or ipc for two processes, got {transport!r}")
     out = Path(out).resolve()
@@ -96,14 +114,15 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
         spawned: list[Spawned] = []
         try:
             curator = _spawn("curator", ["curator", *scenario_argv(config), "--bind", bind,
-                                         "--out", str(out)], verbose,
+                                         "--out", str(out), *curator_curve], verbose,
                              on_line=lambda line: _found_endpoint(line, endpoint, endpoint_ready))
             spawned.append(curator)
             if not endpoint_ready.wait(start_timeout) or not endpoint:
                 raise LaunchError(f"the curator did not bind within {start_timeout:g} s "
                                   f"(exit code {curator.process.poll()})")
             spawned.append(_spawn("modeler", ["modeler", "--connect", endpoint[0], "--out",
-                                              str(out), *modeler_argv(config)], verbose=False))
+                                              str(out), *modeler_argv(config), *modeler_curve],
+                                  verbose=False))
             codes = {s.role: _wait(s.process, wall_timeout) for s in spawned}
         finally:
             for s in spawned:

@@ -151,7 +151,7 @@ def open_channel(pipe, role: str, non_private: bool, out: Path | None,
 
 
 async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *,
-                 verbose: bool = True) -> dict:
+                 verbose: bool = True, peer: str = "in-process") -> dict:
     """Serve one modeler session; return the curator's result, written to
     out/curator.json even when the session fails part-way."""
     problem, T = side.problem, side.params.T
@@ -179,6 +179,7 @@ async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *
         result = curator_result(side, curator, status, reason, time.perf_counter() - started)
         result["release"] = asdict(released[0]) if released else None
         result["transcript_head"] = channel.transcript.head if channel.transcript else None
+        result["security"], result["peer"] = side.params.security, peer
         if out is not None:
             write_json(out / "curator.json", result)
     return result

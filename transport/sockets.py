@@ -15,6 +15,9 @@ import zmq
 import zmq.asyncio
 
 from protocol.errors import ErrorCode, PeerGone, PeerTimeout, ProtocolError
+from transport.security import (
+    CURVE, PLAINTEXT, CurveClient, CurveServer, secure_client, secure_server,
+)
 
 _POLL_MS = 100
 
@@ -47,10 +50,14 @@ class DealerPipe:
 
     @classmethod
     def connect(cls, ctx: zmq.asyncio.Context, endpoint: str,
-                options: SocketOptions = SocketOptions()) -> DealerPipe:
-        """A pipe connected to `endpoint` (tcp://host:port or ipc://path)."""
+                options: SocketOptions = SocketOptions(),
+                curve: CurveClient | None = None) -> DealerPipe:
+        """A pipe connected to `endpoint` (tcp://host:port or ipc://path), CURVE-encrypted
+        to the curator's key when `curve` is given."""
         sock = ctx.socket(zmq.DEALER)
         options.apply(sock)
+        if curve is not None:
+            secure_client(sock, curve)
         sock.connect(endpoint)
         return cls(sock)
 
@@ -75,9 +82,11 @@ class DealerPipe:
 class RouterHub:
     """The curator's bound ROUTER, demultiplexing frames into one pipe per peer."""
 
-    def __init__(self, sock: zmq.asyncio.Socket, endpoint: str) -> None:
+    def __init__(self, sock: zmq.asyncio.Socket, endpoint: str, security: str = PLAINTEXT) -> None:
         self._sock = sock
         self.endpoint = endpoint
+        self.security = security
+        self.peers: dict[bytes, str] = {}  # routing identity -> authenticated User-Id
         self._queues: dict[bytes, asyncio.Queue] = {}
         self._arrivals: asyncio.Queue[bytes] = asyncio.Queue()
         self._pump: asyncio.Task | None = None
@@ -85,15 +94,20 @@ class RouterHub:
 
     @classmethod
     def bind(cls, ctx: zmq.asyncio.Context, endpoint: str,
-             options: SocketOptions = SocketOptions(max_frame=1 << 16)) -> RouterHub:
-        """A hub bound to `endpoint`; port 0 or * picks a free port (see `.endpoint`)."""
+             options: SocketOptions = SocketOptions(max_frame=1 << 16),
+             curve: CurveServer | None = None) -> RouterHub:
+        """A hub bound to `endpoint`; port 0 or * picks a free port (see `.endpoint`).
+        With `curve`, only peers whose keys the running authenticator admits get in."""
         sock = ctx.socket(zmq.ROUTER)
         options.apply(sock)
         sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        if curve is not None:
+            secure_server(sock, curve)
         if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
             endpoint = endpoint[:-2] + ":*"
         sock.bind(endpoint)
-        return cls(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT))
+        return cls(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT),
+                   CURVE if curve is not None else PLAINTEXT)
 
     def _ensure_pump(self) -> None:
         if self._pump is None:
@@ -103,13 +117,14 @@ class RouterHub:
         while not self._closed:
             if not await self._sock.poll(_POLL_MS, zmq.POLLIN):
                 continue
-            parts = await self._sock.recv_multipart(flags=zmq.NOBLOCK, copy=True)
-            identity, rest = parts[0], parts[1:]
-            item: bytes | ProtocolError = rest[0] if len(rest) == 1 else ProtocolError(
+            frames = await self._sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            identity, rest = frames[0].bytes, frames[1:]
+            item: bytes | ProtocolError = rest[0].bytes if len(rest) == 1 else ProtocolError(
                 f"message of {len(rest)} frames, expected 1", ErrorCode.MALFORMED)
             queue = self._queues.get(identity)
             if queue is None:
                 queue = self._queues[identity] = asyncio.Queue()
+                self.peers[identity] = _user_id(rest[-1]) if rest else ""
                 self._arrivals.put_nowait(identity)
             queue.put_nowait(item)
 
@@ -150,11 +165,24 @@ class RouterHub:
         self._sock.close(linger=0)
 
 
+def _user_id(frame: zmq.Frame) -> str:
+    """The User-Id ZAP attached to a frame ('' without authentication)."""
+    try:
+        return frame.get("User-Id") or ""
+    except (zmq.ZMQError, AttributeError):
+        return ""
+
+
 class RouterPipe:
     """The curator's pipe to one modeler, routed by the peer's ZeroMQ identity."""
 
     def __init__(self, hub: RouterHub, identity: bytes) -> None:
         self._hub, self.identity = hub, identity
+
+    @property
+    def peer(self) -> str:
+        """The authenticated peer (its z85 CURVE public key), or 'plaintext'."""
+        return self._hub.peers.get(self.identity) or PLAINTEXT
 
     async def send(self, frame: bytes) -> None:
         """Send one frame to this modeler."""
