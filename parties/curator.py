@@ -63,6 +63,20 @@ class Curator:
         self.queries: list[int] = []
         self.measured: list[float] = []  # raw measurements: never sent when LDP is on
         self.rewards: list[float] = []  # what was released
+        self.answered: dict[int, tuple[int, float]] = {}  # query seq -> (row, released value)
+
+    def respond(self, seq: int, index: int) -> float:
+        """The reward for query `seq`: a retry of an answered seq gets the recorded value
+        (no new evaluation, no new noise, no new ledger entry)."""
+        if seq in self.answered:
+            row, value = self.answered[seq]
+            if row != index:
+                raise ProtocolError(f"query {seq} was for row {row}, not {index}",
+                                    ErrorCode.SEQUENCE)
+            return value
+        value = self.answer(index)
+        self.answered[seq] = (int(index), value)
+        return value
 
     @property
     def n(self) -> int:

@@ -9,7 +9,7 @@ from parties.curator import Curator
 from parties.modeler import HyperFit, Modeler
 from parties.strategies import Strategy
 from protocol.channel import Channel
-from protocol.errors import ErrorCode, PeerError, ProtocolError
+from protocol.errors import ErrorCode, PeerError, PeerTimeout, ProtocolError
 from protocol.messages import (
     PROTOCOL_VERSION, Dataset, End, Error, Hello, ProjectedDataset, Query, Release,
     ReleaseRequest, Reward, SessionParams, Welcome,
@@ -23,6 +23,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         release: ProjectedDataset, session_id: str, *,
                         on_answer: StepCallback | None = None,
                         on_release: ReleaseHandler | None = None,
+                        on_commit: StepCallback | None = None,
                         max_refusals: int = 10_000) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
@@ -46,13 +47,16 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
             await _send_error(channel, exc.code, str(exc))
             continue
         if isinstance(message, Query):
+            fresh = message.seq not in curator.answered
             try:
-                value = curator.answer(message.index)
+                value = curator.respond(message.seq, message.index)
             except ProtocolError as exc:
                 await _send_error(channel, exc.code, str(exc))
                 continue
+            if fresh and on_commit is not None:
+                on_commit(message.seq, message.index, value)  # durable before it is sent
             await channel.send(Reward(message.seq, message.index, value, curator.noise_tag))
-            if on_answer is not None:
+            if fresh and on_answer is not None:
                 on_answer(message.seq, message.index, value)
         elif isinstance(message, ReleaseRequest):
             try:
@@ -91,7 +95,7 @@ async def _send_error(channel: Channel, code: ErrorCode, text: str) -> None:
 async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Generator, *,
                       hyper: HyperFit = HyperFit(), client: str = "pobo",
                       on_step: StepCallback | None = None,
-                      release: ReleaseRequest | None = None) -> Modeler:
+                      release: ReleaseRequest | None = None, retries: int = 2) -> Modeler:
     """Run one whole session as the modeler: handshake, T queries, optionally one DP
     release of the result (kept in `modeler.release`, or the refusal in
     `modeler.release_error`), end."""
@@ -101,8 +105,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
     modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)
     for seq in range(1, welcome.params.T + 1):
         index = modeler.next_index()
-        await channel.send(Query(seq, index))
-        reward = _expect(await channel.recv(), Reward)
+        reward = await _ask(channel, Query(seq, index), retries)
         modeler.observe(reward.index, reward.value)
         if on_step is not None:
             on_step(seq, reward.index, reward.value)
@@ -115,6 +118,25 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
             modeler.release = _expect(reply, Release)
     await channel.send(End("done"))
     return modeler
+
+
+async def _ask(channel: Channel, query: Query, retries: int) -> Reward:
+    """Send a query and wait for its reward; on a timeout resend the same query (same
+    sequence number: the curator answers it from its record) up to `retries` times.
+    A late duplicate of an earlier reward is skipped."""
+    for attempt in range(retries + 1):
+        await channel.send(query)
+        while True:
+            try:
+                return _expect(await channel.recv(), Reward)
+            except PeerTimeout:
+                if attempt == retries:
+                    raise
+                break
+            except ProtocolError as exc:
+                if exc.code is not ErrorCode.DUPLICATE:
+                    raise
+    raise AssertionError("unreachable")
 
 
 def _expect(message: object, kind: type):

@@ -14,6 +14,7 @@ class ErrorCode(str, Enum):
     INDEX_OUT_OF_RANGE = "index_out_of_range"
     BUDGET_EXHAUSTED = "budget_exhausted"
     SEQUENCE = "sequence"
+    DUPLICATE = "duplicate"
     OVERSIZED = "oversized"
     TIMEOUT = "timeout"
     PRIVACY_BUDGET = "privacy_budget"
@@ -37,7 +38,7 @@ class ProtocolError(PoboError):
         return self.code in (ErrorCode.MALFORMED, ErrorCode.UNKNOWN_KIND,
                              ErrorCode.INDEX_OUT_OF_RANGE, ErrorCode.BUDGET_EXHAUSTED,
                              ErrorCode.SEQUENCE, ErrorCode.OVERSIZED, ErrorCode.POLICY,
-                             ErrorCode.PRIVACY_BUDGET)
+                             ErrorCode.PRIVACY_BUDGET, ErrorCode.DUPLICATE)
 
 
 class PolicyViolation(ProtocolError):

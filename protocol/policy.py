@@ -73,6 +73,7 @@ class Boundary:
     hello_seen: bool = False
     last_query: int = 0
     outstanding: dict[int, int] = field(default_factory=dict)
+    asked: dict[int, int] = field(default_factory=dict)  # seq -> row of every query so far
     release_requested: bool = False
     released: bool = False
 
@@ -105,8 +106,12 @@ class Boundary:
             self._check_dataset(message)
             self.dataset_sent = True
         elif isinstance(message, Query):
+            if message.seq <= self.last_query and self.asked.get(message.seq) == message.index:
+                self.outstanding[message.seq] = message.index  # an idempotent retry
+                return
             self._check_query(message)
             self.last_query = message.seq
+            self.asked[message.seq] = message.index
             self.outstanding[message.seq] = message.index
         elif isinstance(message, ReleaseRequest):
             self._check_release_request(message)
@@ -118,6 +123,9 @@ class Boundary:
             self.released = True
         elif isinstance(message, Reward):
             self._check_reward_noise(message)
+            if message.seq not in self.outstanding and self.asked.get(message.seq) == message.index:
+                raise ProtocolError(f"duplicate reward for query {message.seq} (a retry's "
+                                    "answer arriving after the original)", ErrorCode.DUPLICATE)
             if self.outstanding.get(message.seq) != message.index:
                 raise ProtocolError(f"reward for query {message.seq} (row {message.index}) "
                                     "answers no outstanding query", ErrorCode.SEQUENCE)
