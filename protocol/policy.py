@@ -93,9 +93,9 @@ class Boundary:
     def _admit(self, sender: str, message: Message) -> None:
         check_message(self.policy, sender, message)
         if isinstance(message, Hello):
-            self._check_version(message.version)
-            if self.hello_seen:
+            if self.hello_seen:  # whatever its version: the session is already open
                 raise ProtocolError("a second hello in one session", ErrorCode.SEQUENCE)
+            self._check_version(message.version)
             self.hello_seen = True
         elif isinstance(message, Welcome):
             self._check_version(message.version)
