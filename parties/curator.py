@@ -65,6 +65,22 @@ class Curator:
         self.rewards: list[float] = []  # what was released
         self.answered: dict[int, tuple[int, float]] = {}  # query seq -> (row, released value)
 
+    def replay(self, seq: int, index: int, measured: float, value: float) -> None:
+        """Re-enter an answer from the journal after a restart. With seeded randomness the
+        measurement and the noise are drawn again (and must come out the same), so that
+        the generators continue exactly where an uninterrupted run would be; the ledger
+        entry is restored from the journal, not charged again."""
+        if self.source.mode == "seeded":
+            again = self.oracle.measure(index, self.rng)
+            noisy = again if self.ldp is None else self.ldp.privatise(again, self.source)
+            if (again, noisy) != (measured, value):
+                raise ValueError(f"replaying query {seq} drew ({again}, {noisy}), the journal "
+                                 f"holds ({measured}, {value}): not the same seed or data")
+        self.queries.append(int(index))
+        self.measured.append(float(measured))
+        self.rewards.append(float(value))
+        self.answered[seq] = (int(index), float(value))
+
     def respond(self, seq: int, index: int) -> float:
         """The reward for query `seq`: a retry of an answered seq gets the recorded value
         (no new evaluation, no new noise, no new ledger entry)."""

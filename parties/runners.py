@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -9,6 +11,8 @@ from parties.curator import Curator
 from parties.modeler import HyperFit, Modeler
 from parties.strategies import Strategy
 from protocol.channel import Channel
+from protocol.codec import decode
+from protocol.transcript import read_transcript
 from protocol.errors import ErrorCode, PeerError, PeerTimeout, ProtocolError
 from protocol.messages import (
     PROTOCOL_VERSION, Dataset, End, Error, Hello, ProjectedDataset, Query, Release,
@@ -24,6 +28,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         on_answer: StepCallback | None = None,
                         on_release: ReleaseHandler | None = None,
                         on_commit: StepCallback | None = None,
+                        hello: Hello | None = None, asked: dict[int, int] | None = None,
                         max_refusals: int = 10_000) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
@@ -32,9 +37,12 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     request goes to `on_release`, which computes it from the curator's own record (a
     refusal, e.g. past the privacy budget, is answered with a typed Error).
     """
-    await _receive_hello(channel)
+    if hello is None:  # a caller that needs the hello first (to resume) passes it in
+        await receive_hello(channel)
     await channel.send(Welcome(PROTOCOL_VERSION, session_id, params))
     await channel.send(Dataset(release))
+    if asked:
+        channel.boundary.restore_queries(asked)
     refusals = 0
     while True:
         try:
@@ -75,7 +83,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
             await _send_error(channel, ErrorCode.SEQUENCE, f"unexpected {type(message).__name__}")
 
 
-async def _receive_hello(channel: Channel) -> Hello:
+async def receive_hello(channel: Channel) -> Hello:
+    """The modeler's opening Hello; anything else is refused with an Error and raises."""
     try:
         message = await channel.recv()
     except ProtocolError as exc:
@@ -95,16 +104,29 @@ async def _send_error(channel: Channel, code: ErrorCode, text: str) -> None:
 async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Generator, *,
                       hyper: HyperFit = HyperFit(), client: str = "pobo",
                       on_step: StepCallback | None = None,
-                      release: ReleaseRequest | None = None, retries: int = 2) -> Modeler:
+                      release: ReleaseRequest | None = None, retries: int = 2,
+                      resume: ResumeState | None = None) -> Modeler:
     """Run one whole session as the modeler: handshake, T queries, optionally one DP
     release of the result (kept in `modeler.release`, or the refusal in
     `modeler.release_error`), end."""
-    await channel.send(Hello(PROTOCOL_VERSION, client))
+    await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else ""))
     welcome = _expect(await channel.recv(), Welcome)
     dataset = _expect(await channel.recv(), Dataset)
     modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)
-    for seq in range(1, welcome.params.T + 1):
+    first = 1
+    if resume is not None:
+        resume.check(welcome, dataset)
+        for seq, index, value in resume.answered:  # replay: the same choices, the same state
+            modeler.next_index()
+            modeler.observe(index, value)
+            if on_step is not None:
+                on_step(seq, index, value)
+        channel.boundary.restore_queries(resume.asked)
+        first = len(resume.answered) + 1
+    for seq in range(first, welcome.params.T + 1):
         index = modeler.next_index()
+        if resume is not None and seq in resume.asked:
+            index = resume.asked[seq]  # the query in flight when we stopped, retried as it was
         reward = await _ask(channel, Query(seq, index), retries)
         modeler.observe(reward.index, reward.value)
         if on_step is not None:
@@ -118,6 +140,53 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
             modeler.release = _expect(reply, Release)
     await channel.send(End("done"))
     return modeler
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """What a modeler recovers from its own transcript to resume a session."""
+
+    session: str
+    params: SessionParams
+    Z: np.ndarray
+    answered: list[tuple[int, int, float]]  # (seq, row, reward) in order
+    asked: dict[int, int]  # every query sent: seq -> row
+
+    def check(self, welcome: Welcome, dataset: Dataset) -> None:
+        """Refuse to resume against a different session or a different dataset."""
+        if welcome.session != self.session or welcome.params != self.params:
+            raise ProtocolError(f"the curator welcomed session {welcome.session}, not the "
+                                f"session {self.session} being resumed", ErrorCode.SEQUENCE)
+        if not np.array_equal(dataset.release.Z, self.Z):
+            raise ProtocolError("the curator sent a different dataset on resume",
+                                ErrorCode.SEQUENCE)
+
+
+def resume_state(transcript: str | Path) -> ResumeState:
+    """The session a modeler's transcript records, to continue it after a crash."""
+    welcome = dataset = None
+    asked: dict[int, int] = {}
+    answered: dict[int, tuple[int, float]] = {}
+    for record in read_transcript(transcript):
+        if record.kind not in ("welcome", "dataset", "query", "reward"):
+            continue
+        message = decode(record.frame)
+        if isinstance(message, Welcome):
+            if welcome is not None and message.session != welcome.session:
+                raise ValueError(f"{transcript} holds more than one session")
+            welcome = message
+        elif isinstance(message, Dataset) and dataset is None:
+            dataset = message
+        elif isinstance(message, Query) and record.dir == "sent":
+            asked[message.seq] = message.index
+        elif isinstance(message, Reward) and record.dir == "recv":
+            answered[message.seq] = (message.index, message.value)
+    if welcome is None or dataset is None:
+        raise ValueError(f"{transcript} records no session to resume")
+    done = [(seq, *answered[seq]) for seq in sorted(answered)]
+    if [seq for seq, _, _ in done] != list(range(1, len(done) + 1)):
+        raise ValueError(f"{transcript}: the answered queries are not 1..k")
+    return ResumeState(welcome.session, welcome.params, dataset.release.Z, done, asked)
 
 
 async def _ask(channel: Channel, query: Query, retries: int) -> Reward:

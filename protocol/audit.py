@@ -22,7 +22,7 @@ import numpy as np
 from protocol.codec import decode
 from protocol.errors import ProtocolError
 from protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
-from protocol.messages import Dataset, Error, Release, Reward, Welcome
+from protocol.messages import Dataset, Error, Hello, Release, Reward, Welcome
 from protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
 from protocol.transcript import GENESIS, Record, TranscriptError, raw_records
 
@@ -135,9 +135,15 @@ def _role(messages: list) -> str:
 
 
 def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
+    carried: dict[int, int] | None = None
     for i, (r, m) in enumerate(messages):
         if m is None:
             continue
+        if isinstance(m, Hello) and m.resume and boundary.hello_seen:
+            # a resumed connection: a fresh handshake, then the queries asked before count
+            report.notes.append(f"record {r.seq}: session resumed")
+            carried = dict(boundary.asked)
+            boundary = Boundary(boundary.policy, boundary.role)
         try:
             (boundary.outgoing if r.dir == "sent" else boundary.incoming)(m)
         except ProtocolError as exc:
@@ -151,6 +157,10 @@ def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
                                          f"({exc}) and did not refuse it")
             else:
                 report.notes.append(f"record {r.seq}: refused a forbidden {r.kind} ({exc})")
+            continue
+        if isinstance(m, Dataset) and carried is not None:
+            boundary.restore_queries(carried)
+            carried = None
 
 
 def recompute_ledger(messages: list, welcome: Welcome) -> Ledger:

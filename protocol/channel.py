@@ -39,6 +39,16 @@ class Channel:
         self.transcript = transcript
         self.max_frame = max_frame
         self.timeout = timeout
+        self.last_frame: bytes | None = None
+
+    def settle(self, boundary: Boundary, transcript: Transcript | None) -> None:
+        """Adopt the session's boundary and transcript once the opening message has
+        decided which session this is (a resumed one, say), recording that message."""
+        self.boundary = boundary
+        self.transcript = transcript
+        if transcript is not None and self.last_frame is not None:
+            transcript.append("recv", kind_of(decode(self.last_frame, self.max_frame)),
+                              self.last_frame)
 
     async def send(self, message: Message) -> None:
         """Check `message` against the policy, encode, record and send it."""
@@ -51,6 +61,7 @@ class Channel:
     async def recv(self, timeout: float | None = None) -> Message:
         """The next message from the peer, decoded and admitted by the policy."""
         frame = await self.pipe.recv(self.timeout if timeout is None else timeout)
+        self.last_frame = frame
         try:
             message = decode(frame, self.max_frame)
         except ProtocolError:

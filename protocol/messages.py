@@ -88,10 +88,12 @@ class ProjectedDataset:
 
 @dataclass(frozen=True)
 class Hello:
-    """Modeler's opening message: its protocol version and a free-form client name."""
+    """Modeler's opening message: its protocol version, a free-form client name, and the
+    id of a session to resume ('' for a new one)."""
 
     version: int
     client: str
+    resume: str = ""
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,13 @@ class Boundary:
                                     "answers no outstanding query", ErrorCode.SEQUENCE)
             del self.outstanding[message.seq]
 
+    def restore_queries(self, asked: dict[int, int]) -> None:
+        """Continue a resumed session: the queries asked before the interruption (seq ->
+        row) count as asked; each may be retried, and the next new one is max seq + 1."""
+        self.asked = dict(asked)
+        self.last_query = max(asked, default=0)
+        self.outstanding = {}
+
     def _session(self, what: str) -> SessionParams:
         if self.params is None:
             raise ProtocolError(f"{what} before the welcome", ErrorCode.SEQUENCE)

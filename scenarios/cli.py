@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from parties.journal import Journal
 from parties.modeler import FIT_MODES, HyperFit
 from parties.strategies import STRATEGIES
 from protocol.errors import PoboError
@@ -121,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sessions", type=int, default=1,
                    help="modeler sessions to serve concurrently, each with its own projection, "
                         "budget and ledger, in OUT/SESSION/ (0: until SIGINT/SIGTERM)")
+    p.add_argument("--journal", type=Path,
+                   help="SQLite journal: answers are committed before they are sent, and a "
+                        "restarted curator resumes the sessions in it")
     p.add_argument("--curve-secret", type=Path, help="CURVE: the curator's secret key file")
     p.add_argument("--curve-allow", type=Path,
                    help="CURVE: directory of the modeler public keys to admit")
@@ -138,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--non-private", action="store_true",
                    help="accept the curator's non-private identity release of X")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a reply")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the session recorded in OUT/modeler.transcript")
     p.add_argument("--curve-secret", type=Path, help="CURVE: the modeler's secret key file")
     p.add_argument("--curve-server", type=Path, help="CURVE: the curator's public key file")
     p.add_argument("--out", type=Path, default=Path("runs/modeler"))
@@ -334,8 +340,14 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         seed = config.seed if config.seed is None or i == 0 else config.seed * 1_000_003 + i
         return prepare_curator(replace(config, seed=seed), problem)
 
-    result = asyncio.run(serve_curator(side, args.bind, args.out, sessions=args.sessions,
-                                       accept_timeout=args.accept_timeout, curve=curve))
+    journal = Journal(args.journal) if args.journal else None
+    try:
+        result = asyncio.run(serve_curator(side, args.bind, args.out, sessions=args.sessions,
+                                           accept_timeout=args.accept_timeout, curve=curve,
+                                           journal=journal))
+    finally:
+        if journal is not None:
+            journal.close()
     results = result if isinstance(result, list) else [result]
     for r in results:
         print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
@@ -351,7 +363,8 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
                                          curve=CurveClient(*_curve_pair(
                                              args.curve_secret, args.curve_server, "server"))
                                          if args.curve_secret else None,
-                                         timeout=args.timeout, verbose=args.verbose))
+                                         timeout=args.timeout, resume=args.resume,
+                                         verbose=args.verbose))
     print(f"[modeler] {len(result['queries'])} queries; best reward {result['best_reward']} "
           f"at row {result['best_index']}", flush=True)
     return 0 if result["status"] == "ok" else 1

@@ -10,14 +10,20 @@ import asyncio
 import signal
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import zmq.asyncio
 
 from parties.modeler import HyperFit
 from protocol.messages import ReleaseRequest
-from protocol.policy import CURATOR, MODELER
-from scenarios.session import CuratorSide, curate, open_channel, optimise
+from parties.journal import Journal
+from parties.runners import receive_hello, resume_state
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import Error
+from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from protocol.transcript import Transcript
+from scenarios.session import CuratorSide, curate, open_channel, optimise, resume_side
 from transport.security import CurveClient, CurveServer, start_authenticator
 from transport.sockets import DealerPipe, RouterHub
 
@@ -26,7 +32,8 @@ LISTENING = "[curator] listening on "
 
 async def serve_curator(side: CuratorSide | Callable[[int], CuratorSide], bind: str,
                         out: Path | None, *, sessions: int = 1, accept_timeout: float = 120.0,
-                        curve: CurveServer | None = None, verbose: bool = True,
+                        curve: CurveServer | None = None, journal: Journal | None = None,
+                        verbose: bool = True,
                         on_bound: Callable[[str], None] | None = None) -> dict | list[dict]:
     """Bind a ROUTER at `bind` and serve modeler sessions; return the result(s).
 
@@ -39,6 +46,8 @@ async def serve_curator(side: CuratorSide | Callable[[int], CuratorSide], bind: 
     SIGINT and SIGTERM stop the curator after every open session has written its record.
     """
     make_side = side if callable(side) else (lambda i: side)
+    # `journal`: answers are committed before they are sent, and a Hello naming a
+    # journaled session resumes it (after a crash of either side)
     ctx = zmq.asyncio.Context()
     auth = start_authenticator(ctx, curve) if curve is not None else None
     hub = RouterHub.bind(ctx, bind, curve=curve)
@@ -57,10 +66,9 @@ async def serve_curator(side: CuratorSide | Callable[[int], CuratorSide], bind: 
                 accepting.cancel()
                 break
             pipe = accepting.result()
-            this = make_side(index)
-            this = replace(this, params=replace(this.params, security=hub.security))
-            where = out if sessions == 1 or out is None else out / this.session_id
-            tasks.append(asyncio.ensure_future(_session(pipe, this, where, verbose)))
+            tasks.append(asyncio.ensure_future(_session(
+                pipe, partial(make_side, index), out, sessions != 1, hub.security, verbose,
+                journal)))
             index += 1
         waiting = asyncio.ensure_future(asyncio.gather(*tasks, return_exceptions=True))
         await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -78,13 +86,34 @@ async def serve_curator(side: CuratorSide | Callable[[int], CuratorSide], bind: 
         ctx.term()
 
 
-async def _session(pipe, side: CuratorSide, out: Path | None, verbose: bool) -> dict:
-    channel = open_channel(pipe, CURATOR, side.config.non_private, out, side.config.timeout)
+async def _session(pipe, new_side: Callable[[], CuratorSide], out: Path | None,
+                   per_session_folder: bool, security: str, verbose: bool,
+                   journal: Journal | None) -> dict:
+    """One session: read the Hello, then start a new session or resume a journaled one."""
+    channel = open_channel(pipe, CURATOR, False, None, 60.0)
     try:
-        result = await curate(channel, side, out, verbose=verbose, peer=pipe.peer)
+        hello = await receive_hello(channel)
+        try:
+            if hello.resume and journal is None:
+                raise ProtocolError("this curator keeps no journal: nothing to resume",
+                                    ErrorCode.SEQUENCE)
+            side = resume_side(journal, hello.resume) if hello.resume else new_side()
+        except ProtocolError as exc:
+            await channel.send(Error(exc.code.value, str(exc)[:1000]))
+            raise
+        side = replace(side, params=replace(side.params, security=security))
+        where = out / side.session_id if per_session_folder and out is not None else out
+        policy = NON_PRIVATE if side.config.non_private else PRIVATE
+        boundary = Boundary(policy, CURATOR)
+        boundary.incoming(hello)
+        transcript = (Transcript(where / "curator.transcript", resume=bool(hello.resume))
+                      if where is not None else None)
+        channel.settle(boundary, transcript)
+        channel.timeout = side.config.timeout
+        return await curate(channel, side, where, verbose=verbose, peer=pipe.peer, hello=hello,
+                            journal=journal)
     finally:
         channel.close()
-    return result
 
 
 def _stop_on_signals() -> asyncio.Future:
@@ -111,15 +140,22 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
                           strategy: str = "gp-ucb", hyper: HyperFit = HyperFit(),
                           beta_scale: float | None = None, release: ReleaseRequest | None = None,
                           non_private: bool = False, curve: CurveClient | None = None,
-                          timeout: float = 60.0, verbose: bool = False) -> dict:
+                          timeout: float = 60.0, resume: bool = False,
+                          verbose: bool = False) -> dict:
     """Connect a DEALER to the curator at `connect` (CURVE-encrypted to its key when
-    `curve` is given) and run one session as the modeler."""
+    `curve` is given) and run one session as the modeler; with `resume`, continue the
+    session recorded in out/modeler.transcript (same seed and options as before)."""
+    state = None
+    if resume:
+        if out is None:
+            raise ValueError("resuming needs the output folder holding the modeler's transcript")
+        state = resume_state(out / "modeler.transcript")
     ctx = zmq.asyncio.Context()
     channel = open_channel(DealerPipe.connect(ctx, connect, curve=curve), MODELER, non_private,
-                           out, timeout)
+                           out, timeout, resume=resume)
     try:
         return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
-                              release=release, verbose=verbose)
+                              release=release, resume=state, verbose=verbose)
     finally:
         channel.close()
         ctx.term()

@@ -7,6 +7,7 @@ in scenarios.launch for two OS processes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import time
@@ -20,10 +21,16 @@ from parties.ldp import ConvertToLaplace, subweibull_clip
 from parties.noise import NoiseSource
 from parties.modeler import HyperFit
 from parties.projection import identity_release, project, singular_values
-from parties.runners import run_modeler, serve_session
+from parties.runners import ResumeState, run_modeler, serve_session
 from parties.strategies import make_strategy
 from protocol.channel import Channel
-from protocol.messages import Mechanism, ProjectedDataset, ReleaseRequest, SessionParams
+from parties.journal import Journal, JournaledSession
+from protocol.codec import decode, encode
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import (
+    PROTOCOL_VERSION, Dataset, Hello, Mechanism, ProjectedDataset, ReleaseRequest,
+    SessionParams, Welcome,
+)
 from protocol.ledger import Entry, Ledger
 from protocol.policy import (
     CURATOR, DP_PROJECTION, LDP_REWARD, MODELER, NON_PRIVATE, PRIVATE, Boundary,
@@ -76,6 +83,7 @@ class CuratorSide:
     session_id: str
     ldp: ConvertToLaplace | None = None
     ledger: Ledger = field(default_factory=Ledger)
+    restored: JournaledSession | None = None  # a session resumed from the curator's journal
 
 
 def prepare_curator(config: RunConfig, problem: Problem | None = None) -> CuratorSide:
@@ -123,6 +131,46 @@ def release_request(config: RunConfig) -> ReleaseRequest | None:
     return ReleaseRequest(config.release, config.release_epsilon, config.release_delta)
 
 
+def journal_config(config: RunConfig) -> dict:
+    """The curator's part of a run configuration, as JSON for the journal."""
+    keep = ("scenario", "epsilon", "delta", "r", "T", "seed", "non_private", "timeout",
+            "options", "ldp_epsilon", "budget_epsilon", "budget_delta")
+    return {k: getattr(config, k) for k in keep}
+
+
+def digest(f: np.ndarray) -> str:
+    """SHA-256 of the objective's bytes: a resumed session must see the same data."""
+    return hashlib.sha256(np.ascontiguousarray(f, dtype=np.float64).tobytes()).hexdigest()
+
+
+def resume_side(journal: Journal, session: str, timeout: float | None = None) -> CuratorSide:
+    """The CuratorSide of a journaled session, rebuilt to continue it after a restart.
+
+    The data are rebuilt from the scenario (the same seed or --data) and must match the
+    journaled digest; the public parameters and the released dataset are the journaled
+    frames themselves, and the ledger is restored entry by entry.
+    """
+    saved = journal.load(session)
+    if saved is None:
+        raise ProtocolError(f"no session {session[:40]!r} in this curator's journal",
+                            ErrorCode.SEQUENCE)
+    config = RunConfig(**{**saved.config, **({"timeout": timeout} if timeout else {})})
+    problem = build_problem(config.scenario, config.seed, **config.options)
+    if digest(problem.f) != saved.f_digest:
+        raise ProtocolError("the scenario's data differ from the journaled session's "
+                            "(another seed or data file?)", ErrorCode.INTERNAL)
+    welcome, dataset = decode(saved.welcome), decode(saved.dataset)
+    ledger = Ledger(config.budget_epsilon or math.inf, config.budget_delta or 1.0)
+    ledger.entries = list(saved.ledger)
+    ldp = ldp_mechanism(problem, config.ldp_epsilon, config.T) if config.ldp_epsilon else None
+    sigma = float(singular_values(problem.X)[-1])
+    report = {"sigma_min": sigma, "omega": dataset.release.omega or None,
+              "lifted": bool(dataset.release.omega and sigma < dataset.release.omega),
+              "noise_bound": welcome.params.noise_bound}
+    return CuratorSide(config, problem, welcome.params, dataset.release, report, session, ldp,
+                       ledger, saved)
+
+
 def privacy_source(seed: int | None, stream: str) -> NoiseSource:
     """Randomness that protects privacy: seeded for simulation, the OS CSPRNG without a seed."""
     return NoiseSource(None if seed is None else rng_for(seed, stream))
@@ -143,26 +191,51 @@ def ldp_mechanism(problem: Problem, epsilon: float, T: int) -> ConvertToLaplace:
 
 
 def open_channel(pipe, role: str, non_private: bool, out: Path | None,
-                 timeout: float) -> Channel:
-    """A channel for `role` over `pipe`, transcribed to out/<role>.transcript."""
+                 timeout: float, resume: bool = False) -> Channel:
+    """A channel for `role` over `pipe`, transcribed to out/<role>.transcript (continuing
+    that transcript's chain when `resume`)."""
     policy = NON_PRIVATE if non_private else PRIVATE
-    transcript = Transcript(out / f"{role}.transcript") if out is not None else None
+    transcript = Transcript(out / f"{role}.transcript", resume) if out is not None else None
     return Channel(pipe, Boundary(policy, role), transcript, timeout=timeout)
 
 
 async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *,
-                 verbose: bool = True, peer: str = "in-process") -> dict:
+                 verbose: bool = True, peer: str = "in-process", hello: Hello | None = None,
+                 journal: Journal | None = None) -> dict:
     """Serve one modeler session; return the curator's result, written to
-    out/curator.json even when the session fails part-way."""
+    out/curator.json even when the session fails part-way.
+
+    With a `journal`, every answer is committed to it before its reward is sent, and a
+    session restored from it (`side.restored`) continues where it stopped.
+    """
     problem, T = side.problem, side.params.T
     source = privacy_source(side.config.seed, "ldp-noise")
     curator = Curator(Oracle(problem.f, problem.noise_var, problem.noise, problem.R), T,
                       rng_for(side.config.seed, "measurement-noise"), side.ldp, source,
                       side.ledger)
-    released: list = []
+    sid = side.session_id
+    if side.restored is not None:
+        for seq, row, measured, value in side.restored.answers:
+            curator.replay(seq, row, measured, value)
+    elif journal is not None:
+        journal.open_session(sid, journal_config(side.config), encode(Welcome(
+            PROTOCOL_VERSION, sid, side.params)), encode(Dataset(side.release)),
+            digest(problem.f), list(side.ledger.entries))
+    released: list = [side.restored.release] if side.restored and side.restored.release else []
+
+    def record_release(result) -> None:
+        released.append(asdict(result))
+        if journal is not None:
+            journal.record_release(sid, released[-1], side.ledger.entries[-1:])
+
     handler = release_handler(problem, side.release.Z, side.params.kernel, curator, side.ledger,
                               privacy_source(side.config.seed, "release-noise"),
-                              record=released.append)
+                              record=record_release)
+
+    def commit(seq: int, index: int, value: float) -> None:
+        if journal is not None:
+            entries = side.ledger.entries[-1:] if side.ldp is not None else []
+            journal.record_answer(sid, seq, index, curator.measured[-1], value, entries)
 
     def progress(seq: int, index: int, value: float) -> None:
         if verbose:
@@ -172,12 +245,16 @@ async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *
 
     started, status, reason = time.perf_counter(), "error", None
     try:
-        reason = await serve_session(channel, curator, side.params, side.release,
-                                     side.session_id, on_answer=progress, on_release=handler)
+        reason = await serve_session(
+            channel, curator, side.params, side.release, sid, on_answer=progress,
+            on_release=handler, on_commit=commit, hello=hello,
+            asked={seq: row for seq, (row, _) in curator.answered.items()})
         status = "ok"
     finally:
+        if journal is not None:
+            journal.set_status(sid, status)
         result = curator_result(side, curator, status, reason, time.perf_counter() - started)
-        result["release"] = asdict(released[0]) if released else None
+        result["release"] = released[0] if released else None
         result["transcript_head"] = channel.transcript.head if channel.transcript else None
         result["security"], result["peer"] = side.params.security, peer
         if out is not None:
@@ -215,7 +292,7 @@ def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str
 async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                    out: Path | None = None, *, hyper: HyperFit = HyperFit(),
                    beta_scale: float | None = None, release: ReleaseRequest | None = None,
-                   verbose: bool = False) -> dict:
+                   resume: ResumeState | None = None, verbose: bool = False) -> dict:
     """Run the modeler's side of one session (asking for a DP `release` of the result at
     the end, if given); return what it saw and chose, written to out/modeler.json even
     when the session fails part-way."""
@@ -232,7 +309,8 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
     try:
         modeler = await run_modeler(channel, make_strategy(strategy, beta_scale),
                                     rng_for(seed, "modeler"),
-                                    hyper=hyper, on_step=progress, release=release)
+                                    hyper=hyper, on_step=progress, release=release,
+                                    resume=resume)
         released = {"release": None if modeler.release is None else asdict(modeler.release),
                     "release_error": modeler.release_error}
         fits = [{"kernel": f.kernel.name, "lengthscales": list(f.kernel.lengthscales),

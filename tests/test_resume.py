@@ -1,0 +1,111 @@
+"""kill -9 either party mid-run, restart it, and the run completes with exactly T
+evaluations and the same ledger as an uninterrupted run (curator journal + modeler
+--resume). Processes are killed in a finally; waits are bounded."""
+import asyncio
+import json
+import socket
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from protocol.audit import audit_transcript
+from scenarios.remote import LISTENING
+from scenarios.session import RunConfig, run_inproc
+
+POBO = [sys.executable, "-m", "scenarios.cli"]
+T, SEED = 12, 4
+SCENARIO = ["synthetic", "--grid", "10", "--T", str(T), "--seed", str(SEED), "--ldp-eps", "2"]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _curator(tmp_path, port):
+    proc = subprocess.Popen([*POBO, "curator", *SCENARIO, "--bind", f"tcp://127.0.0.1:{port}",
+                             "--journal", str(tmp_path / "journal.db"), "--sessions", "0",
+                             "--timeout", "3", "--out", str(tmp_path / "c")],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout.readline().startswith(LISTENING)
+    return proc
+
+
+def _modeler(tmp_path, port, *extra):
+    return subprocess.Popen([*POBO, "modeler", "--connect", f"tcp://127.0.0.1:{port}",
+                             "--seed", str(SEED), "--timeout", "1", "--out", str(tmp_path / "m"),
+                             "--verbose", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def _steps(proc, k):
+    for _ in range(k):
+        line = proc.stdout.readline()
+        assert line.startswith("[modeler] t="), line
+
+
+def _kill(*procs):
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+        if p is not None:
+            p.wait(15)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    cfg = RunConfig(T=T, seed=SEED, ldp_epsilon=2.0, options={"grid": 10})
+    return asyncio.run(run_inproc(cfg, tmp_path_factory.mktemp("ref"), transcripts=False))
+
+
+def _check(tmp_path, reference):
+    [folder] = [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
+    record = json.loads((folder / "curator.json").read_text())
+    modeler = json.loads((tmp_path / "m" / "modeler.json").read_text())
+    assert record["status"] == "ok" and modeler["status"] == "ok"
+    assert record["queries"] == reference["queries"] and len(record["queries"]) == T
+    assert modeler["queries"] == reference["queries"]
+    assert record["rewards"] == reference["rewards"]
+    assert record["ledger"] == reference["ledger"]
+    with sqlite3.connect(tmp_path / "journal.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == T  # T evaluations
+    for path in (folder / "curator.transcript", tmp_path / "m" / "modeler.transcript"):
+        report = audit_transcript(path)
+        assert report.ok, report.violations
+
+
+def test_modeler_killed_mid_run_resumes_from_its_transcript(tmp_path, reference):
+    port = _port()
+    curator = _curator(tmp_path, port)
+    modeler = again = None
+    try:
+        modeler = _modeler(tmp_path, port)
+        _steps(modeler, 5)
+        modeler.kill()
+        modeler.wait(10)
+        again = _modeler(tmp_path, port, "--resume")
+        assert again.wait(60) == 0
+    finally:
+        _kill(modeler, again, curator)
+    _check(tmp_path, reference)
+
+
+def test_curator_killed_mid_run_resumes_from_its_journal(tmp_path, reference):
+    port = _port()
+    curator = _curator(tmp_path, port)
+    modeler = restarted = again = None
+    try:
+        modeler = _modeler(tmp_path, port)
+        _steps(modeler, 5)
+        curator.kill()
+        curator.wait(10)
+        assert modeler.wait(30) != 0  # the modeler gives up after its retries
+        restarted = _curator(tmp_path, port)
+        again = _modeler(tmp_path, port, "--resume")
+        assert again.wait(60) == 0
+    finally:
+        _kill(modeler, again, curator, restarted)
+    _check(tmp_path, reference)
