@@ -1,14 +1,17 @@
-"""The curator's side: answers queries with noisy evaluations of f, within budget T."""
+"""The curator's side of a session: answers queries with noisy evaluations of f, within T
+evaluations and the dataset's privacy budget."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
+from parties.budget import DatasetLedger
+from parties.journal import Journal
 from parties.ldp import ConvertToLaplace
 from parties.noise import NoiseSource
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.ledger import LOCAL, Entry, Ledger
+from protocol.ledger import LOCAL, Entry
 from protocol.policy import LDP_REWARD
 
 NOISE_MODELS = ("gaussian", "uniform", "student-t")
@@ -49,13 +52,14 @@ def regret_traces(f: np.ndarray, queried: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 class Curator:
-    """Synchronous curator state: the oracle, the budget, and the record of answers."""
+    """Synchronous curator state for one session: the oracle, the evaluation budget T, and
+    the record of answers, each committed to the dataset's journal with its ledger entry."""
 
     def __init__(self, oracle: Oracle, budget: int, rng: np.random.Generator,
                  ldp: ConvertToLaplace | None = None, source: NoiseSource | None = None,
-                 ledger: Ledger | None = None) -> None:
+                 ledger: DatasetLedger | None = None) -> None:
         self.oracle = oracle
-        self.ledger = ledger if ledger is not None else Ledger()
+        self.ledger = ledger if ledger is not None else DatasetLedger(Journal())
         self.budget = int(budget)
         self.rng = rng
         self.ldp = ldp
@@ -69,17 +73,14 @@ class Curator:
         """Re-enter an answer from the journal after a restart. With seeded randomness the
         measurement and the noise are drawn again (and must come out the same), so that
         the generators continue exactly where an uninterrupted run would be; the ledger
-        entry is restored from the journal, not charged again."""
+        entry is already in the journal, not charged again."""
         if self.source.mode == "seeded":
             again = self.oracle.measure(index, self.rng)
             noisy = again if self.ldp is None else self.ldp.privatise(again, self.source)
             if (again, noisy) != (measured, value):
                 raise ValueError(f"replaying query {seq} drew ({again}, {noisy}), the journal "
                                  f"holds ({measured}, {value}): not the same seed or data")
-        self.queries.append(int(index))
-        self.measured.append(float(measured))
-        self.rewards.append(float(value))
-        self.answered[seq] = (int(index), float(value))
+        self._keep(seq, index, measured, value)
 
     def respond(self, seq: int, index: int) -> float:
         """The reward for query `seq`: a retry of an answered seq gets the recorded value
@@ -90,33 +91,39 @@ class Curator:
                 raise ProtocolError(f"query {seq} was for row {row}, not {index}",
                                     ErrorCode.SEQUENCE)
             return value
-        value = self.answer(index)
-        self.answered[seq] = (int(index), value)
-        return value
+        return self.answer(seq, index)
 
     @property
     def n(self) -> int:
         """Number of candidate rows."""
         return self.oracle.f.shape[0]
 
-    def answer(self, index: int) -> float:
-        """Evaluate f at row `index` (plus noise), refusing out-of-range rows and overspend."""
+    def answer(self, seq: int, index: int) -> float:
+        """Evaluate f at row `index` (plus noise) for query `seq` and commit the answer with
+        its LDP ledger entry in one journal transaction, before it can be sent. Refused
+        before anything is evaluated or drawn: an out-of-range row, a spent T, and a report
+        that would take the row past the dataset's LDP row budget."""
         if not 0 <= index < self.n:
             raise ProtocolError(f"row index {index} out of range [0, {self.n})",
                                 ErrorCode.INDEX_OUT_OF_RANGE)
         if len(self.queries) >= self.budget:
             raise ProtocolError(f"the budget of {self.budget} evaluations is spent",
                                 ErrorCode.BUDGET_EXHAUSTED)
+        entries = ([] if self.ldp is None else
+                   [Entry(LDP_REWARD, self.ldp.epsilon, self.ldp.delta, LOCAL, int(index))])
+        self.ledger.check(entries)
         measured = self.oracle.measure(index, self.rng)
-        if self.ldp is None:
-            value = measured
-        else:
-            self.ledger.charge(Entry(LDP_REWARD, self.ldp.epsilon, self.ldp.delta, LOCAL, index))
-            value = self.ldp.privatise(measured, self.source)
-        self.queries.append(int(index))
-        self.measured.append(measured)
-        self.rewards.append(value)
+        value = measured if self.ldp is None else self.ldp.privatise(measured, self.source)
+        self.ledger.journal.record_answer(self.ledger.session, seq, int(index), measured, value,
+                                          entries, self.ledger.budget)
+        self._keep(seq, index, measured, value)
         return value
+
+    def _keep(self, seq: int, index: int, measured: float, value: float) -> None:
+        self.queries.append(int(index))
+        self.measured.append(float(measured))
+        self.rewards.append(float(value))
+        self.answered[seq] = (int(index), float(value))
 
     @property
     def noise_tag(self) -> str:

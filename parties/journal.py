@@ -1,9 +1,16 @@
-"""The curator's journal: a SQLite database (WAL) that a restarted curator resumes from.
+"""The curator's journal: one SQLite database holding all of its durable state.
 
-One row per session (its run configuration, the encoded welcome and dataset frames,
-a digest of the objective, status), one per answered query (committed in its own
-transaction before the reward is sent, so an answer the modeler saw is never lost and
-never evaluated twice), one per privacy-ledger entry, and the release if any.
+The prepared dataset's digest (a journal serves one dataset), the projections served
+(each stored once, content-addressed by its parameters, and referenced by every session
+that uses it), every session (its configuration, welcome frame, projection key, status
+and release), every answered query (committed in the same transaction as its ledger
+entry, before the reward is sent: an answer the modeler saw is never lost and never
+evaluated twice), and the dataset's privacy ledger across all sessions and restarts
+(central entries, and per-row local totals for the LDP row budget). Every write that
+charges the ledger checks the budget inside its transaction (BEGIN IMMEDIATE), so not
+even two processes sharing one journal can overspend it.
+
+`Journal(":memory:")` keeps the same state for the life of the process only.
 sqlite3 from the standard library: no hand-rolled file format for state that must
 survive a crash.
 """
@@ -11,22 +18,38 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import asdict, dataclass
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.ledger import Entry
+from protocol.ledger import CENTRAL, LOCAL, Budget, Entry, PrivacyBudgetExceeded, local_summary
 
+SCHEMA_VERSION = 2
 SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS projections (
+    key TEXT PRIMARY KEY, frame BLOB NOT NULL, report TEXT NOT NULL, created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY, config TEXT NOT NULL, welcome BLOB NOT NULL, dataset BLOB NOT NULL,
-    f_digest TEXT NOT NULL, status TEXT NOT NULL, release TEXT);
+    id TEXT PRIMARY KEY, ordinal INTEGER NOT NULL, config TEXT NOT NULL, welcome BLOB NOT NULL,
+    projection TEXT NOT NULL REFERENCES projections(key), f_digest TEXT NOT NULL,
+    status TEXT NOT NULL, release TEXT, created REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS answers (
     session TEXT NOT NULL, seq INTEGER NOT NULL, row INTEGER NOT NULL, measured REAL NOT NULL,
     value REAL NOT NULL, PRIMARY KEY (session, seq));
 CREATE TABLE IF NOT EXISTS ledger (
-    session TEXT NOT NULL, n INTEGER NOT NULL, mechanism TEXT NOT NULL, epsilon REAL NOT NULL,
-    delta REAL NOT NULL, scope TEXT NOT NULL, row INTEGER NOT NULL, PRIMARY KEY (session, n));
+    n INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL, mechanism TEXT NOT NULL,
+    epsilon REAL NOT NULL, delta REAL NOT NULL, scope TEXT NOT NULL, row INTEGER NOT NULL,
+    time REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS ledger_scope ON ledger (scope, session);
+CREATE TABLE IF NOT EXISTS row_ledger (
+    row INTEGER PRIMARY KEY, epsilon REAL NOT NULL, delta REAL NOT NULL, reports INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS row_ledger_eps ON row_ledger (epsilon);
 """
+
+
+class JournalError(Exception):
+    """A journal that cannot serve this curator (another dataset, an older schema)."""
 
 
 @dataclass(frozen=True)
@@ -34,63 +57,134 @@ class JournaledSession:
     """Everything a restarted curator needs to resume one session."""
 
     session: str
+    ordinal: int
     config: dict
     welcome: bytes
-    dataset: bytes
+    projection: str
     f_digest: str
     status: str
     answers: list[tuple[int, int, float, float]]  # (seq, row, measured, value)
-    ledger: list[Entry]
+    ledger: list[Entry]  # this session's own entries
     release: dict | None
 
 
 class Journal:
-    """A curator's journal file; safe to share between the sessions of one process."""
+    """A curator's journal; one per curator process, shared by all of its sessions."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+        if version != SCHEMA_VERSION and tables:
+            self._db.close()
+            raise JournalError(f"{self.path} is a journal of schema {version}, this pobo "
+                               f"writes schema {SCHEMA_VERSION}: start a new journal")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
+        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    def _transaction(self, statements: list[tuple[str, tuple]]) -> None:
-        cur = self._db.cursor()
-        cur.execute("BEGIN IMMEDIATE")
-        try:
-            for sql, args in statements:
-                cur.execute(sql, args)
-            cur.execute("COMMIT")
-        except BaseException:
-            cur.execute("ROLLBACK")
-            raise
+    # -- transactions -------------------------------------------------------------------
 
-    def _entry_rows(self, session: str, entries: list[Entry]) -> list[tuple[str, tuple]]:
-        (n,) = self._db.execute("SELECT COUNT(*) FROM ledger WHERE session = ?", (session,)).fetchone()
-        return [("INSERT INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?)",
-                 (session, n + k, e.mechanism, e.epsilon, e.delta, e.scope, e.row))
-                for k, e in enumerate(entries)]
+    def _transaction(self, statements: list[tuple[str, tuple]], session: str = "",
+                     entries: list[Entry] = (), budget: Budget | None = None) -> None:
+        """Run `statements` and charge `entries` in one transaction; with a `budget`,
+        check every entry against what is spent inside the transaction first."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                now = time.time()
+                for e in entries:
+                    if budget is not None:
+                        why = budget.refusal(e, self._spent(cur, e))
+                        if why is not None:
+                            raise PrivacyBudgetExceeded(why)
+                    cur.execute("INSERT INTO ledger (session, mechanism, epsilon, delta, scope, "
+                                "row, time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                (session, e.mechanism, e.epsilon, e.delta, e.scope, e.row, now))
+                    if e.scope == LOCAL:
+                        cur.execute("INSERT INTO row_ledger VALUES (?, ?, ?, 1) ON CONFLICT(row) "
+                                    "DO UPDATE SET epsilon = epsilon + excluded.epsilon, "
+                                    "delta = delta + excluded.delta, reports = reports + 1",
+                                    (e.row, e.epsilon, e.delta))
+                for sql, args in statements:
+                    cur.execute(sql, args)
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
 
-    def open_session(self, session: str, config: dict, welcome: bytes, dataset: bytes,
-                     f_digest: str, entries: list[Entry]) -> None:
-        """Record a new session and its setup-time ledger entries, atomically."""
-        self._transaction([("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, 'open', NULL)",
-                            (session, json.dumps(config), welcome, dataset, f_digest)),
-                           *self._entry_rows(session, entries)])
+    @staticmethod
+    def _spent(cur: sqlite3.Cursor, entry: Entry) -> tuple[float, float]:
+        if entry.scope == CENTRAL:
+            return tuple(cur.execute("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) "
+                                     "FROM ledger WHERE scope = ?", (CENTRAL,)).fetchone())
+        row = cur.execute("SELECT epsilon, delta FROM row_ledger WHERE row = ?",
+                          (entry.row,)).fetchone()
+        return (0.0, 0.0) if row is None else tuple(row)
+
+    # -- the dataset --------------------------------------------------------------------
+
+    def bind(self, key: str, value: str) -> str:
+        """Record meta `key` = `value` unless set; return the value the journal holds."""
+        with self._lock:
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, value))
+            return self.meta(key)
+
+    def meta(self, key: str) -> str | None:
+        """A meta value, or None."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Set a meta value (e.g. the budget last configured)."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def projection(self, key: str) -> tuple[bytes, dict] | None:
+        """(dataset frame, curator-private report) of a stored projection, or None."""
+        row = self._db.execute("SELECT frame, report FROM projections WHERE key = ?",
+                               (key,)).fetchone()
+        return None if row is None else (row[0], json.loads(row[1]))
+
+    def store_projection(self, key: str, frame: bytes, report: dict, entries: list[Entry],
+                         budget: Budget) -> None:
+        """Store a projection and charge its entries atomically (refused past the budget)."""
+        self._transaction([("INSERT INTO projections VALUES (?, ?, ?, ?)",
+                            (key, frame, json.dumps(report), time.time()))],
+                          "", entries, budget)
+
+    # -- sessions -----------------------------------------------------------------------
+
+    def open_session(self, session: str, config: dict, welcome: bytes, projection: str,
+                     f_digest: str) -> int:
+        """Record a new session; returns its ordinal (how many sessions came before)."""
+        with self._lock:
+            (ordinal,) = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()
+            self._transaction([("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, 'open', NULL, ?)",
+                                (session, ordinal, json.dumps(config), welcome, projection,
+                                 f_digest, time.time()))])
+            return ordinal
 
     def record_answer(self, session: str, seq: int, row: int, measured: float, value: float,
-                      entries: list[Entry]) -> None:
+                      entries: list[Entry], budget: Budget) -> None:
         """One answered query and its ledger entries, in one committed transaction."""
         self._transaction([("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
-                            (session, seq, row, measured, value)),
-                           *self._entry_rows(session, entries)])
+                            (session, seq, row, measured, value))], session, entries, budget)
 
-    def record_release(self, session: str, release: dict, entries: list[Entry]) -> None:
-        """The release and its ledger entries, in one transaction."""
+    def charge(self, session: str, entries: list[Entry], budget: Budget) -> None:
+        """Charge entries on their own (a release, before its noise is drawn)."""
+        self._transaction([], session, entries, budget)
+
+    def record_release(self, session: str, release: dict) -> None:
+        """The release a session was granted."""
         self._transaction([("UPDATE sessions SET release = ? WHERE id = ?",
-                            (json.dumps(release), session)),
-                           *self._entry_rows(session, entries)])
+                            (json.dumps(release), session))])
 
     def set_status(self, session: str, status: str) -> None:
         """Mark a session 'ok', 'error' or 'open'."""
@@ -98,28 +192,52 @@ class Journal:
 
     def load(self, session: str) -> JournaledSession | None:
         """A journaled session, or None."""
-        row = self._db.execute("SELECT config, welcome, dataset, f_digest, status, release "
-                               "FROM sessions WHERE id = ?", (session,)).fetchone()
+        row = self._db.execute("SELECT ordinal, config, welcome, projection, f_digest, status, "
+                               "release FROM sessions WHERE id = ?", (session,)).fetchone()
         if row is None:
             return None
         answers = self._db.execute("SELECT seq, row, measured, value FROM answers WHERE "
                                    "session = ? ORDER BY seq", (session,)).fetchall()
-        entries = [Entry(m, e, d, s, r) for m, e, d, s, r in self._db.execute(
-            "SELECT mechanism, epsilon, delta, scope, row FROM ledger WHERE session = ? "
-            "ORDER BY n", (session,)).fetchall()]
-        return JournaledSession(session, json.loads(row[0]), row[1], row[2], row[3], row[4],
-                                [tuple(a) for a in answers], entries,
-                                json.loads(row[5]) if row[5] else None)
+        return JournaledSession(session, row[0], json.loads(row[1]), row[2], row[3], row[4],
+                                row[5], [tuple(a) for a in answers], self.entries(session),
+                                json.loads(row[6]) if row[6] else None)
 
     def sessions(self) -> list[tuple[str, str]]:
-        """(id, status) of every journaled session."""
-        return [tuple(r) for r in self._db.execute("SELECT id, status FROM sessions")]
+        """(id, status) of every journaled session, oldest first."""
+        return [tuple(r) for r in self._db.execute("SELECT id, status FROM sessions "
+                                                   "ORDER BY ordinal")]
+
+    # -- the ledger ---------------------------------------------------------------------
+
+    def entries(self, session: str | None = None, scope: str | None = None) -> list[Entry]:
+        """Ledger entries, oldest first: all, or one session's, or one scope's."""
+        sql, args = "SELECT mechanism, epsilon, delta, scope, row FROM ledger", []
+        where = [(c, v) for c, v in (("session", session), ("scope", scope)) if v is not None]
+        if where:
+            sql += " WHERE " + " AND ".join(f"{c} = ?" for c, _ in where)
+            args = [v for _, v in where]
+        return [Entry(*r) for r in self._db.execute(sql + " ORDER BY n", args)]
+
+    def central_entries(self) -> list[dict]:
+        """Every central entry with its session and time, oldest first."""
+        return [{"mechanism": m, "epsilon": e, "delta": d, "scope": CENTRAL, "session": s,
+                 "time": t} for m, e, d, s, t in self._db.execute(
+                    "SELECT mechanism, epsilon, delta, session, time FROM ledger WHERE scope = ? "
+                    "ORDER BY n", (CENTRAL,))]
+
+    def row_spent(self, row: int) -> tuple[float, float]:
+        """(eps, delta) of the LDP reports on one row so far, over all sessions."""
+        return self._spent(self._db.cursor(), Entry("", 0.0, 0.0, LOCAL, row))
+
+    def local_summary(self) -> dict:
+        """Reports, rows with any, and the worst-off row over all sessions."""
+        reports, rows = self._db.execute("SELECT COALESCE(SUM(reports), 0), COUNT(*) "
+                                         "FROM row_ledger").fetchone()
+        worst = self._db.execute("SELECT row, epsilon, delta, reports FROM row_ledger "
+                                 "ORDER BY epsilon DESC, delta DESC LIMIT 1").fetchone()
+        return local_summary(reports, rows, worst)
 
     def close(self) -> None:
         """Close the database."""
-        self._db.close()
-
-
-def entry_dict(entry: Entry) -> dict:
-    """An entry as plain data."""
-    return asdict(entry)
+        with self._lock:
+            self._db.close()

@@ -3,7 +3,9 @@
 Hyperparameters are the curator's declared public ones (`fixed`), or the modeler
 fits them itself by maximum likelihood on what it has -- Z and the rewards -- once
 after an initial design of uniformly random rows (`once`), or again every m rounds
-(`every`), rebuilding the O(n t) cache after each fit.
+(`every`), rebuilding the O(n t) cache after each fit. Under Kusner et al.'s GP-UCB
+(the noisy release, Algorithm 1) they stay fixed for the whole session: its proofs
+assume one known kernel, and the curator replays the queries with it.
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from parties.gp import IncrementalGP
 from parties.kernels import kernel_by_name
 from parties.likelihood import Fit, fit_hyperparameters
 from parties.robust import ROBUST, RewardModel
-from parties.strategies import Robust, Strategy
-from protocol.messages import ProjectedDataset, Release, SessionParams
+from parties.strategies import KusnerUCB, Robust, Strategy
+from protocol.messages import ProjectedDataset, Release, ReleaseRequest, SessionParams
 from protocol.policy import LDP_REWARD
 
 FIT_MODES = ("auto", "fixed", "once", "every")
@@ -55,6 +57,13 @@ class HyperFit:
         return t == self.n_init or (self.mode == "every" and (t - self.n_init) % self.every == 0)
 
 
+def kusner_hyper(hyper: HyperFit, declared: str) -> HyperFit:
+    """Fixed declared hyperparameters for Kusner et al.'s GP-UCB (Assumption 1: one known
+    kernel). An ARD name becomes its family: with fixed values every dimension has the
+    declared length-scale, the same kernel as the isotropic one."""
+    return HyperFit("fixed", kernel=(hyper.kernel or declared).removeprefix("ard-"))
+
+
 def reward_model(params: SessionParams) -> RewardModel:
     """The public reward constants of a session: declared B and R, the CTL epsilon."""
     ldp = [m.epsilon for m in params.mechanisms if m.name == LDP_REWARD]
@@ -75,6 +84,8 @@ class Modeler:
         kp = params.kernel
         model = reward_model(params)
         robust = isinstance(strategy, Robust)
+        if isinstance(strategy, KusnerUCB):
+            hyper = kusner_hyper(hyper, kp.kernel)
         hyper = HyperFit("fixed", kernel=hyper.kernel) if robust else hyper.resolved(kp.status)
         self.params, self.strategy, self.rng, self.hyper = params, strategy, rng, hyper
         kernel = kernel_by_name(hyper.kernel or kp.kernel, kp.lengthscale, kp.signal_var,
@@ -122,6 +133,16 @@ class Modeler:
                                       self.hyper.restarts)
             self.fits.append(fit)
             self.gp = self.gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean)
+
+    def with_kernel(self, request: ReleaseRequest) -> ReleaseRequest:
+        """`request` carrying the kernel the GP used for the whole session (family,
+        length-scale, signal and noise variance), when it was fixed throughout and
+        isotropic; otherwise unchanged (zeros: the curator's declared kernel)."""
+        k = self.gp.kernel
+        if self.learner is not None or self.hyper.mode != "fixed" or self.fits or k.ard:
+            return request
+        return replace(request, kernel=k.family, lengthscale=k.lengthscales[0],
+                       signal_var=k.variance, noise_var=self.gp.noise_var)
 
     def best(self) -> tuple[int, float]:
         """The queried row with the highest observed reward, and that reward."""

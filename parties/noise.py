@@ -14,12 +14,20 @@ from __future__ import annotations
 
 import math
 import secrets
+import zlib
 from fractions import Fraction
 
 import numpy as np
 
 SECURE, SEEDED = "os-csprng", "seeded"
 LATTICE_BITS = 30  # the lattice step is about scale / 2^30
+
+
+def rng_for(seed: int | None, stream: str) -> np.random.Generator:
+    """An independent Generator for one named use of the run seed (OS entropy if None)."""
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng([int(seed), zlib.crc32(stream.encode())])
 
 
 class NoiseSource:

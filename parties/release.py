@@ -1,21 +1,31 @@
 """Differentially private release of the result of BO (Kusner et al., ICML 2015).
 
-Algorithm 1 (noisy observations): the row by the exponential mechanism,
-Pr[x] ~ exp(eps mu_T(x) / (2 (2 sqrt(beta_{T+1}) + c))), and the value
-y~ = max_t y_t + Laplace(sqrt(C1 beta_T gamma_T)/(eps sqrt T) + c/eps + q/eps), with
-beta_t = 2 log(|X| t^2 pi^2 / (3 delta)), c = 2 sqrt((1 - k(D, D')) log(3|X|/delta)),
-q = sigma sqrt(4 log(3/delta)), C1 = 8 / log(1 + sigma^-2). gamma_T is bounded by the
-greedy information gain divided by (1 - 1/e) (greedy maximisation of the submodular
+Formulas as printed in the full paper (ICML version, papers/003_...; the short
+workshop version, papers/002_..., has two older forms, noted where they differ):
+
+Algorithm 1 (noisy observations): queries by GP-UCB with beta_t = 2 log(|X| t^2 pi^2 /
+(3 delta)) (line 3); the row by the exponential mechanism,
+Pr[x] ~ exp(eps mu_T(x) / (2 (2 sqrt(beta_{T+1}) + c))) (line 12), and the value
+y~ = max_t y_t + Laplace(sqrt(C1 beta_T gamma_T)/(eps sqrt T) + c/eps + q/eps) (line 14),
+with c = 2 sqrt((1 - k(D, D')) log(3|X|/delta)) (line 9), q = sigma sqrt(8 log(3/delta))
+(line 10, and the proof of Theorem 3: |2 alpha^| <= sigma sqrt(8 log(3/delta)); the short
+version prints sqrt(4 ...)), C1 = 8 / log(1 + sigma^-2) (line 11). gamma_T is bounded by
+the greedy information gain divided by (1 - 1/e) (greedy maximisation of the submodular
 1/2 log det(I + sigma^-2 K) is within 1 - 1/e of the maximum; Krause & Guestrin).
-Algorithm 2 (noise-free): f~ = max_{2<=t<=T} f(x_t) + Laplace(A e^{-2 tau/(log 2)^{d/4}}/eps + c/eps),
-c = 2 sqrt((1 - k(D, D')) log(2|X|/delta)), with de Freitas et al.'s A and tau.
+The sensitivity proofs (Theorems 1 and 3) hold only for queries chosen by that GP-UCB:
+`ucb_replay` checks a query sequence against it.
+Algorithm 2 (noise-free): f~ = f(x_T) + Laplace(A e^{-T tau/(log T)^{d/4}}/eps + c/eps),
+the LAST sample (line 5) and de Freitas et al.'s regret bound at T (line 4, Theorem 5),
+c = 2 sqrt((1 - k(D, D')) log(2|X|/delta)) (line 3); the short version prints the max over
+2 <= t <= T with the bound at t = 2.
 Algorithm 3 (Lipschitz, convex): f~ = max_t f(x_t) + Laplace(Delta/eps),
 Delta = (lam_max - lam_min) L / (lam_max lam_min) + min(g*/m, L/(m lam_min)); pure eps-DP.
 
-k(D, D') is the declared dataset similarity of neighbouring datasets (the multi-task
-kernel's k1); DEFAULT_SIMILARITY documents the default. All noise comes from a
-`NoiseSource`: lattice Laplace, and the exponential mechanism by inverse CDF on
-log-sum-exp-normalised probabilities with a 53-bit uniform from the same source.
+Logarithms are natural (the paper's Gaussian tails e^{-gamma^2/2}). k(D, D') is the
+declared dataset similarity of neighbouring datasets (the multi-task kernel's k1);
+DEFAULT_SIMILARITY documents the default. All noise comes from a `NoiseSource`: lattice
+Laplace, and the exponential mechanism by inverse CDF on log-sum-exp-normalised
+probabilities with a 53-bit uniform from the same source.
 """
 from __future__ import annotations
 
@@ -30,6 +40,10 @@ from parties.kernels import Kernel
 from parties.noise import NoiseSource, lattice_laplace
 
 DEFAULT_SIMILARITY = 0.9  # k(D, D') for datasets differing in one record
+# A replayed query passes when ucb(x_t) >= max ucb - UCB_RTOL (1 + |max ucb|): float64
+# round-off between two builds of the same engine is ~1e-12 relative, the engine matches
+# the textbook posterior to 1e-8; a genuinely different choice misses by far more.
+UCB_RTOL = 1e-8
 
 
 @dataclass(frozen=True)
@@ -46,8 +60,28 @@ class ReleaseResult:
 
 
 def beta_kusner(t: int, n: int, delta: float) -> float:
-    """beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) (Kusner et al., Algorithm 1)."""
+    """beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) (Kusner et al., Algorithm 1 line 3)."""
     return 2.0 * math.log(n * t * t * math.pi**2 / (3.0 * delta))
+
+
+def kusner_q(noise_std: float, delta: float) -> float:
+    """q = sigma sqrt(8 log(3/delta)) (Algorithm 1 line 10; proof of Theorem 3)."""
+    return noise_std * math.sqrt(8.0 * math.log(3.0 / delta))
+
+
+def kusner_c1(noise_std: float) -> float:
+    """C1 = 8 / log(1 + sigma^-2) (Algorithm 1 line 11; Srinivas et al. Theorem 1)."""
+    return 8.0 / math.log1p(noise_std**-2)
+
+
+def de_freitas_bound(T: int, d: int, A: float, tau: float) -> float:
+    """A e^{-T tau / (log T)^{d/4}}: de Freitas et al.'s regret bound at the last sample
+    (Kusner et al. Algorithm 2 line 4, Theorems 5 and 6); needs T >= 2 (log 1 = 0)."""
+    if T < 2:
+        raise ValueError(f"Algorithm 2's bound A e^(-T tau/(log T)^(d/4)) needs T >= 2, got {T}")
+    if not (A >= 0 and tau > 0):
+        raise ValueError(f"de Freitas et al.'s constants need A >= 0 and tau > 0, got {A}, {tau}")
+    return A * math.exp(-T * tau / math.log(T) ** (d / 4.0))
 
 
 def similarity_term(n: int, delta: float, similarity: float, parts: int) -> float:
@@ -93,9 +127,8 @@ def noisy_release(mean_T: np.ndarray, observed: np.ndarray, T: int, epsilon: flo
     c = similarity_term(n, delta, similarity, 3)
     em_sensitivity = 2.0 * math.sqrt(beta_kusner(T + 1, n, delta)) + c
     index = exponential_mechanism(mean_T, epsilon, em_sensitivity, source)
-    q = noise_std * math.sqrt(4.0 * math.log(3.0 / delta))
-    C1 = 8.0 / math.log1p(noise_std**-2)
-    sensitivity = math.sqrt(C1 * beta_kusner(T, n, delta) * gamma_T / T) + c + q
+    q = kusner_q(noise_std, delta)
+    sensitivity = math.sqrt(kusner_c1(noise_std) * beta_kusner(T, n, delta) * gamma_T / T) + c + q
     value = lattice_laplace(float(np.max(observed)), sensitivity, epsilon, source)
     return ReleaseResult("noisy", epsilon, delta, index, value, sensitivity / epsilon,
                          em_sensitivity)
@@ -104,12 +137,12 @@ def noisy_release(mean_T: np.ndarray, observed: np.ndarray, T: int, epsilon: flo
 def noise_free_release(observed: np.ndarray, n: int, d: int, epsilon: float, delta: float,
                        A: float, tau: float, source: NoiseSource,
                        similarity: float = DEFAULT_SIMILARITY) -> ReleaseResult:
-    """Kusner et al. Algorithm 2: f~ = max_{2<=t<=T} f(x_t) + Laplace, (epsilon, delta)-DP."""
-    if len(observed) < 2:
-        raise ValueError("Algorithm 2 releases the maximum over t >= 2: needs T >= 2")
-    c = similarity_term(n, delta, similarity, 2)
-    sensitivity = A * math.exp(-2.0 * tau / math.log(2.0) ** (d / 4.0)) + c
-    value = lattice_laplace(float(np.max(observed[1:])), sensitivity, epsilon, source)
+    """Kusner et al. Algorithm 2: f~ = f(x_T) + Lap(A e^{-T tau/(log T)^{d/4}}/eps + c/eps),
+    the last of T noise-free samples (line 5), (epsilon, delta)-DP (Corollary 3)."""
+    T = len(observed)
+    c = similarity_term(n, delta, similarity, 2)  # line 3
+    sensitivity = de_freitas_bound(T, d, A, tau) + c  # Theorem 5
+    value = lattice_laplace(float(observed[-1]), sensitivity, epsilon, source)
     return ReleaseResult("noise-free", epsilon, delta, -1, value, sensitivity / epsilon)
 
 
@@ -126,3 +159,34 @@ def lipschitz_release(observed: np.ndarray, epsilon: float, lam_min: float, lam_
     sensitivity = lipschitz_sensitivity(lam_min, lam_max, L, g_star, m)
     value = lattice_laplace(float(np.max(observed)), sensitivity, epsilon, source)
     return ReleaseResult("lipschitz", epsilon, 0.0, -1, value, sensitivity / epsilon)
+
+
+@dataclass(frozen=True)
+class UCBViolation:
+    """A replayed round whose query was not a GP-UCB maximiser (within the tolerance)."""
+
+    t: int
+    index: int
+    ucb: float
+    best_index: int
+    best_ucb: float
+
+
+def ucb_scores(gp: IncrementalGP, t: int, delta: float) -> np.ndarray:
+    """mu_{t-1}(x) + sqrt(beta_t) sigma_{t-1}(x), beta_t of Algorithm 1 line 3 (eq. (3))."""
+    return gp.mean + math.sqrt(beta_kusner(t, gp.n, delta)) * gp.std
+
+
+def ucb_replay(Z: np.ndarray, kernel: Kernel, noise_var: float, queries: list[int],
+               rewards: list[float], delta: float, rtol: float = UCB_RTOL) -> UCBViolation | None:
+    """Replay Algorithm 1 lines 2-7 over Z: the first round t whose query x_t has
+    ucb(x_t) < max ucb - rtol (1 + |max ucb|), or None when every query was a maximiser
+    (at t = 1 every row ties). O(n T^2) with the incremental engine."""
+    gp = IncrementalGP(Z, kernel, noise_var, max(len(queries), 1))
+    for t, (index, y) in enumerate(zip(queries, rewards), start=1):
+        score = ucb_scores(gp, t, delta)
+        best = int(np.argmax(score))
+        if score[index] < score[best] - rtol * (1.0 + abs(score[best])):
+            return UCBViolation(t, int(index), float(score[index]), best, float(score[best]))
+        gp.add(int(index), float(y))
+    return None

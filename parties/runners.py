@@ -9,7 +9,7 @@ import numpy as np
 
 from parties.curator import Curator
 from parties.modeler import HyperFit, Modeler
-from parties.strategies import Strategy
+from parties.strategies import Strategy, declaration, for_release
 from protocol.channel import Channel
 from protocol.codec import decode
 from protocol.transcript import read_transcript
@@ -27,13 +27,13 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         release: ProjectedDataset, session_id: str, *,
                         on_answer: StepCallback | None = None,
                         on_release: ReleaseHandler | None = None,
-                        on_commit: StepCallback | None = None,
                         hello: Hello | None = None, asked: dict[int, int] | None = None,
                         max_refusals: int = 10_000) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
-    A malformed or refused message is answered with an Error message and the session
-    goes on (up to `max_refusals` of them); a version mismatch ends it. A release
+    Every answer is committed to the dataset's journal by `curator.respond` before its
+    reward is sent. A malformed or refused message is answered with an Error message and
+    the session goes on (up to `max_refusals` of them); a version mismatch ends it. A release
     request goes to `on_release`, which computes it from the curator's own record (a
     refusal, e.g. past the privacy budget, is answered with a typed Error).
     """
@@ -61,8 +61,6 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
             except ProtocolError as exc:
                 await _send_error(channel, exc.code, str(exc))
                 continue
-            if fresh and on_commit is not None:
-                on_commit(message.seq, message.index, value)  # durable before it is sent
             await channel.send(Reward(message.seq, message.index, value, curator.noise_tag))
             if fresh and on_answer is not None:
                 on_answer(message.seq, message.index, value)
@@ -108,8 +106,16 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                       resume: ResumeState | None = None) -> Modeler:
     """Run one whole session as the modeler: handshake, T queries, optionally one DP
     release of the result (kept in `modeler.release`, or the refusal in
-    `modeler.release_error`), end."""
-    await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else ""))
+    `modeler.release_error`), end.
+
+    Asking for a 'noisy' release (Kusner et al. Algorithm 1) turns GP-UCB into theirs:
+    beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) at the release's delta, unscaled, with fixed
+    hyperparameters; the Hello declares it and the request carries the kernel used."""
+    if release is not None:
+        strategy = for_release(strategy, release.algorithm, release.delta)
+    declared, release_delta = declaration(strategy)
+    await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else "",
+                             declared, release_delta))
     welcome = _expect(await channel.recv(), Welcome)
     dataset = _expect(await channel.recv(), Dataset)
     modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)
@@ -132,7 +138,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         if on_step is not None:
             on_step(seq, reward.index, reward.value)
     if release is not None:
-        await channel.send(release)
+        await channel.send(modeler.with_kernel(release))
         reply = await channel.recv()
         if isinstance(reply, Error):
             modeler.release_error = f"{reply.code}: {reply.message}"

@@ -8,6 +8,7 @@ from typing import Protocol
 import numpy as np
 
 from parties.gp import IncrementalGP
+from parties.release import beta_kusner
 
 
 class Strategy(Protocol):
@@ -36,6 +37,42 @@ class GPUCB:
     def select(self, gp: IncrementalGP, t: int, rng: np.random.Generator) -> int:
         """The UCB maximiser at round t (at t = 1 every row ties: a uniform draw)."""
         return gp.ucb_argmax(self.beta_scale**2 * beta_gp_ucb(t, gp.n, self.delta), rng)
+
+
+@dataclass(frozen=True)
+class KusnerUCB:
+    """GP-UCB as Kusner et al.'s Algorithm 1 runs it (line 3-4): argmax mu_{t-1}(z) +
+    beta_t^1/2 sigma_{t-1}(z), beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) at the release's
+    delta, unscaled. Only this query rule makes the noisy release's proofs hold."""
+
+    delta: float
+    name: str = "gp-ucb"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.delta < 1:
+            raise ValueError(f"Kusner et al.'s beta_t needs 0 < delta < 1, got {self.delta}")
+
+    def select(self, gp: IncrementalGP, t: int, rng: np.random.Generator) -> int:
+        """The UCB maximiser at round t (at t = 1 every row ties: a uniform draw)."""
+        return gp.ucb_argmax(beta_kusner(t, gp.n, self.delta), rng)
+
+
+def for_release(strategy: Strategy, algorithm: str | None, delta: float) -> Strategy:
+    """The strategy to run when the session ends with a release: GP-UCB becomes Kusner
+    et al.'s (their beta_t at the release's delta, no beta scale) when a 'noisy' release
+    (Algorithm 1) is asked for; any other strategy or release is left as it is."""
+    if algorithm == "noisy" and strategy.name == "gp-ucb" and 0 < delta < 1:
+        return KusnerUCB(delta)
+    return strategy
+
+
+def declaration(strategy: Strategy) -> tuple[str, float]:
+    """(strategy, release_delta) for the Hello: the registered name of the acquisition
+    ('' for an unregistered one) and, for Kusner et al.'s GP-UCB, the delta of its beta_t
+    (0: not Kusner's beta)."""
+    if isinstance(strategy, KusnerUCB):
+        return strategy.name, strategy.delta
+    return (strategy.name if strategy.name in STRATEGIES else ""), 0.0
 
 
 @dataclass(frozen=True)

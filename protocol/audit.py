@@ -13,7 +13,9 @@ value appears in anything sent.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +65,7 @@ class AuditReport:
             loc = self.ledger["local"]
             lines.append(f"  recomputed ledger: central eps = {c['epsilon']:.6g}, delta = "
                          f"{c['delta']:.3g}; local reports {loc['reports']} on {loc['rows']} rows,"
-                         f" worst-off row eps = {loc['epsilon']:.6g}")
+                         f" worst-off row eps = {loc['max_row_epsilon']:.6g}")
         return "\n".join(lines)
 
 
@@ -184,11 +186,42 @@ def recompute_ledger(messages: list, welcome: Welcome) -> Ledger:
     return ledger
 
 
+def numeric_fields(message: object, path: str = "") -> list[tuple[str, float]]:
+    """Every scalar number a message carries, with its field path (arrays excluded: the
+    released dataset is checked row by row)."""
+    out: list[tuple[str, float]] = []
+    if dataclasses.is_dataclass(message):
+        for f in dataclasses.fields(message):
+            out += numeric_fields(getattr(message, f.name), f"{path}.{f.name}" if path else f.name)
+    elif isinstance(message, (tuple, list)):
+        for i, item in enumerate(message):
+            out += numeric_fields(item, f"{path}[{i}]")
+    elif isinstance(message, (int, float)) and not isinstance(message, bool):
+        out.append((path, float(message)))
+    return out
+
+
+# fields whose value is a count or an index, not a measurement: they may equal a value
+# of f or an entry of X by coincidence (a row index 1 where f is binary, say)
+_STRUCTURAL = {"version", "seq", "index", "params.n", "params.r", "params.T"}
+
+
 def _check_data(messages: list, welcome: Welcome, X: np.ndarray, f: np.ndarray | None,
                 report: AuditReport) -> None:
+    """No row of X in a private release, no raw f in an LDP reward, and no public number
+    that is one individual's value: a scalar field of any message sent that equals a
+    value of f (or its negation) held by exactly one row, or (under the private policy)
+    an entry of X held by exactly one row, crossed outside any mechanism. A value many rows share (a clip
+    bound, a binary outcome) is reported as a note: a declared constant may equal it."""
     rows = {tuple(np.round(row, 12)) for row in X}
     ldp = any(m.name == LDP_REWARD for m in welcome.params.mechanisms)
-    raw = set(np.round(np.asarray(f, float), 12).tolist()) if f is not None else set()
+    private = welcome.params.policy == "private"
+    raw, entries = Counter(), Counter()  # |value| -> rows holding it (a sign hides nothing)
+    if f is not None:
+        raw.update(np.round(np.abs(np.asarray(f, float)), 12).tolist())
+    if private:
+        entries.update(np.round(np.abs(X), 12).ravel().tolist())
+    noted: set[str] = set()
     for r, m in messages:
         if r.dir != "sent" and report.role == CURATOR:
             continue
@@ -199,16 +232,31 @@ def _check_data(messages: list, welcome: Welcome, X: np.ndarray, f: np.ndarray |
                 if leaked:
                     text = (f"record {r.seq}: {leaked} rows of X appear verbatim in the released "
                             f"dataset ({m.release.mechanism})")
-                    if welcome.params.policy == "private":
+                    if private:
                         report.violations.append(text)
                     else:
                         report.notes.append(text + " under the declared non-private policy")
-        values = ([m.value] if isinstance(m, (Reward, Release)) else [])
-        for v in values:
-            if round(v, 12) in raw:
+        if m is None or isinstance(m, Dataset):
+            continue
+        for name, v in numeric_fields(m):
+            value = round(abs(v), 12)
+            if name in _STRUCTURAL or value == 0 or not (value in raw or value in entries):
+                continue
+            if isinstance(m, (Reward, Release)) and name == "value":
                 text = f"record {r.seq}: {r.kind} carries a raw objective value {v:.6g}"
                 (report.violations if ldp else report.notes).append(
                     text + ("" if ldp else " (allowed: this session has no LDP rewards)"))
+                continue
+            what = "a value of f" if value in raw else "an entry of X"
+            held = raw[value] + entries[value]
+            text = f"record {r.seq}: {r.kind} field {name} = {v:.6g} equals {what}"
+            if held == 1:
+                report.violations.append(text + " held by exactly one row: one individual's "
+                                         "value crossed outside any mechanism")
+            elif name not in noted:
+                noted.add(name)
+                report.notes.append(text + f" shared by {held} rows (a declared constant "
+                                    "such as a clip bound may coincide with it)")
 
 
 def compare(curator: list[Record], modeler: list[Record]) -> list[str]:

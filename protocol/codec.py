@@ -75,6 +75,15 @@ def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
     return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
 
 
+@lru_cache(maxsize=None)
+def _required(cls: type) -> frozenset[str]:
+    """The fields a frame must carry: those without a default (a field added later with a
+    default may be absent from an older peer's frame)."""
+    return frozenset(f.name for f in dataclasses.fields(cls)
+                     if f.default is dataclasses.MISSING
+                     and f.default_factory is dataclasses.MISSING)
+
+
 def _to_wire(value: Any, tp: Any, path: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if type(value) is not tp:
@@ -97,12 +106,12 @@ def _from_wire(value: Any, tp: Any, path: str) -> Any:
             raise ProtocolError(f"{path}: expected a map, got {type(value).__name__}")
         fields = _fields(tp)
         names = {name for name, _ in fields}
-        missing, extra = names - value.keys(), value.keys() - names
+        missing, extra = _required(tp) - value.keys(), value.keys() - names
         if missing or extra:
             raise ProtocolError(f"{path}: missing fields {sorted(missing)}, "
                                 f"unexpected fields {sorted(map(str, extra))[:8]}")
         return tp(**{name: _from_wire(value[name], ftp, f"{path}.{name}")
-                     for name, ftp in fields})
+                     for name, ftp in fields if name in value})
     if tp is np.ndarray:
         return _check_array(value, path)
     if typing.get_origin(tp) is tuple:

@@ -88,12 +88,17 @@ class ProjectedDataset:
 
 @dataclass(frozen=True)
 class Hello:
-    """Modeler's opening message: its protocol version, a free-form client name, and the
-    id of a session to resume ('' for a new one)."""
+    """Modeler's opening message: its protocol version, a free-form client name, the
+    id of a session to resume ('' for a new one), and the acquisition it declares:
+    `strategy` its registered name ('' undeclared) and `release_delta` > 0 when it is
+    GP-UCB with Kusner et al.'s beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) at that delta
+    (Algorithm 1 line 3; 0 for any other beta)."""
 
     version: int
     client: str
     resume: str = ""
+    strategy: str = ""
+    release_delta: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -137,11 +142,17 @@ class Reward:
 @dataclass(frozen=True)
 class ReleaseRequest:
     """Modeler asks, once and after the last query, for a DP release of the result
-    (Kusner et al.: 'noisy' Algorithm 1, 'noise-free' Algorithm 2, 'lipschitz' Algorithm 3)."""
+    (Kusner et al.: 'noisy' Algorithm 1, 'noise-free' Algorithm 2, 'lipschitz' Algorithm 3),
+    with the kernel its GP used for the whole session -- post-processing of released data
+    -- for the curator to replay the queries with ('' and 0: the curator's declared one)."""
 
     algorithm: str
     epsilon: float
     delta: float
+    kernel: str = ""
+    lengthscale: float = 0.0
+    signal_var: float = 0.0
+    noise_var: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ send before it is encoded and what they receive after it is decoded.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode, PolicyViolation, ProtocolError
@@ -20,6 +21,7 @@ CURATOR, MODELER = "curator", "modeler"
 DP_PROJECTION = "po-gp-ucb-projection"
 IDENTITY = "identity"
 LDP_REWARD = "ctl-laplace"
+LIFT_TEST = "lift-test"  # the private sigma_min test that decides the lift (parties.projection)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,11 @@ class Policy:
 _C2M = frozenset({"welcome", "dataset", "reward", "release", "end", "error"})
 _M2C = frozenset({"hello", "query", "release_request", "end", "error"})
 RELEASE_ALGORITHMS = frozenset({"noisy", "noise-free", "lipschitz"})
+# what a Hello may declare (parties.strategies.STRATEGIES, or '' for undeclared), and the
+# isotropic kernel families a release request may name ('' for the declared one)
+DECLARED_STRATEGIES = frozenset({"", "gp-ucb", "random", "tgp-ucb", "ata-gp-ucb", "moma-gp-ucb"})
+KUSNER_UCB = "gp-ucb"
+RELEASE_KERNELS = frozenset({"", "se", "matern52"})
 PRIVATE = Policy("private", _C2M, _M2C, frozenset({DP_PROJECTION}))
 NON_PRIVATE = Policy("non-private", _C2M, _M2C, frozenset({DP_PROJECTION, IDENTITY}))
 POLICIES = {p.name: p for p in (PRIVATE, NON_PRIVATE)}
@@ -96,6 +103,7 @@ class Boundary:
             if self.hello_seen:  # whatever its version: the session is already open
                 raise ProtocolError("a second hello in one session", ErrorCode.SEQUENCE)
             self._check_version(message.version)
+            self._check_hello(message)
             self.hello_seen = True
         elif isinstance(message, Welcome):
             self._check_version(message.version)
@@ -166,6 +174,16 @@ class Boundary:
                                       f"(eps={release.epsilon}, delta={release.delta}) was "
                                       "not announced in the welcome")
 
+    @staticmethod
+    def _check_hello(message: Hello) -> None:
+        if message.strategy not in DECLARED_STRATEGIES:
+            raise ProtocolError(f"unknown declared strategy {message.strategy[:40]!r}")
+        if not (math.isfinite(message.release_delta) and 0 <= message.release_delta < 1):
+            raise ProtocolError("a declared release delta must lie in [0, 1)")
+        if message.release_delta > 0 and message.strategy != KUSNER_UCB:
+            raise ProtocolError(f"a release delta declares Kusner et al.'s GP-UCB beta; "
+                                f"the strategy is {message.strategy!r}")
+
     def _check_release_request(self, message: ReleaseRequest) -> None:
         params = self._session("release request")
         if self.release_requested:
@@ -177,6 +195,12 @@ class Boundary:
             raise ProtocolError(f"unknown release algorithm {message.algorithm[:40]!r}")
         if not (message.epsilon > 0 and 0 <= message.delta < 1):
             raise ProtocolError("a release needs epsilon > 0 and 0 <= delta < 1")
+        if message.kernel not in RELEASE_KERNELS:
+            raise ProtocolError(f"unknown release kernel {message.kernel[:40]!r} "
+                                f"(isotropic: {sorted(RELEASE_KERNELS - {''})})")
+        hyper = (message.lengthscale, message.signal_var, message.noise_var)
+        if not all(math.isfinite(v) and v >= 0 for v in hyper):
+            raise ProtocolError("release kernel hyperparameters must be finite and >= 0")
 
     def _check_reward_noise(self, message: Reward) -> None:
         params = self._session("reward")

@@ -44,7 +44,7 @@ def check_recorded_ledger(report: AuditReport, transcript: Path) -> None:
         return
     if not recorded:
         return
-    a, b = report.ledger, recorded
+    a, b = report.ledger, recorded.get("session", recorded)  # what this session released
     same = (abs(a["central"]["epsilon"] - b["central"]["epsilon"]) <= 1e-9 * max(1, b["central"]["epsilon"])
             and abs(a["central"]["delta"] - b["central"]["delta"]) <= 1e-12 + 1e-9 * b["central"]["delta"]
             and a["local"]["reports"] == b["local"]["reports"])

@@ -22,6 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from parties.journal import Journal
+from parties.budget import describe_journal_ledger, journal_ledger
+from parties.service import DEFAULT_LIFT, LIFT_MODES
 from parties.modeler import FIT_MODES, HyperFit
 from parties.strategies import STRATEGIES
 from protocol.errors import PoboError
@@ -33,7 +35,7 @@ from scenarios.presets import PRESETS, Preset
 from scenarios.registry import SCENARIOS, build_problem
 from scenarios.report import write_report
 from scenarios.remote import connect_modeler, serve_curator
-from scenarios.session import RunConfig, prepare_curator
+from scenarios.session import RunConfig, prepare_service
 from scenarios.sweep import SweepSpec, dask_executor, run_sweep
 from transport.security import CurveClient, CurveServer, make_keys
 
@@ -82,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="local worker processes")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a dask.distributed scheduler")
     p.add_argument("--transcripts", action="store_true", help="keep both transcripts of every run")
+    p.add_argument("--lift", choices=LIFT_MODES,
+                   help="Algorithm 1's branch (default: paper for a --preset, else "
+                        f"{DEFAULT_LIFT})")
     p.add_argument("--grid", type=int, help="synthetic, branin: grid side")
     p.add_argument("--data", help="hospital, bank, realestate: the public CSV")
     p.add_argument("--n", type=int, help="hospital, bank, realestate: use n random rows")
@@ -120,16 +125,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--accept-timeout", type=float, default=600.0,
                    help="seconds to wait for a modeler to connect")
     p.add_argument("--sessions", type=int, default=1,
-                   help="modeler sessions to serve concurrently, each with its own projection, "
-                        "budget and ledger, in OUT/SESSION/ (0: until SIGINT/SIGTERM)")
+                   help="modeler sessions to serve concurrently, in OUT/SESSION/ (0: until "
+                        "SIGINT/SIGTERM); all share the dataset's projection, ledger and budget")
     p.add_argument("--journal", type=Path,
-                   help="SQLite journal: answers are committed before they are sent, and a "
-                        "restarted curator resumes the sessions in it")
+                   help="SQLite journal of the dataset: its projection, ledger and sessions; "
+                        "answers are committed before they are sent, and a restarted curator "
+                        "serves the same Z, keeps the same ledger and resumes the sessions in "
+                        "it (without it the ledger lives for the process only)")
     p.add_argument("--curve-secret", type=Path, help="CURVE: the curator's secret key file")
     p.add_argument("--curve-allow", type=Path,
                    help="CURVE: directory of the modeler public keys to admit")
     p.add_argument("--out", type=Path, default=Path("runs/curator"))
     p.set_defaults(handler=_cmd_curator)
+
+    p = sub.add_parser("ledger", help="print a curator journal's privacy ledger: the dataset's "
+                                      "central total and budget, every entry, per-row LDP")
+    p.add_argument("--journal", type=Path, required=True, help="the curator's SQLite journal")
+    p.add_argument("--json", action="store_true", help="print it as JSON")
+    p.set_defaults(handler=_cmd_ledger)
 
     p = sub.add_parser("keys", help="make CURVE key pairs for a curator and a modeler")
     p.add_argument("directory", type=Path)
@@ -156,7 +169,8 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("scenario", choices=sorted(SCENARIOS))
     p.add_argument("--eps", type=float, help="DP epsilon of the projection")
     p.add_argument("--delta", type=float, help="DP delta of the projection")
-    p.add_argument("--r", type=int, help="projection dimension")
+    p.add_argument("--r", type=r_value, help="projection dimension, or 'auto': the largest r "
+                                              "whose omega passes the lift test (private/paper)")
     p.add_argument("--T", type=int, help="query budget (BO iterations)")
     p.add_argument("--seed", type=int, default=default_seed,
                    help=f"run seed (default: {'OS entropy' if default_seed is None else default_seed})")
@@ -171,8 +185,23 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--ldp-eps", type=float,
                    help="make every reward eps-LDP with the CTL Laplace mechanism (Zhou & Tan)")
     p.add_argument("--budget-eps", type=float,
-                   help="the curator's central privacy budget: refuse what would exceed it")
+                   help="the dataset's central privacy budget over every session and restart: "
+                        "refuse what would exceed it")
     p.add_argument("--budget-delta", type=float, help="the budget's delta (default 1)")
+    p.add_argument("--ldp-row-budget", type=float, metavar="E",
+                   help="refuse a query whose LDP report would take its row past E in total")
+    p.add_argument("--lift", choices=LIFT_MODES, default=DEFAULT_LIFT,
+                   help="Algorithm 1's sigma_min branch: paper (as published, not covered by "
+                        "the DP claim), always (lift unconditionally) or private (a noisy "
+                        f"sigma_min test, charged to the ledger; default {DEFAULT_LIFT})")
+    p.add_argument("--lift-eps", type=float, help="the private lift test's epsilon (default "
+                                                  "0.1 x --eps)")
+    p.add_argument("--lift-delta", type=float, help="the private lift test's delta (default "
+                                                    "--delta)")
+    p.add_argument("--reward-bound", type=float, metavar="B",
+                   help="declared public bound on |f| (default: the scenario's constant)")
+    p.add_argument("--noise-bound", type=float, metavar="R",
+                   help="declared public bound on the measurement noise")
 
 
 def _ldp_synthetic_arguments(p: argparse.ArgumentParser) -> None:
@@ -225,7 +254,23 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     return RunConfig(scenario=args.scenario, epsilon=args.eps, delta=args.delta, r=args.r,
                      T=args.T, seed=args.seed, non_private=args.non_private or None,
                      timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps,
-                     budget_epsilon=args.budget_eps, budget_delta=args.budget_delta, **modeler)
+                     budget_epsilon=args.budget_eps, budget_delta=args.budget_delta,
+                     ldp_row_budget=args.ldp_row_budget, lift=args.lift,
+                     lift_epsilon=args.lift_eps, lift_delta=args.lift_delta,
+                     reward_bound=args.reward_bound, noise_bound=args.noise_bound, **modeler)
+
+
+def r_value(text: str) -> int | str:
+    """--r: a positive integer or 'auto'."""
+    if text == "auto":
+        return text
+    try:
+        r = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"r must be a positive integer or 'auto', got {text!r}")
+    if r < 1:
+        raise argparse.ArgumentTypeError(f"r must be a positive integer or 'auto', got {text!r}")
+    return r
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -254,7 +299,8 @@ def summary(result: dict) -> str:
     sf = result["sigma_f"] or 1.0
     priv = ("non-private" if result["epsilon"] is None else
             f"eps={result['epsilon']:.4g} delta={result['delta']:.3g} omega={result['omega']:.4g} "
-            f"sigma_min={result['sigma_min']:.4g} {'lifted' if result['lifted'] else 'not lifted'}")
+            f"sigma_min={result['sigma_min']:.4g} {'lifted' if result['lifted'] else 'not lifted'}"
+            f" (lift {result.get('lift')})")
     head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
     if result.get("metric") == "hits":
         return (f"{head}: {result['hits'][-1]:.0f} hits in {len(result['queries'])} queries "
@@ -282,7 +328,8 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
         non_private=args.non_private or bool(preset and preset.non_private),
         strategies=tuple(args.strategies), hyper=hyper_from_args(args), options=options,
         transcripts=args.transcripts, ldp_epsilons=tuple(args.ldp_eps or (None,)),
-        beta_scales=tuple(args.beta_scales or (None,)))
+        beta_scales=tuple(args.beta_scales or (None,)),
+        lift=args.lift or ("paper" if preset else DEFAULT_LIFT))
     return spec, preset
 
 
@@ -334,17 +381,11 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     secret, allowed = _curve_pair(args.curve_secret, args.curve_allow, "allow")
     curve = CurveServer(secret, allowed) if secret else None
-    problem = build_problem(config.scenario, config.seed, **config.options)
-
-    def side(i: int):
-        seed = config.seed if config.seed is None or i == 0 else config.seed * 1_000_003 + i
-        return prepare_curator(replace(config, seed=seed), problem)
-
     journal = Journal(args.journal) if args.journal else None
     try:
-        result = asyncio.run(serve_curator(side, args.bind, args.out, sessions=args.sessions,
-                                           accept_timeout=args.accept_timeout, curve=curve,
-                                           journal=journal))
+        service = prepare_service(config, journal=journal)
+        result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
+                                           accept_timeout=args.accept_timeout, curve=curve))
     finally:
         if journal is not None:
             journal.close()
@@ -352,6 +393,18 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     for r in results:
         print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
     return 0 if results and all(r["status"] == "ok" for r in results) else 1
+
+
+def _cmd_ledger(args: argparse.Namespace) -> int:
+    if not args.journal.exists():
+        raise FileNotFoundError(f"no journal at {args.journal}")
+    journal = Journal(args.journal)
+    try:
+        ledger = journal_ledger(journal)
+    finally:
+        journal.close()
+    print(json.dumps(ledger, indent=1) if args.json else describe_journal_ledger(ledger))
+    return 0
 
 
 def _cmd_modeler(args: argparse.Namespace) -> int:

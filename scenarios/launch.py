@@ -40,13 +40,17 @@ class Spawned:
 
 def scenario_argv(config: RunConfig) -> list[str]:
     """The `pobo curator` options that rebuild `config` in another process."""
-    argv = [config.scenario, "--timeout", str(config.timeout)]
+    argv = [config.scenario, "--timeout", str(config.timeout), "--lift", config.lift]
     for flag, value in (("--eps", config.epsilon), ("--delta", config.delta), ("--r", config.r),
                         ("--T", config.T), ("--seed", config.seed),
                         ("--ldp-eps", config.ldp_epsilon), ("--budget-eps", config.budget_epsilon),
-                        ("--budget-delta", config.budget_delta)):
+                        ("--budget-delta", config.budget_delta),
+                        ("--ldp-row-budget", config.ldp_row_budget),
+                        ("--lift-eps", config.lift_epsilon), ("--lift-delta", config.lift_delta),
+                        ("--reward-bound", config.reward_bound),
+                        ("--noise-bound", config.noise_bound)):
         if value is not None:
-            argv += [flag, repr(value)]
+            argv += [flag, value if isinstance(value, str) else repr(value)]
     if config.non_private:
         argv.append("--non-private")
     for key, value in sorted(config.options.items()):

@@ -1,60 +1,14 @@
 """What a scenario hands the curator: the dataset, the objective and public defaults."""
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from parties.preparation import fit_ard_lengthscales, rescale_by_lengthscales, scale_to_max_norm
+from parties.dataset import Problem  # noqa: F401  (scenarios build Problems)
+from parties.noise import rng_for  # noqa: F401
 from protocol.messages import KernelParams
 
 MAX_NORM = 25.0
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A curator's private dataset X (n x d) and tabulated objective f (always maximised).
-
-    A minimisation scenario stores f = -objective and says `sense = "minimise"`; its
-    regret f* - f(x_t) is then the paper's regret objective(x_t) - min objective.
-    `kernel` holds what the scenario declares public in the handshake; `noise_var` is
-    the curator's true measurement noise. The other fields are the paper's default run
-    parameters and where the data came from.
-    """
-
-    name: str
-    X: np.ndarray
-    f: np.ndarray
-    kernel: KernelParams
-    epsilon: float
-    delta: float
-    r: int
-    T: int
-    noise_var: float = 0.0
-    noise: str = "gaussian"  # measurement noise: gaussian(noise_var), uniform[-R, R], student-t
-    R: float = 0.0
-    B: float | None = None  # declared public bound on |f| (needed for LDP rewards)
-    sense: str = "maximise"
-    metric: str = "simple_regret"
-    source: str = "embedded"
-    dropped: dict = field(default_factory=dict)
-    release: dict = field(default_factory=dict)  # constants of Kusner et al.'s releases
-
-    def __post_init__(self) -> None:
-        if self.X.ndim != 2 or self.f.shape != (self.X.shape[0],):
-            raise ValueError(f"X {self.X.shape} and f {self.f.shape} do not match")
-        if not (np.isfinite(self.X).all() and np.isfinite(self.f).all()):
-            raise ValueError(f"scenario {self.name}: X or f holds NaN or infinity")
-        if self.sense not in ("maximise", "minimise"):
-            raise ValueError(f"sense must be maximise or minimise, got {self.sense!r}")
-
-
-def rng_for(seed: int | None, stream: str) -> np.random.Generator:
-    """An independent Generator for one named use of the run seed (OS entropy if None)."""
-    if seed is None:
-        return np.random.default_rng()
-    return np.random.default_rng([int(seed), zlib.crc32(stream.encode())])
 
 
 def prepare_inputs(X: np.ndarray, y: np.ndarray, seed: int | None, scaling: str = "ard",

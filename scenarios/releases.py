@@ -1,8 +1,29 @@
 """The curator's release handler: Kusner et al.'s three mechanisms on its own record.
 
-The modeler asks (ReleaseRequest); the curator charges the ledger first -- a request
-past the budget is refused before any noise is drawn -- then computes the release from
-the true observations it holds, never from what the modeler claims.
+The modeler asks (ReleaseRequest); the curator first checks that the release's proof
+holds for this session -- refused with a typed `policy` error otherwise -- then charges
+the ledger -- a request past the budget is refused before any noise is drawn -- then
+computes the release from the true observations it holds, never from what the modeler
+claims.
+
+When a release is granted (Kusner et al., full paper):
+- 'noisy' (Algorithm 1): Theorems 1 and 3 bound the sensitivity through Srinivas et
+  al.'s GP-UCB guarantees at Kusner's beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) (line 3)
+  under one known kernel (Assumption 1). Granted only when the Hello declared GP-UCB at
+  the request's delta and a replay over Z -- with the session's kernel and the rewards
+  the curator actually released (with LDP, the noisy values the modeler saw) -- shows
+  every query was a UCB maximiser within `UCB_RTOL` (parties.release). The GP's noise
+  variance must be positive and at least the declared one (q = sigma sqrt(8 log(3/delta))
+  must cover the measurement noise).
+- 'noise-free' (Algorithm 2): Theorem 5 rests on de Freitas et al.'s regret bound for
+  their own branch-and-bound UCB method on noise-free observations, not on GP-UCB with
+  Kusner's beta_t, so the replay above would be neither necessary nor sufficient. What
+  the curator can check is the premise: its measurements are exact and the modeler saw
+  them unperturbed (no LDP), and that the scenario declares A and tau; the query rule
+  remains that scenario's declared assumption (no built-in scenario declares them, so
+  pobo refuses Algorithm 2 unless a user's scenario does).
+- 'lipschitz' (Algorithm 3): any acquisition function (section 5); the scenario must
+  declare the Lipschitz constants.
 """
 from __future__ import annotations
 
@@ -11,17 +32,18 @@ from collections.abc import Callable
 
 import numpy as np
 
-from parties.curator import Curator
-from parties.gp import IncrementalGP
-from parties.kernels import kernel_by_name
+from parties.curator import Curator, Oracle
+from parties.gp import IncrementalGP, NumericalError
+from parties.kernels import Kernel, kernel_by_name
 from parties.noise import NoiseSource
 from parties.release import (
-    DEFAULT_SIMILARITY, ReleaseResult, gamma_bound, lipschitz_release, noise_free_release,
-    noisy_release,
+    DEFAULT_SIMILARITY, UCB_RTOL, ReleaseResult, gamma_bound, lipschitz_release,
+    noise_free_release, noisy_release, ucb_replay,
 )
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.ledger import Entry, Ledger
-from protocol.messages import KernelParams, Release, ReleaseRequest
+from protocol.messages import Hello, KernelParams, Release, ReleaseRequest
+from protocol.policy import KUSNER_UCB
 from scenarios.problem import Problem
 
 # Algorithm 1 releases both the row and the value, each (eps, delta)-DP: (2 eps, 2 delta)
@@ -31,9 +53,10 @@ COST = {"noisy": 2, "noise-free": 1, "lipschitz": 1}
 def release_handler(problem: Problem, Z: np.ndarray, kernel: KernelParams, curator: Curator,
                     ledger: Ledger, source: NoiseSource,
                     similarity: float = DEFAULT_SIMILARITY,
-                    record: Callable[[ReleaseResult], None] | None = None
-                    ) -> Callable[[ReleaseRequest], Release]:
-    """A handler for `serve_session(on_release=...)` bound to this session's record."""
+                    record: Callable[[ReleaseResult], None] | None = None, *,
+                    hello: Hello | None = None) -> Callable[[ReleaseRequest], Release]:
+    """A handler for `serve_session(on_release=...)` bound to this session's record and
+    the session's Hello (None: no declared strategy, so no 'noisy' release)."""
 
     def handle(request: ReleaseRequest) -> Release:
         k = COST[request.algorithm]
@@ -43,6 +66,10 @@ def release_handler(problem: Problem, Z: np.ndarray, kernel: KernelParams, curat
         if request.algorithm == "lipschitz" and not problem.release:
             raise ProtocolError(f"scenario {problem.name} has no Lipschitz validation loss "
                                 "(Algorithm 3 runs on the tuning scenario)", ErrorCode.POLICY)
+        if request.algorithm == "noisy":
+            check_noisy(request, hello, Z, kernel, curator)
+        elif request.algorithm == "noise-free":
+            check_noise_free(curator, problem)
         ledger.charge(Entry(f"release:{request.algorithm}", k * request.epsilon, k * delta))
         result = compute(request, problem, Z, kernel, curator, source, similarity)
         if record is not None:
@@ -53,21 +80,90 @@ def release_handler(problem: Problem, Z: np.ndarray, kernel: KernelParams, curat
     return handle
 
 
+def refuse(why: str) -> ProtocolError:
+    """A typed `policy` refusal of a release whose proof does not hold here."""
+    return ProtocolError(why, ErrorCode.POLICY)
+
+
+def session_kernel(request: ReleaseRequest, kp: KernelParams, dims: int) -> tuple[Kernel, float]:
+    """The kernel and noise variance of the session's GP: the request's, each zero or
+    empty field standing for the curator's declared value."""
+    kernel = kernel_by_name(request.kernel or kp.kernel, request.lengthscale or kp.lengthscale,
+                            request.signal_var or kp.signal_var, dims=dims)
+    return kernel, request.noise_var or kp.noise_var
+
+
+def check_noisy(request: ReleaseRequest, hello: Hello | None, Z: np.ndarray, kp: KernelParams,
+                curator: Curator) -> None:
+    """Refuse Algorithm 1 unless its queries were GP-UCB's at Kusner's beta_t (line 3)."""
+    rule = ("Algorithm 1's sensitivity proofs (Kusner et al. Theorems 1 and 3) hold only for "
+            "queries chosen by GP-UCB with beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) (line 3)")
+    if hello is None:
+        raise refuse(f"{rule}; the curator holds no Hello for this session, so no declaration")
+    if hello.strategy != KUSNER_UCB or not hello.release_delta > 0:
+        raise refuse(f"{rule}; this session's Hello declared strategy {hello.strategy!r} with "
+                     f"release delta {hello.release_delta:g} (0: not Kusner's beta)")
+    if hello.release_delta != request.delta:
+        raise refuse(f"{rule}; the Hello declared beta_t at delta {hello.release_delta:g}, "
+                     f"the request asks for delta {request.delta:g}")
+    kernel, noise_var = session_kernel(request, kp, Z.shape[1])
+    if not (noise_var > 0 and noise_var >= kp.noise_var):
+        raise refuse(f"Algorithm 1 needs the GP's noise variance ({noise_var:g}) positive and at "
+                     f"least the declared measurement noise ({kp.noise_var:g}): q = sigma "
+                     "sqrt(8 log(3/delta)) must cover it")
+    try:
+        miss = ucb_replay(Z, kernel, noise_var, curator.queries, curator.rewards, request.delta)
+    except (NumericalError, ValueError) as exc:
+        raise refuse(f"{rule}; the replay with the session's kernel failed: {exc}") from None
+    if miss is not None:
+        raise refuse(f"{rule}; replayed with kernel {kernel.name} (l={kernel.lengthscales[0]:g}, "
+                     f"s2={kernel.variance:g}, noise={noise_var:g}), query {miss.t} (row "
+                     f"{miss.index}, ucb {miss.ucb:.10g}) was not a maximiser: row "
+                     f"{miss.best_index} has ucb {miss.best_ucb:.10g} (tolerance "
+                     f"{UCB_RTOL:g} (1 + |max ucb|))")
+
+
+def exact(oracle: Oracle) -> bool:
+    """Whether the curator's measurements are noise-free: y_t = f(x_t)."""
+    if oracle.noise == "gaussian":
+        return oracle.noise_var == 0
+    return oracle.noise == "uniform" and oracle.R == 0
+
+
+def check_noise_free(curator: Curator, problem: Problem) -> None:
+    """Refuse Algorithm 2 unless the observations behind it were noise-free (line 2) and
+    the scenario declares de Freitas et al.'s constants A and tau (its stated assumption,
+    with their query rule, which no curator can check: pobo ships no such optimizer)."""
+    rule = ("Algorithm 2 (Kusner et al. Theorem 5) needs noise-free observations y_t = f(x_t), "
+            "queried by de Freitas et al.'s method on those exact values")
+    if not {"A", "tau"} <= problem.release.keys():
+        raise refuse(f"{rule}, and de Freitas et al.'s constants A and tau: scenario "
+                     f"{problem.name} declares none, so no noise-free release is granted")
+    if not exact(curator.oracle):
+        raise refuse(f"{rule}; this curator measures with {curator.oracle.noise} noise "
+                     "(use the noisy release)")
+    if curator.ldp is not None:
+        raise refuse(f"{rule}; in this session every reward left through the local-DP "
+                     "mechanism, so the queries were chosen on noisy values")
+    if len(curator.measured) < 2:
+        raise refuse("Algorithm 2's bound A e^(-T tau/(log T)^(d/4)) needs T >= 2 samples")
+
+
 def compute(request: ReleaseRequest, problem: Problem, Z: np.ndarray, kp: KernelParams,
             curator: Curator, source: NoiseSource, similarity: float) -> ReleaseResult:
     """The release itself, from the curator's true observations."""
     observed = np.asarray(curator.measured, dtype=float)
     T = len(observed)
     if request.algorithm == "noisy":
-        kernel = kernel_by_name(kp.kernel, kp.lengthscale, kp.signal_var, dims=Z.shape[1])
-        gp = IncrementalGP(Z, kernel, kp.noise_var, T)
+        kernel, noise_var = session_kernel(request, kp, Z.shape[1])
+        gp = IncrementalGP(Z, kernel, noise_var, T)
         for i, y in zip(curator.queries, observed):
             gp.add(i, float(y))
-        gamma = gamma_bound(Z, kernel, kp.noise_var, T)
+        gamma = gamma_bound(Z, kernel, noise_var, T)
         return noisy_release(gp.mean, observed, T, request.epsilon, request.delta, gamma,
-                             math.sqrt(kp.noise_var), source, similarity)
+                             math.sqrt(noise_var), source, similarity)
     if request.algorithm == "noise-free":
-        A, tau = problem.release.get("A", 1.0), problem.release.get("tau", 1.0)
+        A, tau = problem.release["A"], problem.release["tau"]
         return noise_free_release(observed, Z.shape[0], problem.X.shape[1], request.epsilon,
                                   request.delta, A, tau, source, similarity)
     p = problem.release

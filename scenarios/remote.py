@@ -9,45 +9,40 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable
-from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import zmq.asyncio
 
 from parties.modeler import HyperFit
-from protocol.messages import ReleaseRequest
-from parties.journal import Journal
 from parties.runners import receive_hello, resume_state
+from parties.service import CuratorService
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import Error
+from protocol.messages import Error, ReleaseRequest
 from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from protocol.transcript import Transcript
-from scenarios.session import CuratorSide, curate, open_channel, optimise, resume_side
+from scenarios.session import curate, open_channel, optimise
 from transport.security import CurveClient, CurveServer, start_authenticator
 from transport.sockets import DealerPipe, RouterHub
 
 LISTENING = "[curator] listening on "
 
 
-async def serve_curator(side: CuratorSide | Callable[[int], CuratorSide], bind: str,
-                        out: Path | None, *, sessions: int = 1, accept_timeout: float = 120.0,
-                        curve: CurveServer | None = None, journal: Journal | None = None,
-                        verbose: bool = True,
+async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
+                        sessions: int = 1, accept_timeout: float = 120.0,
+                        curve: CurveServer | None = None, verbose: bool = True,
                         on_bound: Callable[[str], None] | None = None) -> dict | list[dict]:
-    """Bind a ROUTER at `bind` and serve modeler sessions; return the result(s).
+    """Bind a ROUTER at `bind` and serve modeler sessions of `service`; return the result(s).
 
     One session (the default) is written to `out` and its result returned. With
-    `sessions` > 1 (0: until stopped) the sessions run concurrently, each with its own
-    CuratorSide from `side(i)` -- its own projection, budget and ledger -- in
-    out/<session id>/, and the list of results is returned. With `curve` only modelers
-    whose keys are in the allowlist get in, and each result names its peer's key.
-    Prints the actual endpoint as `[curator] listening on ENDPOINT` (`pobo run` reads it).
-    SIGINT and SIGTERM stop the curator after every open session has written its record.
+    `sessions` > 1 (0: until stopped) the sessions run concurrently in out/<session id>/,
+    and the list of results is returned. Every session shares the service's prepared
+    projection and the dataset's ledger and budget; a Hello naming a session in the
+    service's journal resumes it (after a crash of either side). With `curve` only
+    modelers whose keys are in the allowlist get in, and each result names its peer's
+    key. Prints the actual endpoint as `[curator] listening on ENDPOINT` (`pobo run`
+    reads it). SIGINT and SIGTERM stop the curator after every open session has written
+    its record.
     """
-    make_side = side if callable(side) else (lambda i: side)
-    # `journal`: answers are committed before they are sent, and a Hello naming a
-    # journaled session resumes it (after a crash of either side)
     ctx = zmq.asyncio.Context()
     auth = start_authenticator(ctx, curve) if curve is not None else None
     hub = RouterHub.bind(ctx, bind, curve=curve)
@@ -67,8 +62,7 @@ async def serve_curator(side: CuratorSide | Callable[[int], CuratorSide], bind: 
                 break
             pipe = accepting.result()
             tasks.append(asyncio.ensure_future(_session(
-                pipe, partial(make_side, index), out, sessions != 1, hub.security, verbose,
-                journal)))
+                pipe, service, out, sessions != 1, hub.security, verbose)))
             index += 1
         waiting = asyncio.ensure_future(asyncio.gather(*tasks, return_exceptions=True))
         await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -86,32 +80,27 @@ async def serve_curator(side: CuratorSide | Callable[[int], CuratorSide], bind: 
         ctx.term()
 
 
-async def _session(pipe, new_side: Callable[[], CuratorSide], out: Path | None,
-                   per_session_folder: bool, security: str, verbose: bool,
-                   journal: Journal | None) -> dict:
-    """One session: read the Hello, then start a new session or resume a journaled one."""
+async def _session(pipe, service: CuratorService, out: Path | None,
+                   per_session_folder: bool, security: str, verbose: bool) -> dict:
+    """One session: read the Hello, then open a new session or resume a journaled one."""
     channel = open_channel(pipe, CURATOR, False, None, 60.0)
     try:
         hello = await receive_hello(channel)
         try:
-            if hello.resume and journal is None:
-                raise ProtocolError("this curator keeps no journal: nothing to resume",
-                                    ErrorCode.SEQUENCE)
-            side = resume_side(journal, hello.resume) if hello.resume else new_side()
+            session = (service.resume(hello.resume) if hello.resume
+                       else service.new_session(security))
         except ProtocolError as exc:
             await channel.send(Error(exc.code.value, str(exc)[:1000]))
             raise
-        side = replace(side, params=replace(side.params, security=security))
-        where = out / side.session_id if per_session_folder and out is not None else out
-        policy = NON_PRIVATE if side.config.non_private else PRIVATE
-        boundary = Boundary(policy, CURATOR)
+        where = out / session.session_id if per_session_folder and out is not None else out
+        boundary = Boundary(NON_PRIVATE if service.settings.non_private else PRIVATE, CURATOR)
         boundary.incoming(hello)
         transcript = (Transcript(where / "curator.transcript", resume=bool(hello.resume))
                       if where is not None else None)
         channel.settle(boundary, transcript)
-        channel.timeout = side.config.timeout
-        return await curate(channel, side, where, verbose=verbose, peer=pipe.peer, hello=hello,
-                            journal=journal)
+        channel.timeout = float(service.config.get("timeout", 60.0))
+        return await curate(channel, session, where, verbose=verbose, peer=pipe.peer,
+                            hello=hello)
     finally:
         channel.close()
 

@@ -16,27 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
-from parties.curator import Curator, Oracle
-from parties.ldp import ConvertToLaplace, subweibull_clip
-from parties.noise import NoiseSource
+from parties.journal import Journal
 from parties.modeler import HyperFit
-from parties.projection import identity_release, project, singular_values
-from parties.runners import ResumeState, run_modeler, serve_session
+from parties.runners import ResumeState, receive_hello, run_modeler, serve_session
+from parties.service import (
+    DEFAULT_LIFT, CuratorService, CuratorSession, CuratorSettings,
+)
 from parties.strategies import make_strategy
 from protocol.channel import Channel
-from parties.journal import Journal, JournaledSession
-from protocol.codec import decode, encode
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import (
-    PROTOCOL_VERSION, Dataset, Hello, Mechanism, ProjectedDataset, ReleaseRequest,
-    SessionParams, Welcome,
-)
-from protocol.ledger import Entry, Ledger
-from protocol.policy import (
-    CURATOR, DP_PROJECTION, LDP_REWARD, MODELER, NON_PRIVATE, PRIVATE, Boundary,
-)
-
-LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
+from protocol.ledger import Budget
+from protocol.messages import Hello, ReleaseRequest
+from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from protocol.transcript import Transcript
 from scenarios.problem import Problem, rng_for
 from scenarios.registry import PUBLIC_INPUTS, build_problem
@@ -50,7 +40,7 @@ class RunConfig:
     scenario: str = "synthetic"
     epsilon: float | None = None
     delta: float | None = None
-    r: int | None = None
+    r: int | str | None = None  # "auto": the largest r whose omega passes the lift test
     T: int | None = None
     seed: int | None = 0
     non_private: bool | None = None  # None: the scenario's default (public inputs or not)
@@ -63,65 +53,47 @@ class RunConfig:
     release: str | None = None  # DP release of the result: noisy, noise-free, lipschitz
     release_epsilon: float = 1.0
     release_delta: float = 1e-3
-    budget_epsilon: float | None = None  # the curator's central privacy budget
+    budget_epsilon: float | None = None  # the dataset's central privacy budget
     budget_delta: float | None = None
+    ldp_row_budget: float | None = None  # the LDP epsilon any one row may accumulate
+    lift: str = DEFAULT_LIFT  # paper | always | private (PO-GP-UCB Algorithm 1's branch)
+    lift_epsilon: float | None = None  # the private lift test's (eps, delta); default 0.1 eps, delta
+    lift_delta: float | None = None
+    reward_bound: float | None = None  # B and R: declared public bounds (scenario constants)
+    noise_bound: float | None = None
 
     def __post_init__(self) -> None:
         if self.non_private is None:
             object.__setattr__(self, "non_private", self.scenario in PUBLIC_INPUTS)
 
 
-@dataclass(frozen=True)
-class CuratorSide:
-    """Everything the curator prepares before a modeler connects."""
+def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
+    """The curator's settings for `config`, with the scenario's defaults filled in."""
+    pick = lambda value, default: default if value is None else value  # noqa: E731
+    return CuratorSettings(
+        epsilon=pick(config.epsilon, problem.epsilon), delta=pick(config.delta, problem.delta),
+        r=pick(config.r, problem.r), T=pick(config.T, problem.T),
+        non_private=bool(config.non_private), lift=config.lift,
+        lift_epsilon=config.lift_epsilon, lift_delta=config.lift_delta,
+        ldp_epsilon=config.ldp_epsilon,
+        budget=Budget(pick(config.budget_epsilon, math.inf), pick(config.budget_delta, 1.0),
+                      pick(config.ldp_row_budget, math.inf)),
+        seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound)
 
-    config: RunConfig
-    problem: Problem
-    params: SessionParams
-    release: ProjectedDataset
-    report: dict
-    session_id: str
-    ldp: ConvertToLaplace | None = None
-    ledger: Ledger = field(default_factory=Ledger)
-    restored: JournaledSession | None = None  # a session resumed from the curator's journal
 
-
-def prepare_curator(config: RunConfig, problem: Problem | None = None) -> CuratorSide:
-    """Build the scenario's data (unless given), project it (or not), and fix the public
-    parameters."""
+def prepare_service(config: RunConfig, problem: Problem | None = None,
+                    journal: Journal | None = None) -> CuratorService:
+    """The long-lived curator of a scenario: its dataset built (unless given), its
+    projection prepared once and its ledger in `journal` (memory if None)."""
     if problem is None:
         problem = build_problem(config.scenario, config.seed, **config.options)
-    eps = problem.epsilon if config.epsilon is None else config.epsilon
-    delta = problem.delta if config.delta is None else config.delta
-    r = problem.r if config.r is None else config.r
-    T = problem.T if config.T is None else config.T
-    config = replace(config, epsilon=eps, delta=delta, r=r, T=T)
-    ledger = Ledger(config.budget_epsilon or math.inf, config.budget_delta or 1.0)
-    if not config.non_private:  # refused here, before the projection draws its matrix
-        ledger.charge(Entry(DP_PROJECTION, eps, delta))
-    if config.non_private:
-        release = identity_release(problem.X)
-        sigma = singular_values(problem.X)
-        report = {"sigma_min": float(sigma[-1]), "omega": None, "lifted": False}
-        mechanisms: tuple[Mechanism, ...] = ()
-    else:
-        release, rep = project(problem.X, eps, delta, r, privacy_source(config.seed, "projection"))
-        report = {"sigma_min": rep.sigma_min, "omega": rep.omega, "lifted": rep.lifted}
-        mechanisms = (Mechanism(release.mechanism, eps, delta),)
-    ldp = None
-    if config.ldp_epsilon is not None:
-        ldp = ldp_mechanism(problem, config.ldp_epsilon, T)
-        mechanisms += (Mechanism(LDP_REWARD, ldp.epsilon, ldp.delta),)
-    report["noise_bound"] = problem.R if ldp is None else ldp.R
-    n, r_out = release.Z.shape
-    policy = NON_PRIVATE if config.non_private else PRIVATE
-    params = SessionParams(problem.name, n, r_out, T, policy.name, mechanisms, problem.kernel,
-                           privacy_source(config.seed, "ldp-noise").mode,
-                           reward_bound=problem.B or 0.0, noise_bound=report["noise_bound"],
-                           noise=problem.noise, budget_epsilon=config.budget_epsilon or 0.0,
-                           budget_delta=config.budget_delta or 0.0)
-    session_id = rng_for(config.seed, "session").bytes(8).hex()
-    return CuratorSide(config, problem, params, release, report, session_id, ldp, ledger)
+    return CuratorService(problem, curator_settings(config, problem), journal,
+                          journal_config(config))
+
+
+def prepare_curator(config: RunConfig, problem: Problem | None = None) -> CuratorSession:
+    """One new session on a fresh in-memory curator: what a single run needs."""
+    return prepare_service(config, problem).new_session()
 
 
 def release_request(config: RunConfig) -> ReleaseRequest | None:
@@ -134,60 +106,9 @@ def release_request(config: RunConfig) -> ReleaseRequest | None:
 def journal_config(config: RunConfig) -> dict:
     """The curator's part of a run configuration, as JSON for the journal."""
     keep = ("scenario", "epsilon", "delta", "r", "T", "seed", "non_private", "timeout",
-            "options", "ldp_epsilon", "budget_epsilon", "budget_delta")
+            "options", "ldp_epsilon", "budget_epsilon", "budget_delta", "ldp_row_budget",
+            "lift", "lift_epsilon", "lift_delta", "reward_bound", "noise_bound")
     return {k: getattr(config, k) for k in keep}
-
-
-def digest(f: np.ndarray) -> str:
-    """SHA-256 of the objective's bytes: a resumed session must see the same data."""
-    return hashlib.sha256(np.ascontiguousarray(f, dtype=np.float64).tobytes()).hexdigest()
-
-
-def resume_side(journal: Journal, session: str, timeout: float | None = None) -> CuratorSide:
-    """The CuratorSide of a journaled session, rebuilt to continue it after a restart.
-
-    The data are rebuilt from the scenario (the same seed or --data) and must match the
-    journaled digest; the public parameters and the released dataset are the journaled
-    frames themselves, and the ledger is restored entry by entry.
-    """
-    saved = journal.load(session)
-    if saved is None:
-        raise ProtocolError(f"no session {session[:40]!r} in this curator's journal",
-                            ErrorCode.SEQUENCE)
-    config = RunConfig(**{**saved.config, **({"timeout": timeout} if timeout else {})})
-    problem = build_problem(config.scenario, config.seed, **config.options)
-    if digest(problem.f) != saved.f_digest:
-        raise ProtocolError("the scenario's data differ from the journaled session's "
-                            "(another seed or data file?)", ErrorCode.INTERNAL)
-    welcome, dataset = decode(saved.welcome), decode(saved.dataset)
-    ledger = Ledger(config.budget_epsilon or math.inf, config.budget_delta or 1.0)
-    ledger.entries = list(saved.ledger)
-    ldp = ldp_mechanism(problem, config.ldp_epsilon, config.T) if config.ldp_epsilon else None
-    sigma = float(singular_values(problem.X)[-1])
-    report = {"sigma_min": sigma, "omega": dataset.release.omega or None,
-              "lifted": bool(dataset.release.omega and sigma < dataset.release.omega),
-              "noise_bound": welcome.params.noise_bound}
-    return CuratorSide(config, problem, welcome.params, dataset.release, report, session, ldp,
-                       ledger, saved)
-
-
-def privacy_source(seed: int | None, stream: str) -> NoiseSource:
-    """Randomness that protects privacy: seeded for simulation, the OS CSPRNG without a seed."""
-    return NoiseSource(None if seed is None else rng_for(seed, stream))
-
-
-def ldp_mechanism(problem: Problem, epsilon: float, T: int) -> ConvertToLaplace:
-    """CTL(epsilon) for a scenario: its declared B, and R = its noise bound, or for
-    Gaussian noise the sub-Gaussian clip K ln(T/delta)^1/2, K = sqrt(2 noise_var), at
-    delta = LDP_DELTA (sec. 4.5: the reward is then (epsilon, delta)-LDP)."""
-    if problem.B is None:
-        raise ValueError(f"scenario {problem.name} declares no bound B on |f|: no LDP rewards")
-    if problem.noise == "gaussian" and problem.noise_var > 0:
-        R = subweibull_clip(math.sqrt(2 * problem.noise_var), 0.5, T, LDP_DELTA)
-        return ConvertToLaplace(epsilon, problem.B, R, LDP_DELTA)
-    if problem.noise == "student-t":
-        raise ValueError("Student-t noise has no sub-Weibull clip: run it without --ldp-eps")
-    return ConvertToLaplace(epsilon, problem.B, problem.R)
 
 
 def open_channel(pipe, role: str, non_private: bool, out: Path | None,
@@ -199,43 +120,23 @@ def open_channel(pipe, role: str, non_private: bool, out: Path | None,
     return Channel(pipe, Boundary(policy, role), transcript, timeout=timeout)
 
 
-async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *,
-                 verbose: bool = True, peer: str = "in-process", hello: Hello | None = None,
-                 journal: Journal | None = None) -> dict:
+async def curate(channel: Channel, session: CuratorSession, out: Path | None = None, *,
+                 verbose: bool = True, peer: str = "in-process",
+                 hello: Hello | None = None) -> dict:
     """Serve one modeler session; return the curator's result, written to
     out/curator.json even when the session fails part-way.
 
-    With a `journal`, every answer is committed to it before its reward is sent, and a
-    session restored from it (`side.restored`) continues where it stopped.
+    Every answer is committed to the service's journal before its reward is sent, and a
+    session restored from it (`session.restored`) continues where it stopped.
     """
-    problem, T = side.problem, side.params.T
-    source = privacy_source(side.config.seed, "ldp-noise")
-    curator = Curator(Oracle(problem.f, problem.noise_var, problem.noise, problem.R), T,
-                      rng_for(side.config.seed, "measurement-noise"), side.ldp, source,
-                      side.ledger)
-    sid = side.session_id
-    if side.restored is not None:
-        for seq, row, measured, value in side.restored.answers:
-            curator.replay(seq, row, measured, value)
-    elif journal is not None:
-        journal.open_session(sid, journal_config(side.config), encode(Welcome(
-            PROTOCOL_VERSION, sid, side.params)), encode(Dataset(side.release)),
-            digest(problem.f), list(side.ledger.entries))
-    released: list = [side.restored.release] if side.restored and side.restored.release else []
+    service, T, sid = session.service, session.params.T, session.session_id
+    curator = session.curator()
+    restored = session.restored
+    released: list = [restored.release] if restored and restored.release else []
 
     def record_release(result) -> None:
         released.append(asdict(result))
-        if journal is not None:
-            journal.record_release(sid, released[-1], side.ledger.entries[-1:])
-
-    handler = release_handler(problem, side.release.Z, side.params.kernel, curator, side.ledger,
-                              privacy_source(side.config.seed, "release-noise"),
-                              record=record_release)
-
-    def commit(seq: int, index: int, value: float) -> None:
-        if journal is not None:
-            entries = side.ledger.entries[-1:] if side.ldp is not None else []
-            journal.record_answer(sid, seq, index, curator.measured[-1], value, entries)
+        service.journal.record_release(sid, released[-1])
 
     def progress(seq: int, index: int, value: float) -> None:
         if verbose:
@@ -245,37 +146,44 @@ async def curate(channel: Channel, side: CuratorSide, out: Path | None = None, *
 
     started, status, reason = time.perf_counter(), "error", None
     try:
+        if hello is None:  # read here, so that the release handler sees what it declared
+            hello = await receive_hello(channel)
+        handler = release_handler(service.problem, session.release.Z, session.params.kernel,
+                                  curator, session.ledger, session.source("release-noise"),
+                                  record=record_release, hello=hello)
         reason = await serve_session(
-            channel, curator, side.params, side.release, sid, on_answer=progress,
-            on_release=handler, on_commit=commit, hello=hello,
+            channel, curator, session.params, session.release, sid, on_answer=progress,
+            on_release=handler, hello=hello,
             asked={seq: row for seq, (row, _) in curator.answered.items()})
         status = "ok"
     finally:
-        if journal is not None:
-            journal.set_status(sid, status)
-        result = curator_result(side, curator, status, reason, time.perf_counter() - started)
+        service.journal.set_status(sid, status)
+        result = curator_result(session, curator, status, reason, time.perf_counter() - started)
         result["release"] = released[0] if released else None
         result["transcript_head"] = channel.transcript.head if channel.transcript else None
-        result["security"], result["peer"] = side.params.security, peer
+        result["security"], result["peer"] = session.params.security, peer
         if out is not None:
             write_json(out / "curator.json", result)
     return result
 
 
-def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str | None,
+def curator_result(session: CuratorSession, curator, status: str, reason: str | None,
                    seconds: float) -> dict:
     """The curator's record of a session: parameters, answers and regret (from true f)."""
-    cfg, problem, T = side.config, side.problem, side.params.T
+    service, params = session.service, session.params
+    s, problem, T = service.settings, service.problem, params.T
     simple, cumulative = curator.regret()
+    ldp = service.ldp
     return {
-        "scenario": problem.name, "seed": cfg.seed, "randomness": side.params.randomness,
-        "policy": side.params.policy, "session": side.session_id, "status": status,
+        "scenario": problem.name, "seed": s.seed, "randomness": params.randomness,
+        "policy": params.policy, "session": session.session_id, "status": status,
         "end_reason": reason, "n": int(problem.X.shape[0]), "d": int(problem.X.shape[1]),
-        "r": side.params.r, "epsilon": None if cfg.non_private else cfg.epsilon,
-        "delta": None if cfg.non_private else cfg.delta, **side.report, "T": side.params.T,
-        "ldp_epsilon": None if side.ldp is None else side.ldp.epsilon,
-        "ldp_delta": None if side.ldp is None else side.ldp.delta,
-        "ldp_scale": None if side.ldp is None else side.ldp.scale,
+        "r": params.r, "epsilon": None if s.non_private else s.epsilon,
+        "delta": None if s.non_private else s.delta, **service.report, "T": T,
+        "ldp_epsilon": None if ldp is None else ldp.epsilon,
+        "ldp_delta": None if ldp is None else ldp.delta,
+        "ldp_scale": None if ldp is None else ldp.scale,
+        "reward_bound": params.reward_bound, "noise_bound": params.noise_bound,
         "queries": curator.queries, "rewards": curator.rewards, "measured": curator.measured,
         "simple_regret": simple.tolist(), "cumulative_regret": cumulative.tolist(),
         "hits": np.cumsum(problem.f[curator.queries]).tolist() if problem.metric == "hits" else None,
@@ -285,7 +193,8 @@ def curator_result(side: CuratorSide, curator: Curator, status: str, reason: str
         "f_star": float(np.max(problem.f)), "sigma_f": float(np.std(problem.f)),
         "kernel": asdict(problem.kernel), "noise_var": problem.noise_var,
         "source": problem.source, "dropped": problem.dropped, "seconds": seconds,
-        "ledger": side.ledger.to_dict(),
+        "dataset_digest": service.digest, "ledger": session.ledger_view(),
+        "privacy_unit": service.privacy_unit(),
     }
 
 
@@ -363,14 +272,14 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     from transport.inproc import pipe_pair  # scenarios choose the transport
 
     out = Path(out)
-    side = prepare_curator(config, problem)
+    session = prepare_curator(config, problem)
     cpipe, mpipe = pipe_pair()
     where = out if transcripts else None
     cchan = open_channel(cpipe, CURATOR, config.non_private, where, config.timeout)
     mchan = open_channel(mpipe, MODELER, config.non_private, where, config.timeout)
     try:
         cres, mres = await asyncio.gather(
-            curate(cchan, side, out, verbose=verbose),
+            curate(cchan, session, out, verbose=verbose),
             optimise(mchan, config.seed, config.strategy, out, hyper=config.hyper,
                      beta_scale=config.beta_scale, release=release_request(config)))
     finally:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from parties.modeler import HyperFit
 from scenarios.registry import PUBLIC_INPUTS, build_problem
+from parties.service import DEFAULT_LIFT
 from scenarios.session import RunConfig, run_inproc
 
 
@@ -39,6 +40,7 @@ class SweepSpec:
     transcripts: bool = False
     ldp_epsilons: tuple[float | None, ...] = (None,)
     beta_scales: tuple[float | None, ...] = (None,)
+    lift: str = DEFAULT_LIFT  # the paper presets pin "paper" (Algorithm 1 as published)
 
     def runs(self) -> list[tuple[str, RunConfig]]:
         """(run id, config) for every run, seed-major so that a seed's runs are adjacent.
@@ -53,7 +55,7 @@ class SweepSpec:
         out = []
         for seed in range(self.seeds):
             base = RunConfig(self.scenario, T=self.T, seed=seed, hyper=self.hyper,
-                             options=dict(self.options))
+                             options=dict(self.options), lift=self.lift)
             for strategy in self.strategies:
                 for scale in self.beta_scales:
                     for ldp in self.ldp_epsilons:
@@ -100,6 +102,7 @@ def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
         "policy": result["policy"], "epsilon": result["epsilon"], "r": result["r"],
         "seed": result["seed"], "T": result["T"], "n": result["n"], "d": result["d"],
         "sigma_min": result["sigma_min"], "omega": result["omega"], "lifted": result["lifted"],
+        "lift": result.get("lift"),
         "simple_regret": result["simple_regret"][-1],
         "simple_regret_norm": result["simple_regret"][-1] / sf,
         "cumulative_regret": result["cumulative_regret"][-1],

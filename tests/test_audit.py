@@ -33,7 +33,7 @@ def test_a_clean_session_passes_with_the_recomputed_ledger(session):
     reports = audit_files([session / "modeler.transcript", session / "curator.transcript"])
     assert [r.role for r in reports] == ["curator", "modeler"]
     assert all(r.ok for r in reports), [r.violations for r in reports]
-    recorded = json.loads((session / "curator.json").read_text())["ledger"]
+    recorded = json.loads((session / "curator.json").read_text())["ledger"]["session"]
     assert reports[0].ledger["central"]["epsilon"] == pytest.approx(recorded["central"]["epsilon"])
     assert reports[0].ledger["local"]["reports"] == 5
 

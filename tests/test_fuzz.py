@@ -15,7 +15,7 @@ from protocol.codec import ARRAY_EXT, decode, encode
 from protocol.errors import ErrorCode
 from protocol.messages import PROTOCOL_VERSION, Error, Hello, Query, Reward, Welcome
 from scenarios.remote import connect_modeler, serve_curator
-from scenarios.session import RunConfig, prepare_curator, run_inproc
+from scenarios.session import RunConfig, prepare_service, run_inproc
 
 CFG = RunConfig(T=12, seed=3, options={"grid": 10}, timeout=20.0)
 FRAMES_PER_PEER = 2600
@@ -95,7 +95,7 @@ async def test_curator_survives_ten_thousand_hostile_frames_beside_a_legit_sessi
     expected = await run_inproc(CFG, tmp_path / "reference", transcripts=False)
     bound = asyncio.get_running_loop().create_future()
     serving = asyncio.ensure_future(serve_curator(
-        lambda i: prepare_curator(CFG), "tcp://127.0.0.1:0", tmp_path / "curator", sessions=0,
+        prepare_service(CFG), "tcp://127.0.0.1:0", tmp_path / "curator", sessions=0,
         accept_timeout=60.0, verbose=False, on_bound=bound.set_result))
     endpoint = await asyncio.wait_for(bound, 10)
     ctx = zmq.asyncio.Context()

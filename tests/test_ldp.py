@@ -107,9 +107,9 @@ def test_an_ldp_session_end_to_end_records_the_mechanism_and_randomness(tmp_path
     cfg = RunConfig("ldp-synthetic", T=12, seed=4, ldp_epsilon=1.0, strategy="tgp-ucb")
     result = asyncio.run(run_inproc(cfg, tmp_path))
     assert result["ldp_epsilon"] == 1.0 and result["randomness"] == "seeded"
-    from scenarios.registry import build_problem
-    problem = build_problem("ldp-synthetic", 4)
-    assert result["ldp_scale"] == pytest.approx(2 * (np.abs(problem.f).max() + 1.0) / 1.0)
+    from scenarios.ldp_synthetic import DECLARED_B
+    # B is the scenario's declared constant, never max |f| of the instance
+    assert result["ldp_scale"] == pytest.approx(2 * (DECLARED_B + 1.0) / 1.0)
     frames = [decode(r.frame) for r in read_transcript(tmp_path / "modeler.transcript")]
     welcome = next(m for m in frames if isinstance(m, Welcome))
     assert any(m.name == LDP_REWARD for m in welcome.params.mechanisms)

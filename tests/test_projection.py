@@ -4,8 +4,10 @@ import math
 import numpy as np
 import pytest
 
+from parties.noise import NoiseSource, lattice_step
 from parties.projection import (
-    identity_release, largest_admissible_r, lifted_dataset, omega, project, singular_values,
+    choose_projection, identity_release, largest_admissible_r, lift_test_margin,
+    lifted_dataset, omega, passes_lift_test, private_r, project, singular_values,
 )
 from scenarios.synthetic import grid_points
 
@@ -107,3 +109,169 @@ def test_projection_is_reproducible_from_the_generator_and_validates_input():
     with pytest.raises(ValueError):
         project(X, 1.0, 1e-5, 0, np.random.default_rng(0))
     assert identity_release(X).mechanism == "identity"
+
+
+# --- the lift branch: paper, always, private (propose-test-release) ----------------------
+
+def _far_above() -> np.ndarray:
+    return np.random.default_rng(3).normal(size=(200, 5)) * 1e4  # sigma_min ~ 1e5
+
+
+def _far_below() -> np.ndarray:
+    return np.random.default_rng(4).normal(size=(300, 4))  # sigma_min ~ 16 << omega ~ 2000
+
+
+def test_private_test_keeps_a_dataset_far_above_omega_unlifted():
+    """sigma_min ~ 1.3e5 is ~1.2e5 above the threshold omega + margin ~ 3500 while the
+    Laplace scale is 1/te = 10: the lift test fails with probability ~exp(-1e4), so all
+    20 seeds must pass."""
+    X = _far_above()
+    sigma_min = singular_values(X)[-1]
+    for seed in range(20):
+        release, rep = project(X, 1.0, 1e-5, 7, np.random.default_rng(seed), lift="private",
+                               test_source=NoiseSource(np.random.default_rng(100 + seed)))
+        assert not rep.lifted and rep.lift == "private" and rep.dp_covers_branch
+        assert (rep.test_epsilon, rep.test_delta) == (0.1, 1e-5)  # defaults 0.1 eps, delta
+        assert rep.test_threshold == rep.omega + lift_test_margin(0.1, 1e-5)
+        assert abs(rep.noisy_sigma_min - sigma_min) < 200  # P(|Laplace(10)| > 200) = e^-20
+        M = np.random.default_rng(seed).standard_normal((5, 7))  # M alone from rng
+        assert np.allclose(release.Z, (X - X.mean(0)) @ M / math.sqrt(7), rtol=1e-10)
+        assert (release.epsilon, release.delta) == (1.0, 1e-5)  # the test is its own entry
+
+
+def test_private_test_always_lifts_a_dataset_far_below_omega():
+    """sigma_min ~ 16, omega(6, 1, 1e-5) ~ 2200: P(pass) = td exp(-te (omega + 1 - sigma_min))
+    ~ 1e-5 e^-218, so all 20 seeds must lift."""
+    X = _far_below()
+    for seed in range(20):
+        _, rep = project(X, 1.0, 1e-5, 6, np.random.default_rng(seed), lift="private",
+                         test_source=NoiseSource(np.random.default_rng(100 + seed)))
+        assert rep.lifted and rep.noisy_sigma_min < rep.test_threshold
+    _, rep = project(X, 1.0, 1e-5, 6, np.random.default_rng(0), lift="paper")
+    assert rep.lifted  # the published branch agrees here
+
+
+def test_reports_carry_the_lift_mode_and_the_test_budget():
+    X = _far_above()
+    _, rep = project(X, 2.0, 1e-6, 3, np.random.default_rng(0), lift="private",
+                     test_epsilon=0.5, test_delta=1e-7,
+                     test_source=NoiseSource(np.random.default_rng(1)))
+    assert (rep.lift, rep.test_epsilon, rep.test_delta, rep.r) == ("private", 0.5, 1e-7, 3)
+    assert rep.noisy_sigma_min is not None and rep.dp_covers_branch
+    for lift, covered in (("paper", False), ("always", True)):
+        _, rep = project(X, 2.0, 1e-6, 3, np.random.default_rng(0), lift=lift)
+        assert (rep.lift, rep.test_epsilon, rep.test_delta) == (lift, 0.0, 0.0)
+        assert rep.noisy_sigma_min is None and rep.test_threshold is None
+        assert rep.dp_covers_branch is covered
+
+
+def test_lift_test_margin_is_one_plus_the_laplace_tail_quantile():
+    """margin = 1 + ln(1/(2 td))/te + 2 lattice steps; the steps are <= 2^-28 / te."""
+    for te, td in ((0.3, 1e-5), (1.0, 0.01), (0.01, 1e-9)):
+        g = lattice_step(1.0 / te)
+        assert g <= 2.0**-28 / te
+        assert lift_test_margin(te, td) == 1.0 + math.log(1 / (2 * td)) / te + 2 * g
+    w, m = 500.0, lift_test_margin(0.3, 1e-5)
+    assert passes_lift_test(w + m, w, 0.3, 1e-5)
+    assert not passes_lift_test(math.nextafter(w + m, 0.0), w, 0.3, 1e-5)
+
+
+def test_always_lifts_even_a_dataset_with_huge_sigma_min():
+    X = _far_above() * 100  # sigma_min ~ 1e7 >> omega
+    release, rep = project(X, 1.0, 1e-5, 4, np.random.default_rng(5), lift="always")
+    assert rep.lifted and rep.sigma_min > 1e3 * rep.omega
+    Xt = lifted_dataset(X - X.mean(0), rep.omega)
+    M = np.random.default_rng(5).standard_normal((5, 4))
+    assert np.allclose(release.Z, Xt @ M / math.sqrt(4), rtol=1e-9)
+
+
+def test_private_r_is_the_largest_r_whose_omega_passes():
+    eps, delta, te, td = 2.0, 1e-5, 0.2, 1e-5
+    m = lift_test_margin(te, td)
+    for noisy in (0.0, omega(1, eps, delta) + m - 1e-9, omega(1, eps, delta) + m,
+                  omega(10, eps, delta) + m, omega(11, eps, delta) + m - 1e-6, 1e4, 1e9):
+        r = private_r(noisy, eps, delta, te, td, r_max=1000)
+        brute = max([k for k in range(1, 1001) if omega(k, eps, delta) <= noisy - m], default=0)
+        assert r == brute
+        assert r == 0 or omega(r, eps, delta) <= noisy - m
+        assert r == 1000 or omega(r + 1, eps, delta) > noisy - m
+    assert private_r(omega(10, eps, delta) + m, eps, delta, te, td) == 10
+    assert private_r(1e9, eps, delta, te, td, r_max=40) == 40
+
+
+def test_r_auto_private_picks_the_largest_passing_r_of_the_one_noisy_draw():
+    """te = 0.01 (Laplace scale 100) around sigma_min ~ omega(10) + margin, so the chosen r
+    varies over 30 seeds; each must equal private_r of the reported noisy value, be
+    released unlifted with r columns, and never have omega(r) > noisy - margin."""
+    eps, delta, te, td = 3.0, 1e-5, 0.01, 1e-5
+    m = lift_test_margin(te, td)
+    X0 = np.random.default_rng(6).normal(size=(300, 3))
+    X = X0 * (omega(10, eps, delta) + m) / singular_values(X0)[-1]
+    chosen = set()
+    for seed in range(30):
+        release, rep = choose_projection(
+            X, eps, delta, "auto", np.random.default_rng(seed), lift="private",
+            test_epsilon=te, test_delta=td,
+            test_source=NoiseSource(np.random.default_rng(100 + seed)), r_fallback=2)
+        expected = private_r(rep.noisy_sigma_min, eps, delta, te, td)
+        if expected == 0:
+            assert rep.lifted and rep.r == 2 and release.Z.shape == (300, 2)
+            continue
+        assert rep.r == expected and not rep.lifted and release.Z.shape == (300, expected)
+        assert omega(rep.r, eps, delta) <= rep.noisy_sigma_min - m
+        assert rep.omega == omega(rep.r, eps, delta) and rep.dp_covers_branch
+        chosen.add(rep.r)
+    assert len(chosen) >= 3  # the draw really moves r
+
+
+def test_r_auto_private_lifts_at_the_fallback_when_no_r_passes():
+    release, rep = choose_projection(_far_below(), 1.0, 1e-5, "auto", np.random.default_rng(0),
+                                     lift="private", r_fallback=4)
+    assert rep.lifted and rep.r == 4 and release.Z.shape == (300, 4)
+    assert rep.omega == omega(4, 1.0, 1e-5) and rep.noisy_sigma_min < rep.test_threshold
+
+
+def test_r_auto_paper_uses_the_exact_sigma_min_and_says_so():
+    X = grid_points(30)
+    sigma_min = singular_values(X)[-1]
+    eps = 2 * omega(5, 1.0, 1e-5) / sigma_min  # some r >= 5 is admissible
+    release, rep = choose_projection(X, eps, 1e-5, "auto", np.random.default_rng(0),
+                                     lift="paper", r_fallback=3)
+    assert rep.r == largest_admissible_r(sigma_min, eps, 1e-5) >= 5
+    assert not rep.lifted and not rep.dp_covers_branch and rep.noisy_sigma_min is None
+    assert release.Z.shape == (900, rep.r)
+
+
+def test_r_auto_with_always_lift_or_without_a_fallback_is_refused():
+    X = _far_above()
+    with pytest.raises(ValueError, match="--r auto needs --lift private or paper"):
+        choose_projection(X, 1.0, 1e-5, "auto", np.random.default_rng(0), lift="always",
+                          r_fallback=3)
+    for lift in ("private", "paper"):
+        with pytest.raises(ValueError, match="fallback"):
+            choose_projection(X, 1.0, 1e-5, "auto", np.random.default_rng(0), lift=lift)
+
+
+def test_choose_projection_with_a_fixed_r_is_project():
+    X = _far_above()
+    a, ra = choose_projection(X, 1.0, 1e-5, 4, np.random.default_rng(1), lift="always",
+                              r_fallback=9)
+    b, rb = project(X, 1.0, 1e-5, 4, np.random.default_rng(1), lift="always")
+    assert a == b and ra == rb
+
+
+def test_lift_arguments_are_validated():
+    X = _far_above()
+    src = NoiseSource(np.random.default_rng(0))
+    _, rep = project(X, 1.0, 1e-5, 4, src)  # positional NoiseSource, as the callers do
+    assert rep.lift == "paper" and not rep.lifted
+    with pytest.raises(ValueError, match="test_source"):  # never the global np.random
+        project(X, 1.0, 1e-5, 4, src, lift="private")
+    with pytest.raises(ValueError):
+        project(X, 1.0, 1e-5, 4, src, lift="sometimes")
+    with pytest.raises(ValueError):
+        project(X, 1.0, 1e-5, 4, src, lift="paper", test_epsilon=0.1)
+    for te, td in ((0.0, 1e-5), (float("inf"), 1e-5), (0.1, 0.0), (0.1, 0.5), (1e-10, 1e-5)):
+        with pytest.raises(ValueError):
+            project(X, 1.0, 1e-5, 4, np.random.default_rng(0), lift="private",
+                    test_epsilon=te, test_delta=td)

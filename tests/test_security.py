@@ -7,7 +7,7 @@ import pytest
 
 from protocol.errors import PeerTimeout
 from scenarios.remote import connect_modeler, serve_curator
-from scenarios.session import RunConfig, prepare_curator
+from scenarios.session import RunConfig, prepare_service
 from transport.security import CurveClient, CurveServer, make_keys
 
 CFG = RunConfig(T=4, seed=2, options={"grid": 8}, timeout=10.0)
@@ -15,10 +15,8 @@ CFG = RunConfig(T=4, seed=2, options={"grid": 8}, timeout=10.0)
 
 async def _start(tmp_path, curve=None, sessions=1):
     bound = asyncio.get_running_loop().create_future()
-    side = prepare_curator(CFG)
     task = asyncio.ensure_future(serve_curator(
-        (lambda i: prepare_curator(RunConfig(T=4, seed=2 + i, options={"grid": 8}, timeout=10.0)))
-        if sessions != 1 else side, "tcp://127.0.0.1:0", tmp_path / "curator",
+        prepare_service(CFG), "tcp://127.0.0.1:0", tmp_path / "curator",
         sessions=sessions, accept_timeout=10.0, curve=curve, verbose=False,
         on_bound=bound.set_result))
     return task, await asyncio.wait_for(bound, 10)
@@ -86,6 +84,8 @@ async def test_one_curator_serves_concurrent_sessions_with_their_own_projection(
     assert len(results) == 3 and len({r["session"] for r in results}) == 3
     folders = [p for p in (tmp_path / "curator").iterdir() if p.is_dir()]
     assert len(folders) == 3 and all((p / "curator.json").exists() for p in folders)
-    assert all(r["ledger"]["central_entries"] for r in results)
+    # three sessions, one dataset: the projection was drawn and charged once
+    assert all(len(r["ledger"]["entries"]) == 2 for r in results)
+    assert len({r["ledger"]["central"]["epsilon"] for r in results}) == 1
     by_queries = sorted(tuple(m["queries"]) for m in modelers)
     assert by_queries == sorted(tuple(r["queries"]) for r in results)

@@ -1,0 +1,99 @@
+"""The dataset's privacy ledger as a curator session sees it: one budget, every session.
+
+The entries live in the curator's journal (a file, or memory for the life of the
+process), so the budget belongs to the dataset, not to a session: a second session,
+a restart, a resume or a release all charge the same ledger. A charge is checked
+against the budget before anything is drawn, and again inside the transaction that
+records it.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+
+from parties.journal import Journal
+from protocol.ledger import (
+    CENTRAL, Budget, Entry, Ledger, PrivacyBudgetExceeded, describe_ledger, ledger_dict,
+)
+
+
+@dataclass(frozen=True)
+class DatasetLedger:
+    """The journal's ledger with the dataset's budget, charging on behalf of `session`."""
+
+    journal: Journal
+    budget: Budget = Budget()
+    session: str = ""
+
+    def for_session(self, session: str) -> DatasetLedger:
+        """The same ledger, charging on behalf of another session."""
+        return DatasetLedger(self.journal, self.budget, session)
+
+    def check(self, entries: list[Entry]) -> None:
+        """Raise PrivacyBudgetExceeded unless all of `entries` fit the budget now."""
+        central = self.central()
+        rows: dict[int, tuple[float, float]] = {}
+        for e in entries:
+            if e.scope == CENTRAL:
+                spent = central
+            else:
+                spent = rows.get(e.row) or self.journal.row_spent(e.row)
+            why = self.budget.refusal(e, spent)
+            if why is not None:
+                raise PrivacyBudgetExceeded(why)
+            if e.scope == CENTRAL:
+                central = (central[0] + e.epsilon, central[1] + e.delta)
+            else:
+                rows[e.row] = (spent[0] + e.epsilon, spent[1] + e.delta)
+
+    def charge(self, entry: Entry) -> None:
+        """Charge one entry now, in its own transaction (refused past the budget)."""
+        self.journal.charge(self.session, [entry], self.budget)
+
+    def central(self) -> tuple[float, float]:
+        """The dataset's central (eps, delta) so far, over every session."""
+        entries = self.journal.central_entries()
+        return sum(e["epsilon"] for e in entries), sum(e["delta"] for e in entries)
+
+    def to_dict(self) -> dict:
+        """The dataset's ledger (layout of protocol.ledger.ledger_dict), and under
+        `session` what this session's own messages released."""
+        data = ledger_dict(self.journal.central_entries(), self.journal.local_summary(),
+                           self.budget)
+        data["session"] = {"id": self.session,
+                           "entries": [asdict(e) for e in self.journal.entries(self.session)]}
+        return data
+
+
+def session_ledger(dataset: list[Entry], own: list[Entry], budget: Budget) -> dict:
+    """What one session released, as the audit recomputes it from its messages: the
+    dataset mechanisms its Dataset message carries (charged once for the dataset, however
+    many sessions receive them) plus the session's own releases and LDP reports."""
+    ledger = Ledger(Budget())
+    for e in [*dataset, *own]:
+        ledger.charge(e)
+    data = ledger.to_dict()
+    data["central"].update(budget_epsilon=budget.to_dict()["budget_epsilon"],
+                           budget_delta=budget.delta)
+    return data
+
+
+
+def journal_ledger(journal: Journal) -> dict:
+    """`pobo ledger`: the dataset's ledger as its journal holds it, with the budget last
+    configured, every central entry with its session, and the per-row LDP totals."""
+    limits = json.loads(journal.meta("budget") or "{}")
+    budget = Budget(limits.get("budget_epsilon") or math.inf, limits.get("budget_delta", 1.0),
+                    limits.get("row_budget_epsilon") or math.inf)
+    data = ledger_dict(journal.central_entries(), journal.local_summary(), budget)
+    data["dataset"] = journal.meta("dataset")
+    data["sessions"] = [{"id": sid, "status": status} for sid, status in journal.sessions()]
+    return data
+
+
+def describe_journal_ledger(data: dict) -> str:
+    """Human lines for `pobo ledger`."""
+    head = (f"dataset {str(data.get('dataset'))[:16]}...: {len(data['sessions'])} sessions "
+            f"({sum(s['status'] == 'ok' for s in data['sessions'])} ok)")
+    return head + "\n" + describe_ledger(data)

@@ -1,0 +1,58 @@
+"""The curator's private data: the dataset X, the objective f and its declared constants."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from protocol.messages import KernelParams
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A curator's private dataset X (n x d) and tabulated objective f (always maximised).
+
+    A minimisation scenario stores f = -objective and says `sense = "minimise"`; its
+    regret f* - f(x_t) is then the paper's regret objective(x_t) - min objective.
+    `kernel` holds what the scenario declares public in the handshake; `noise_var` is
+    the curator's true measurement noise. The other fields are the paper's default run
+    parameters and where the data came from.
+    """
+
+    name: str
+    X: np.ndarray
+    f: np.ndarray
+    kernel: KernelParams
+    epsilon: float
+    delta: float
+    r: int
+    T: int
+    noise_var: float = 0.0
+    noise: str = "gaussian"  # measurement noise: gaussian(noise_var), uniform[-R, R], student-t
+    R: float = 0.0
+    B: float | None = None  # declared public bound on |f| (needed for LDP rewards)
+    sense: str = "maximise"
+    metric: str = "simple_regret"
+    source: str = "embedded"
+    dropped: dict = field(default_factory=dict)
+    release: dict = field(default_factory=dict)  # constants of Kusner et al.'s releases
+
+    def __post_init__(self) -> None:
+        if self.X.ndim != 2 or self.f.shape != (self.X.shape[0],):
+            raise ValueError(f"X {self.X.shape} and f {self.f.shape} do not match")
+        if not (np.isfinite(self.X).all() and np.isfinite(self.f).all()):
+            raise ValueError(f"scenario {self.name}: X or f holds NaN or infinity")
+        if self.sense not in ("maximise", "minimise"):
+            raise ValueError(f"sense must be maximise or minimise, got {self.sense!r}")
+
+
+def dataset_digest(problem: Problem) -> str:
+    """SHA-256 of the prepared X and f (shape, dtype and bytes): what a journal, a
+    resumed session and an audit check the curator's data against."""
+    h = hashlib.sha256()
+    for a in (problem.X, problem.f):
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(repr(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()

@@ -1,0 +1,335 @@
+"""The long-lived curator: one prepared dataset, one projection, one ledger, many sessions.
+
+A `CuratorService` is built once per curator process from the prepared dataset and its
+settings. It binds its journal to the dataset's digest, prepares the projection for
+its (epsilon, delta, r, lift) once -- or finds it in the journal, so a restarted curator
+serves the same Z -- and charges it once to the dataset's ledger. A session is then
+cheap: a random id, a journal row and a reference to the prepared release. Every
+session's LDP reports and releases charge the same ledger, whose budget is the
+dataset's (DESIGN.md, threat model: the dataset, not the session, owns the budget).
+"""
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from parties.budget import DatasetLedger, session_ledger
+from parties.curator import Curator, Oracle
+from parties.dataset import Problem, dataset_digest
+from parties.journal import Journal, JournalError, JournaledSession
+from parties.ldp import ConvertToLaplace, subweibull_clip
+from parties.noise import SECURE, SEEDED, NoiseSource, rng_for
+from parties.projection import choose_projection, identity_release, singular_values
+from protocol.codec import decode, encode
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
+from protocol.messages import (
+    PROTOCOL_VERSION, Dataset, Mechanism, ProjectedDataset, SessionParams, Welcome,
+)
+from protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, NON_PRIVATE, PRIVATE
+
+LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
+LIFT_MODES = ("paper", "always", "private")
+DEFAULT_LIFT = "private"
+
+
+@dataclass(frozen=True)
+class CuratorSettings:
+    """What the curator announces and enforces for its dataset.
+
+    `r` is an int or "auto" (the largest r whose omega passes the lift test). `lift`:
+    'paper' (Algorithm 1 as published: the sigma_min branch is not covered by the DP
+    claim), 'always' (Blocki et al.) or 'private' (a noisy sigma_min test charging
+    (lift_epsilon, lift_delta), default 0.1 epsilon and delta). `reward_bound` and
+    `noise_bound` override the scenario's declared B and R.
+    """
+
+    epsilon: float
+    delta: float
+    r: int | str
+    T: int
+    non_private: bool = False
+    lift: str = DEFAULT_LIFT
+    lift_epsilon: float | None = None
+    lift_delta: float | None = None
+    ldp_epsilon: float | None = None
+    budget: Budget = Budget()
+    seed: int | None = None
+    reward_bound: float | None = None
+    noise_bound: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.lift not in LIFT_MODES:
+            raise ValueError(f"--lift must be one of {LIFT_MODES}, got {self.lift!r}")
+        if not (self.r == "auto" or (isinstance(self.r, (int, np.integer)) and self.r >= 1)):
+            raise ValueError(f"r must be a positive integer or 'auto', got {self.r!r}")
+        if not (isinstance(self.T, (int, np.integer)) and self.T >= 1):
+            raise ValueError(f"T must be a positive integer, got {self.T!r}")
+        for name in ("reward_bound", "noise_bound"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+
+    @property
+    def test_epsilon(self) -> float:
+        """The private lift test's epsilon (0 unless lift = private)."""
+        if self.lift != "private" or self.non_private:
+            return 0.0
+        return 0.1 * self.epsilon if self.lift_epsilon is None else float(self.lift_epsilon)
+
+    @property
+    def test_delta(self) -> float:
+        """The private lift test's delta (0 unless lift = private)."""
+        if self.lift != "private" or self.non_private:
+            return 0.0
+        return self.delta if self.lift_delta is None else float(self.lift_delta)
+
+
+@dataclass(frozen=True)
+class CuratorSession:
+    """One modeler session of a service: its id, public parameters and journal record."""
+
+    service: CuratorService
+    session_id: str
+    ordinal: int
+    params: SessionParams
+    release: ProjectedDataset
+    restored: JournaledSession | None = None
+
+    @property
+    def ledger(self) -> DatasetLedger:
+        """The dataset's ledger, charging on behalf of this session."""
+        return self.service.ledger.for_session(self.session_id)
+
+    def stream(self, name: str) -> np.random.Generator:
+        """This session's simulation randomness for one use (OS entropy without a seed);
+        the first session of a seeded curator keeps the run's own streams."""
+        suffix = "" if self.ordinal == 0 else f"/{self.ordinal}"
+        return rng_for(self.service.settings.seed, name + suffix)
+
+    def source(self, name: str) -> NoiseSource:
+        """This session's privacy noise: seeded in simulation, the OS CSPRNG without a seed."""
+        seed = self.service.settings.seed
+        return NoiseSource(None if seed is None else self.stream(name))
+
+    def curator(self) -> Curator:
+        """The synchronous curator of this session, with a restored session's answers
+        re-entered from the journal."""
+        problem = self.service.problem
+        curator = Curator(Oracle(problem.f, problem.noise_var, problem.noise, problem.R),
+                          self.params.T, self.stream("measurement-noise"), self.service.ldp,
+                          self.source("ldp-noise"), self.ledger)
+        for seq, row, measured, value in (self.restored.answers if self.restored else ()):
+            curator.replay(seq, row, measured, value)
+        return curator
+
+    def ledger_view(self) -> dict:
+        """The dataset's ledger, with this session's own part as its messages imply it."""
+        data = self.service.ledger.for_session(self.session_id).to_dict()
+        carried = [Entry(m.name, m.epsilon, m.delta) for m in self.params.mechanisms
+                   if m.name != LDP_REWARD]
+        own = self.service.journal.entries(self.session_id)
+        data["session"] = {"id": self.session_id,
+                           **session_ledger(carried, own, self.service.settings.budget)}
+        return data
+
+
+class CuratorService:
+    """A curator serving one prepared dataset to any number of sessions."""
+
+    def __init__(self, problem: Problem, settings: CuratorSettings,
+                 journal: Journal | None = None, config: dict | None = None) -> None:
+        self.problem = problem
+        self.settings = settings
+        self.journal = journal if journal is not None else Journal()
+        self.config = dict(config or {})
+        self.digest = dataset_digest(problem)
+        held = self.journal.bind("dataset", self.digest)
+        if held != self.digest:
+            raise JournalError(f"{self.journal.path} is the journal of another dataset "
+                               f"(digest {held[:16]}..., this curator prepared "
+                               f"{self.digest[:16]}...): each dataset keeps its own journal")
+        self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))
+        self.ledger = DatasetLedger(self.journal, settings.budget)
+        self.ldp = ldp_mechanism(problem, settings)
+        self.projection_key, self.release, self.report = self._prepare_projection()
+        self.params = self._session_params()
+
+    @property
+    def randomness(self) -> str:
+        """'seeded' (simulation) or 'os-csprng' (deployment)."""
+        return SECURE if self.settings.seed is None else SEEDED
+
+    def _prepare_projection(self) -> tuple[str, ProjectedDataset, dict]:
+        """The projection for the settings: from the journal, or drawn and charged once."""
+        s = self.settings
+        key = json.dumps({"mechanism": "identity"} if s.non_private else
+                         {"mechanism": DP_PROJECTION, "epsilon": s.epsilon, "delta": s.delta,
+                          "r": s.r, "lift": s.lift, "test_epsilon": s.test_epsilon,
+                          "test_delta": s.test_delta}, sort_keys=True)
+        stored = self.journal.projection(key)
+        if stored is not None:
+            frame, report = stored
+            return key, decode(frame).release, report
+        if s.non_private:
+            if math.isfinite(s.budget.epsilon):
+                raise PrivacyBudgetExceeded("the non-private baseline releases X itself, which "
+                                            "no finite budget covers: run it without a budget")
+            release = identity_release(self.problem.X)
+            report = {"sigma_min": float(singular_values(self.problem.X)[-1]), "omega": None,
+                      "lifted": False, "lift": None}
+            entries: list[Entry] = []
+        else:
+            entries = projection_entries(s)
+            self.ledger.check(entries)  # refused here, before the projection draws anything
+            seed = s.seed
+            release, rep = choose_projection(
+                self.problem.X, s.epsilon, s.delta, s.r,
+                NoiseSource(None if seed is None else rng_for(seed, "projection")),
+                lift=s.lift, test_epsilon=s.test_epsilon or None,
+                test_delta=s.test_delta or None,
+                test_source=NoiseSource(None if seed is None else rng_for(seed, "lift-test")),
+                r_fallback=self.problem.r)
+            report = asdict(rep)
+        self.journal.store_projection(key, encode(Dataset(release)), report, entries,
+                                      s.budget)
+        return key, release, report
+
+    def _session_params(self) -> SessionParams:
+        s, problem = self.settings, self.problem
+        mechanisms: tuple[Mechanism, ...] = ()
+        if not s.non_private:
+            mechanisms = (Mechanism(self.release.mechanism, s.epsilon, s.delta),)
+            if s.test_epsilon:
+                mechanisms += (Mechanism(LIFT_TEST, s.test_epsilon, s.test_delta),)
+        if self.ldp is not None:
+            mechanisms += (Mechanism(LDP_REWARD, self.ldp.epsilon, self.ldp.delta),)
+        n, r = self.release.Z.shape
+        budget = s.budget.to_dict()
+        return SessionParams(
+            problem.name, n, r, s.T, (NON_PRIVATE if s.non_private else PRIVATE).name,
+            mechanisms, problem.kernel, self.randomness,
+            reward_bound=declared_bound(problem, s), noise_bound=noise_bound(problem, s,
+                                                                             self.ldp),
+            noise=problem.noise, budget_epsilon=budget["budget_epsilon"] or 0.0,
+            budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0)
+
+    def new_session(self, security: str = "in-process") -> CuratorSession:
+        """Open a session: O(1), it references the prepared release and the ledger."""
+        sid = secrets.token_hex(16)  # 128 bits from the OS CSPRNG, never from a seed
+        params = replace(self.params, security=security)
+        ordinal = self.journal.open_session(sid, self.config,
+                                            encode(Welcome(PROTOCOL_VERSION, sid, params)),
+                                            self.projection_key, self.digest)
+        return CuratorSession(self, sid, ordinal, params, self.release)
+
+    def resume(self, session_id: str) -> CuratorSession:
+        """A journaled session of this dataset, to continue it after a crash of either side."""
+        saved = self.journal.load(session_id)
+        if saved is None:
+            raise ProtocolError(f"no session {session_id[:40]!r} in this curator's journal",
+                                ErrorCode.SEQUENCE)
+        if saved.f_digest != self.digest:
+            raise ProtocolError("the journaled session is of another dataset", ErrorCode.INTERNAL)
+        stored = self.journal.projection(saved.projection)
+        if stored is None:
+            raise ProtocolError("the journal lost the session's projection", ErrorCode.INTERNAL)
+        welcome = decode(saved.welcome)
+        return CuratorSession(self, session_id, saved.ordinal, welcome.params,
+                              decode(stored[0]).release, saved)
+
+    def privacy_unit(self) -> dict:
+        """What each mechanism protects, and what no mechanism covers (DESIGN.md)."""
+        return privacy_unit(self.settings, self.ldp, self.report)
+
+
+def projection_entries(s: CuratorSettings) -> list[Entry]:
+    """The ledger entries of the projection: Algorithm 1, and the private lift test."""
+    entries = [Entry(DP_PROJECTION, s.epsilon, s.delta)]
+    if s.test_epsilon:
+        entries.append(Entry(LIFT_TEST, s.test_epsilon, s.test_delta))
+    return entries
+
+
+def declared_bound(problem: Problem, s: CuratorSettings) -> float:
+    """B, the public bound on |f|: the settings' --reward-bound, else the scenario's
+    declared constant (never computed from f); 0 when none is declared."""
+    if s.reward_bound is not None:
+        return float(s.reward_bound)
+    return float(problem.B or 0.0)
+
+
+def noise_bound(problem: Problem, s: CuratorSettings, ldp: ConvertToLaplace | None) -> float:
+    """R, the public bound on the measurement noise (the CTL clip with LDP)."""
+    if ldp is not None:
+        return ldp.R
+    return float(problem.R if s.noise_bound is None else s.noise_bound)
+
+
+def ldp_mechanism(problem: Problem, s: CuratorSettings) -> ConvertToLaplace | None:
+    """CTL(epsilon) for the dataset: the declared B, and R = the declared noise bound, or
+    for Gaussian noise the sub-Gaussian clip K ln(T/delta)^1/2, K = sqrt(2 noise_var),
+    at delta = LDP_DELTA (Zhou & Tan sec. 4.5: the reward is then (eps, delta)-LDP)."""
+    if s.ldp_epsilon is None:
+        return None
+    B = declared_bound(problem, s)
+    if s.reward_bound is None and problem.B is None:
+        raise ValueError(f"scenario {problem.name} declares no bound B on |f|: give "
+                         "--reward-bound for LDP rewards")
+    if s.noise_bound is not None:
+        return ConvertToLaplace(s.ldp_epsilon, B, float(s.noise_bound))
+    if problem.noise == "gaussian" and problem.noise_var > 0:
+        R = subweibull_clip(math.sqrt(2 * problem.noise_var), 0.5, s.T, LDP_DELTA)
+        return ConvertToLaplace(s.ldp_epsilon, B, R, LDP_DELTA)
+    if problem.noise == "student-t":
+        raise ValueError("Student-t noise has no sub-Weibull clip: run it without --ldp-eps, "
+                         "or declare --noise-bound")
+    return ConvertToLaplace(s.ldp_epsilon, B, problem.R)
+
+
+NOT_COVERED = (
+    "the number of rows n and the dimension d are public",
+    "data-dependent preprocessing is not covered: the curator fits ARD length-scales (or "
+    "standard deviations) on its own rows, centres the columns and scales to max norm 25 "
+    "before the projection; the neighbouring relation is defined on the preprocessed rows",
+    "the objective's declared bounds B and R are public constants, not computed from f",
+)
+
+
+def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, report: dict) -> dict:
+    """Per mechanism: its (eps, delta), neighbouring relation and what it does not cover."""
+    unit: dict = {"not_covered": list(NOT_COVERED)}
+    if s.non_private:
+        unit["dataset"] = {"mechanism": "identity", "claim": "none: X itself crosses "
+                           "(the explicitly non-private baseline)"}
+    else:
+        branch = {
+            "paper": "Algorithm 1 as published: its sigma_min >= omega branch is decided on "
+                     "the exact sigma_min and is NOT covered by the DP claim",
+            "always": "every singular value lifted (Blocki et al.): covered for every dataset",
+            "private": f"branch by a noisy sigma_min test (Laplace, sensitivity 1 by Weyl) "
+                       f"charged ({s.test_epsilon:g}, {s.test_delta:g}): the whole release is "
+                       f"({s.epsilon + s.test_epsilon:g}, {s.delta + s.test_delta:g})-DP for "
+                       "every dataset"}[s.lift]
+        unit["dataset"] = {
+            "mechanism": "PO-GP-UCB Algorithm 1 (random projection)",
+            "epsilon": s.epsilon, "delta": s.delta,
+            "neighbouring": "one row of the preprocessed X changed by at most 1 in l2 norm "
+                            "(rows scaled to max norm 25)",
+            "lift": s.lift, "branch": branch, "r_auto": s.r == "auto"}
+    if ldp is not None:
+        unit["rewards"] = {
+            "mechanism": "CTL Laplace (Zhou & Tan)", "epsilon": ldp.epsilon,
+            "delta": ldp.delta,
+            "neighbouring": f"any two values of one individual's reward in [-{ldp.bound:g}, "
+                            f"{ldp.bound:g}] (clipped to B + R)",
+            "composition": "reports on the same row compose across every session"}
+    unit["releases"] = {
+        "mechanism": "Kusner et al. Algorithms 1-3",
+        "neighbouring": "datasets differing in one record, with similarity k(D, D') >= 0.9 "
+                        "(Algorithms 1-2) or one validation record (Algorithm 3)"}
+    return unit

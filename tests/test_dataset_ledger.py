@@ -1,0 +1,280 @@
+"""One dataset, one privacy budget: the ledger spans sessions, restarts and releases.
+
+Each test is an attack from the review: open many sessions, restart the curator, ask
+again for a row, read the public parameters, and check that the guarantee still holds.
+"""
+import asyncio
+import json
+import math
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from parties.dataset import dataset_digest
+from parties.journal import Journal, JournalError
+from parties.noise import NoiseSource
+from protocol.audit import audit_transcript, numeric_fields
+from protocol.errors import ErrorCode, PeerError, ProtocolError
+from protocol.ledger import PrivacyBudgetExceeded
+from scenarios.registry import build_problem
+from scenarios.session import RunConfig, curate, open_channel, optimise, prepare_service
+from transport.inproc import pipe_pair
+
+SMALL = dict(T=3, seed=0, timeout=10.0, options={"grid": 8})
+
+
+def cfg(**overrides) -> RunConfig:
+    """A small synthetic run (8 x 8 grid, T = 3) with `overrides`."""
+    return RunConfig(**{**SMALL, **overrides})
+
+
+class CountingSource(NoiseSource):
+    """A CSPRNG source that counts how often privacy noise is drawn."""
+
+    draws = 0
+
+    def randbelow(self, n: int) -> int:
+        CountingSource.draws += 1
+        return super().randbelow(n)
+
+
+async def _session(service, out, **modeler):
+    """One whole in-process session against `service`: (curator result, modeler result)."""
+    session = service.new_session()
+    cpipe, mpipe = pipe_pair()
+    public = service.settings.non_private
+    cchan = open_channel(cpipe, "curator", public, out, 10.0)
+    mchan = open_channel(mpipe, "modeler", public, out, 10.0)
+    try:
+        return await asyncio.gather(curate(cchan, session, out, verbose=False),
+                                    optimise(mchan, 1, out=out, **modeler))
+    finally:
+        cchan.close()
+        mchan.close()
+
+
+def test_a_second_session_gets_the_same_projection_and_no_new_charge():
+    service = prepare_service(cfg(seed=None))  # CSPRNG: Z cannot be recomputed
+    first, second = service.new_session(), service.new_session()
+    assert first.session_id != second.session_id and len(first.session_id) == 32
+    assert np.array_equal(first.release.Z, second.release.Z)
+    charged = service.journal.central_entries()
+    assert [e["mechanism"] for e in charged] == ["po-gp-ucb-projection", "lift-test"]
+    for _ in range(50):
+        service.new_session()
+    assert service.journal.central_entries() == charged
+
+
+def test_a_restarted_curator_serves_the_same_z_from_its_journal_without_charging(
+        tmp_path, monkeypatch):
+    import parties.service as service_module
+
+    config = cfg(budget_epsilon=10.0)
+    journal = Journal(tmp_path / "journal.db")
+    z = prepare_service(config, journal=journal).new_session().release.Z
+    journal.close()
+
+    def redraw(*args, **kwargs):
+        raise AssertionError("a restarted curator drew a new projection")
+
+    monkeypatch.setattr(service_module, "choose_projection", redraw)
+    for _ in range(3):  # three restarts: Z comes from the journal, charged once in all
+        journal = Journal(tmp_path / "journal.db")
+        service = prepare_service(config, journal=journal)
+        assert np.array_equal(service.new_session().release.Z, z)
+        assert len(service.journal.central_entries()) == 2  # projection + lift test, once
+        journal.close()
+
+
+def test_a_journal_refuses_another_dataset(tmp_path):
+    journal = Journal(tmp_path / "journal.db")
+    prepare_service(cfg(), journal=journal)
+    other = cfg(options={"grid": 9})
+    with pytest.raises(JournalError, match="another dataset"):
+        prepare_service(other, journal=journal)
+
+
+def test_sessions_never_spend_more_than_the_budget_before_and_after_a_restart(tmp_path):
+    """Every session asks for a noisy release (2 x 0.5 eps); the budget admits the
+    projection (3 + lift test 0.3) and three releases. However many sessions follow,
+    before or after a restart, the dataset's central total stays within the budget."""
+    config = cfg(T=4, epsilon=3.0, budget_epsilon=6.5, budget_delta=0.1,
+                       release="noisy", release_epsilon=0.5, release_delta=1e-3)
+    granted = refused = 0
+    for restart in range(2):
+        journal = Journal(tmp_path / "journal.db")
+        service = prepare_service(config, journal=journal)
+        for i in range(4):
+            out = tmp_path / f"r{restart}s{i}"
+            cres, mres = asyncio.run(_session(service, out, release=_request(config)))
+            assert cres["status"] == "ok"
+            if mres["release"] is not None:
+                granted += 1
+            else:
+                refused += 1
+                assert mres["release_error"].startswith("privacy_budget")
+            eps, delta = (cres["ledger"]["central"][k] for k in ("epsilon", "delta"))
+            assert eps <= 6.5 + 1e-9 and delta <= 0.1
+        journal.close()
+    assert granted == 3 and refused == 5
+    assert cres["ledger"]["central"]["epsilon"] == pytest.approx(3.0 + 0.3 + 3 * 1.0)
+
+
+def _request(config):
+    from scenarios.session import release_request
+    return release_request(config)
+
+
+def test_a_projection_past_the_budget_is_refused_before_anything_is_drawn(monkeypatch):
+    import parties.service as service_module
+
+    def boom(*args, **kwargs):
+        raise AssertionError("the projection was drawn")
+
+    monkeypatch.setattr(service_module, "choose_projection", boom)
+    with pytest.raises(PrivacyBudgetExceeded, match="budget"):
+        prepare_service(cfg(epsilon=3.0, budget_epsilon=2.0))
+
+
+def test_ldp_reports_on_a_row_compose_across_sessions_and_the_row_budget_refuses(tmp_path):
+    """eps = 1 per report, row budget 2.5: two sessions each ask row 5 once, fine; a
+    third report on row 5 from a third session is refused with privacy_budget before f is
+    evaluated or any noise drawn, while other rows are still answered."""
+    config = cfg(T=5, seed=None, ldp_epsilon=1.0, ldp_row_budget=2.5)
+    service = prepare_service(config, journal=Journal(tmp_path / "j.db"))
+    for _ in range(2):
+        curator = service.new_session().curator()
+        curator.respond(1, 5)
+    third = service.new_session().curator()
+    third.source = CountingSource()
+    evaluated = []
+    measure = third.oracle.measure
+    object.__setattr__(third.oracle, "measure", lambda i, rng: evaluated.append(i) or measure(i, rng))
+    before = CountingSource.draws
+    with pytest.raises(ProtocolError) as refusal:
+        third.respond(1, 5)
+    assert refusal.value.code is ErrorCode.PRIVACY_BUDGET
+    assert evaluated == [] and CountingSource.draws == before  # nothing evaluated or drawn
+    assert third.queries == []
+    third.respond(1, 6)  # another individual still has budget
+    assert evaluated == [6] and CountingSource.draws > before
+    local = service.ledger.to_dict()["local"]
+    assert local["max_row_epsilon"] == pytest.approx(2.0) and local["worst_row"] == 5
+    assert local["reports"] == 3 and local["rows"] == 2
+    assert local["row_budget_epsilon"] == 2.5
+
+
+def test_a_refused_ldp_report_reaches_the_modeler_as_a_typed_error(tmp_path):
+    """Over the protocol: a modeler that keeps asking row 0 gets privacy_budget."""
+    config = cfg(T=3, ldp_epsilon=1.0, ldp_row_budget=1.0)
+    service = prepare_service(config)
+    service.new_session().curator().respond(1, 0)  # row 0 has spent its budget
+
+    class AlwaysRowZero:
+        name = "row-zero"
+
+        def select(self, gp, t, rng):
+            return 0
+
+    import scenarios.session as session_module
+    original = session_module.make_strategy
+    session_module.make_strategy = lambda name, scale=None: AlwaysRowZero()
+    try:
+        with pytest.raises(PeerError) as err:
+            asyncio.run(_session(service, tmp_path))
+    finally:
+        session_module.make_strategy = original
+    assert err.value.code == "privacy_budget"
+
+
+def test_the_restarted_curator_keeps_the_row_totals(tmp_path):
+    config = cfg(T=5, ldp_epsilon=1.0, ldp_row_budget=2.0)
+    journal = Journal(tmp_path / "j.db")
+    curator = prepare_service(config, journal=journal).new_session().curator()
+    curator.respond(1, 3)
+    curator.respond(2, 3)
+    journal.close()
+    journal = Journal(tmp_path / "j.db")
+    again = prepare_service(config, journal=journal).new_session().curator()
+    with pytest.raises(PrivacyBudgetExceeded):
+        again.respond(1, 3)
+    journal.close()
+
+
+@pytest.mark.parametrize("scenario, options", [
+    ("synthetic", {"grid": 10}), ("branin", {"grid": 10}), ("hospital", {"n": 500}),
+    ("bank", {"n": 500}), ("realestate", {"n": 300}), ("ldp-synthetic", {}), ("tuning", {})])
+def test_no_welcome_field_is_one_individuals_value(scenario, options):
+    """No number in the Welcome equals a value of f or an entry of X that only one row
+    holds (a declared constant may equal a value many rows share: B = 1 for a 0/1
+    outcome, or bank's clip bound -ln 0.01 that charged-off loans sit on)."""
+    ldp = 1.0 if scenario != "tuning" else None
+    service = prepare_service(RunConfig(scenario, T=5, seed=3, options=options, ldp_epsilon=ldp))
+    problem = service.problem
+    values = Counter(np.round(np.abs(problem.f), 12).tolist())
+    if service.params.policy == "private":
+        values += Counter(np.round(np.abs(problem.X), 12).ravel().tolist())
+    single = [(name, v) for name, v in numeric_fields(service.params)
+              if values[round(abs(v), 12)] == 1]
+    assert single == []
+
+
+def test_ldp_synthetic_declares_its_bound_whatever_the_instance():
+    bounds = {prepare_service(RunConfig("ldp-synthetic", seed=s, T=5, ldp_epsilon=1.0))
+              .params.reward_bound for s in range(5)}
+    assert bounds == {10.0}
+    assert prepare_service(RunConfig("ldp-synthetic", seed=0, T=5, ldp_epsilon=1.0,
+                                     reward_bound=3.0)).params.reward_bound == 3.0
+
+
+def test_audit_data_flags_a_public_parameter_computed_from_f(tmp_path):
+    """A curator that announces B = max|f| exactly (the old ldp-synthetic) fails
+    `pobo audit --data`; the declared constant passes."""
+    problem = build_problem("ldp-synthetic", 0)
+    leaky = float(np.max(np.abs(problem.f)))
+    for bound, ok in ((leaky, False), (None, True)):
+        out = tmp_path / str(ok)
+        config = RunConfig("ldp-synthetic", T=3, seed=0, ldp_epsilon=1.0, reward_bound=bound)
+        asyncio.run(_session(prepare_service(config, problem), out))
+        report = audit_transcript(out / "curator.transcript", X=problem.X, f=problem.f)
+        flagged = [v for v in report.violations if "reward_bound" in v]
+        assert bool(flagged) is not ok, report.violations
+
+
+def test_pobo_ledger_prints_the_dataset_ledger_as_json(tmp_path):
+    config = cfg(T=4, ldp_epsilon=0.5, budget_epsilon=20.0)
+    journal = Journal(tmp_path / "j.db")
+    service = prepare_service(config, journal=journal)
+    for row in (1, 1, 2):
+        service.new_session().curator().respond(1, row)
+    journal.close()
+    cmd = [sys.executable, "-m", "scenarios.cli", "ledger", "--journal", str(tmp_path / "j.db")]
+    data = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True,
+                                     timeout=60, check=True).stdout)
+    assert data["central"]["epsilon"] == pytest.approx(service.settings.epsilon * 1.1)
+    assert data["central"]["budget_epsilon"] == 20.0
+    assert data["local"]["max_row_epsilon"] == pytest.approx(1.0)
+    assert data["local"]["rows"] == 2 and data["local"]["reports"] == 3
+    assert [e["mechanism"] for e in data["entries"]] == ["po-gp-ucb-projection", "lift-test"]
+    assert len(data["sessions"]) == 3 and data["dataset"] == dataset_digest(service.problem)
+    text = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "worst-off row 1" in text and "of budget (20" in text
+
+
+def test_pobo_ledger_on_a_missing_journal_is_one_line(tmp_path):
+    cmd = [sys.executable, "-m", "scenarios.cli", "ledger", "--journal", str(tmp_path / "no.db")]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and len(run.stderr.strip().splitlines()) == 1
+    assert "no journal" in run.stderr
+
+
+def test_the_result_states_the_privacy_unit_and_the_lift(tmp_path):
+    result = asyncio.run(_session(prepare_service(cfg(lift="paper")), tmp_path))[0]
+    unit = result["privacy_unit"]
+    assert "changed by at most 1 in l2" in unit["dataset"]["neighbouring"]
+    assert "NOT covered" in unit["dataset"]["branch"]
+    assert any("preprocessing" in line for line in unit["not_covered"])
+    assert result["ledger"]["session"]["central"]["epsilon"] == pytest.approx(math.exp(1.1))
