@@ -20,15 +20,17 @@ from protocol.ledger import (
 
 @dataclass(frozen=True)
 class DatasetLedger:
-    """The journal's ledger with the dataset's budget, charging on behalf of `session`."""
+    """The journal's ledger with the dataset's budget, charging on behalf of `session`
+    (as its connection of `generation`, when given: a superseded one is refused)."""
 
     journal: Journal
     budget: Budget = Budget()
     session: str = ""
+    generation: int | None = None
 
-    def for_session(self, session: str) -> DatasetLedger:
+    def for_session(self, session: str, generation: int | None = None) -> DatasetLedger:
         """The same ledger, charging on behalf of another session."""
-        return DatasetLedger(self.journal, self.budget, session)
+        return DatasetLedger(self.journal, self.budget, session, generation)
 
     def check(self, entries: list[Entry]) -> None:
         """Raise PrivacyBudgetExceeded unless all of `entries` fit the budget now."""
@@ -49,7 +51,7 @@ class DatasetLedger:
 
     def charge(self, entry: Entry) -> None:
         """Charge one entry now, in its own transaction (refused past the budget)."""
-        self.journal.charge(self.session, [entry], self.budget)
+        self.journal.charge(self.session, [entry], self.budget, self.generation)
 
     def central(self) -> tuple[float, float]:
         """The dataset's central (eps, delta) so far, over every session."""

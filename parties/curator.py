@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from parties.budget import DatasetLedger
-from parties.journal import Journal
+from parties.journal import Journal, Superseded
 from parties.ldp import ConvertToLaplace
 from parties.noise import NoiseSource
 from protocol.errors import ErrorCode, ProtocolError
@@ -35,14 +35,17 @@ class Oracle:
             raise ValueError(f"unknown noise model {self.noise!r}; choose from {NOISE_MODELS}")
 
     def measure(self, index: int, rng: np.random.Generator) -> float:
-        """One fresh noisy evaluation at row `index`."""
+        """One fresh noisy evaluation at row `index`: an evaluation of f."""
+        return float(self.f[index] + self.eta(rng))
+
+    def eta(self, rng: np.random.Generator) -> float:
+        """One draw of the measurement noise alone (a replay advances it without
+        evaluating f again)."""
         if self.noise == "uniform":
-            eta = rng.uniform(-self.R, self.R)
-        elif self.noise == "student-t":
-            eta = rng.standard_t(3)
-        else:
-            eta = np.sqrt(self.noise_var) * rng.standard_normal()
-        return float(self.f[index] + eta)
+            return float(rng.uniform(-self.R, self.R))
+        if self.noise == "student-t":
+            return float(rng.standard_t(3))
+        return float(np.sqrt(self.noise_var) * rng.standard_normal())
 
 
 def regret_traces(f: np.ndarray, queried: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -70,12 +73,12 @@ class Curator:
         self.answered: dict[int, tuple[int, float]] = {}  # query seq -> (row, released value)
 
     def replay(self, seq: int, index: int, measured: float, value: float) -> None:
-        """Re-enter an answer from the journal after a restart. With seeded randomness the
-        measurement and the noise are drawn again (and must come out the same), so that
-        the generators continue exactly where an uninterrupted run would be; the ledger
-        entry is already in the journal, not charged again."""
+        """Re-enter an answer from the journal after a restart, without evaluating f. With
+        seeded randomness the noises are drawn again (and must reproduce the record), so
+        that the generators continue exactly where an uninterrupted run would be; the
+        ledger entry is already in the journal, not charged again."""
         if self.source.mode == "seeded":
-            again = self.oracle.measure(index, self.rng)
+            again = float(self.oracle.f[index] + self.oracle.eta(self.rng))
             noisy = again if self.ldp is None else self.ldp.privatise(again, self.source)
             if (again, noisy) != (measured, value):
                 raise ValueError(f"replaying query {seq} drew ({again}, {noisy}), the journal "
@@ -112,10 +115,14 @@ class Curator:
         entries = ([] if self.ldp is None else
                    [Entry(LDP_REWARD, self.ldp.epsilon, self.ldp.delta, LOCAL, int(index))])
         self.ledger.check(entries)
+        journal, session, generation = (self.ledger.journal, self.ledger.session,
+                                        self.ledger.generation)
+        if generation is not None and not journal.current(session, generation):
+            raise Superseded(session)  # a resumed connection owns the session: evaluate nothing
         measured = self.oracle.measure(index, self.rng)
         value = measured if self.ldp is None else self.ldp.privatise(measured, self.source)
-        self.ledger.journal.record_answer(self.ledger.session, seq, int(index), measured, value,
-                                          entries, self.ledger.budget)
+        journal.record_answer(session, generation, seq, int(index), measured, value, entries,
+                              self.ledger.budget)
         self._keep(seq, index, measured, value)
         return value
 

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from protocol.errors import ErrorCode, ProtocolError
 from protocol.ledger import CENTRAL, LOCAL, Budget, Entry, PrivacyBudgetExceeded, local_summary
 
 SCHEMA_VERSION = 2
@@ -33,7 +34,8 @@ CREATE TABLE IF NOT EXISTS projections (
 CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY, ordinal INTEGER NOT NULL, config TEXT NOT NULL, welcome BLOB NOT NULL,
     projection TEXT NOT NULL REFERENCES projections(key), f_digest TEXT NOT NULL,
-    status TEXT NOT NULL, release TEXT, created REAL NOT NULL);
+    status TEXT NOT NULL, release TEXT, created REAL NOT NULL, owner TEXT NOT NULL,
+    generation INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS answers (
     session TEXT NOT NULL, seq INTEGER NOT NULL, row INTEGER NOT NULL, measured REAL NOT NULL,
     value REAL NOT NULL, PRIMARY KEY (session, seq));
@@ -48,8 +50,20 @@ CREATE INDEX IF NOT EXISTS row_ledger_eps ON row_ledger (epsilon);
 """
 
 
+RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose peer vanished
+FINISHED = ("ok", "failed")
+
+
 class JournalError(Exception):
     """A journal that cannot serve this curator (another dataset, an older schema)."""
+
+
+class Superseded(ProtocolError):
+    """A write by a connection that no longer owns its session (a resume took it over)."""
+
+    def __init__(self, session: str) -> None:
+        super().__init__(f"session {session[:12]}... was taken over by a newer connection",
+                         ErrorCode.SUPERSEDED)
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,8 @@ class JournaledSession:
     projection: str
     f_digest: str
     status: str
+    owner: str
+    generation: int
     answers: list[tuple[int, int, float, float]]  # (seq, row, measured, value)
     ledger: list[Entry]  # this session's own entries
     release: dict | None
@@ -91,13 +107,17 @@ class Journal:
     # -- transactions -------------------------------------------------------------------
 
     def _transaction(self, statements: list[tuple[str, tuple]], session: str = "",
-                     entries: list[Entry] = (), budget: Budget | None = None) -> None:
+                     entries: list[Entry] = (), budget: Budget | None = None,
+                     generation: int | None = None) -> None:
         """Run `statements` and charge `entries` in one transaction; with a `budget`,
-        check every entry against what is spent inside the transaction first."""
+        check every entry against what is spent inside the transaction first; with a
+        `generation`, refuse (Superseded) unless it is still the session's current one."""
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
+                if generation is not None and self._generation(cur, session) != generation:
+                    raise Superseded(session)
                 now = time.time()
                 for e in entries:
                     if budget is not None:
@@ -118,6 +138,11 @@ class Journal:
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+
+    @staticmethod
+    def _generation(cur: sqlite3.Cursor, session: str) -> int | None:
+        row = cur.execute("SELECT generation FROM sessions WHERE id = ?", (session,)).fetchone()
+        return None if row is None else row[0]
 
     @staticmethod
     def _spent(cur: sqlite3.Cursor, entry: Entry) -> tuple[float, float]:
@@ -162,45 +187,76 @@ class Journal:
     # -- sessions -----------------------------------------------------------------------
 
     def open_session(self, session: str, config: dict, welcome: bytes, projection: str,
-                     f_digest: str) -> int:
-        """Record a new session; returns its ordinal (how many sessions came before)."""
+                     f_digest: str, owner: str) -> int:
+        """Record a new session of `owner` at generation 1; returns its ordinal."""
         with self._lock:
             (ordinal,) = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()
-            self._transaction([("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, 'open', NULL, ?)",
-                                (session, ordinal, json.dumps(config), welcome, projection,
-                                 f_digest, time.time()))])
+            self._transaction([("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, 'open', NULL, ?, "
+                                "?, 1)", (session, ordinal, json.dumps(config), welcome,
+                                          projection, f_digest, time.time(), owner))])
             return ordinal
 
-    def record_answer(self, session: str, seq: int, row: int, measured: float, value: float,
-                      entries: list[Entry], budget: Budget) -> None:
-        """One answered query and its ledger entries, in one committed transaction."""
+    def claim(self, session: str, owner: str) -> int:
+        """Take a resumable session over for a new connection of its owner: its generation
+        goes up by one, so that every write of an older connection is refused. Raises a
+        typed ProtocolError for an unknown session, another owner or a finished one."""
+        with self._lock:
+            row = self._db.execute("SELECT owner, status, generation FROM sessions WHERE id = ?",
+                                   (session,)).fetchone()
+            if row is None:
+                raise ProtocolError(f"no session {session[:40]!r} in this curator's journal",
+                                    ErrorCode.SEQUENCE)
+            held_by, status, generation = row
+            if held_by != owner:
+                raise ProtocolError("this session belongs to another peer key",
+                                    ErrorCode.NOT_OWNER)
+            if status not in RESUMABLE:
+                raise ProtocolError(f"session {session[:12]}... is {status}: a finished "
+                                    "session cannot be resumed", ErrorCode.SESSION_CLOSED)
+            self._transaction([("UPDATE sessions SET generation = ?, status = 'open' "
+                                "WHERE id = ?", (generation + 1, session))])
+            return generation + 1
+
+    def current(self, session: str, generation: int) -> bool:
+        """Whether `generation` still owns the session (a fencing check before work)."""
+        return self._generation(self._db.cursor(), session) == generation
+
+    def record_answer(self, session: str, generation: int, seq: int, row: int,
+                      measured: float, value: float, entries: list[Entry],
+                      budget: Budget) -> None:
+        """One answered query and its ledger entries, in one committed transaction, by
+        the session's current connection only."""
         self._transaction([("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
-                            (session, seq, row, measured, value))], session, entries, budget)
+                            (session, seq, row, measured, value))], session, entries, budget,
+                          generation)
 
-    def charge(self, session: str, entries: list[Entry], budget: Budget) -> None:
+    def charge(self, session: str, entries: list[Entry], budget: Budget,
+               generation: int | None = None) -> None:
         """Charge entries on their own (a release, before its noise is drawn)."""
-        self._transaction([], session, entries, budget)
+        self._transaction([], session, entries, budget, generation)
 
-    def record_release(self, session: str, release: dict) -> None:
+    def record_release(self, session: str, generation: int, release: dict) -> None:
         """The release a session was granted."""
         self._transaction([("UPDATE sessions SET release = ? WHERE id = ?",
-                            (json.dumps(release), session))])
+                            (json.dumps(release), session))], session, generation=generation)
 
-    def set_status(self, session: str, status: str) -> None:
-        """Mark a session 'ok', 'error' or 'open'."""
-        self._transaction([("UPDATE sessions SET status = ? WHERE id = ?", (status, session))])
+    def set_status(self, session: str, generation: int, status: str) -> None:
+        """Mark a session 'ok', 'failed', 'interrupted' or 'open' (its current connection only)."""
+        self._transaction([("UPDATE sessions SET status = ? WHERE id = ?", (status, session))],
+                          session, generation=generation)
 
     def load(self, session: str) -> JournaledSession | None:
         """A journaled session, or None."""
         row = self._db.execute("SELECT ordinal, config, welcome, projection, f_digest, status, "
-                               "release FROM sessions WHERE id = ?", (session,)).fetchone()
+                               "owner, generation, release FROM sessions WHERE id = ?",
+                               (session,)).fetchone()
         if row is None:
             return None
         answers = self._db.execute("SELECT seq, row, measured, value FROM answers WHERE "
                                    "session = ? ORDER BY seq", (session,)).fetchall()
         return JournaledSession(session, row[0], json.loads(row[1]), row[2], row[3], row[4],
-                                row[5], [tuple(a) for a in answers], self.entries(session),
-                                json.loads(row[6]) if row[6] else None)
+                                row[5], row[6], row[7], [tuple(a) for a in answers],
+                                self.entries(session), json.loads(row[8]) if row[8] else None)
 
     def sessions(self) -> list[tuple[str, str]]:
         """(id, status) of every journaled session, oldest first."""

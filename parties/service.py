@@ -98,12 +98,19 @@ class CuratorSession:
     ordinal: int
     params: SessionParams
     release: ProjectedDataset
+    owner: str
+    generation: int = 1  # this connection's fencing token (a resume takes the next one)
     restored: JournaledSession | None = None
 
     @property
     def ledger(self) -> DatasetLedger:
-        """The dataset's ledger, charging on behalf of this session."""
-        return self.service.ledger.for_session(self.session_id)
+        """The dataset's ledger, charging on behalf of this session's connection."""
+        return self.service.ledger.for_session(self.session_id, self.generation)
+
+    @property
+    def current(self) -> bool:
+        """Whether this connection still owns the session (no resume took it over)."""
+        return self.service.journal.current(self.session_id, self.generation)
 
     def stream(self, name: str) -> np.random.Generator:
         """This session's simulation randomness for one use (OS entropy without a seed);
@@ -218,21 +225,23 @@ class CuratorService:
             noise=problem.noise, budget_epsilon=budget["budget_epsilon"] or 0.0,
             budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0)
 
-    def new_session(self, security: str = "in-process") -> CuratorSession:
-        """Open a session: O(1), it references the prepared release and the ledger."""
+    def new_session(self, security: str = "in-process", owner: str = "in-process",
+                    ) -> CuratorSession:
+        """Open a session for `owner` (its authenticated key, or 'plaintext'): O(1), it
+        references the prepared release and the ledger."""
         sid = secrets.token_hex(16)  # 128 bits from the OS CSPRNG, never from a seed
         params = replace(self.params, security=security)
         ordinal = self.journal.open_session(sid, self.config,
                                             encode(Welcome(PROTOCOL_VERSION, sid, params)),
-                                            self.projection_key, self.digest)
-        return CuratorSession(self, sid, ordinal, params, self.release)
+                                            self.projection_key, self.digest, owner)
+        return CuratorSession(self, sid, ordinal, params, self.release, owner)
 
-    def resume(self, session_id: str) -> CuratorSession:
-        """A journaled session of this dataset, to continue it after a crash of either side."""
+    def resume(self, session_id: str, owner: str = "in-process") -> CuratorSession:
+        """A journaled session of this dataset, continued by a new connection of the peer
+        that opened it: refused (typed) for another key, an unknown or a finished
+        session; the new connection's generation fences every older one."""
+        generation = self.journal.claim(session_id, owner)
         saved = self.journal.load(session_id)
-        if saved is None:
-            raise ProtocolError(f"no session {session_id[:40]!r} in this curator's journal",
-                                ErrorCode.SEQUENCE)
         if saved.f_digest != self.digest:
             raise ProtocolError("the journaled session is of another dataset", ErrorCode.INTERNAL)
         stored = self.journal.projection(saved.projection)
@@ -240,7 +249,7 @@ class CuratorService:
             raise ProtocolError("the journal lost the session's projection", ErrorCode.INTERNAL)
         welcome = decode(saved.welcome)
         return CuratorSession(self, session_id, saved.ordinal, welcome.params,
-                              decode(stored[0]).release, saved)
+                              decode(stored[0]).release, owner, generation, saved)
 
     def privacy_unit(self) -> dict:
         """What each mechanism protects, and what no mechanism covers (DESIGN.md)."""

@@ -40,6 +40,7 @@ class Channel:
         self.max_frame = max_frame
         self.timeout = timeout
         self.last_frame: bytes | None = None
+        self.answered = False  # whether an Error has been sent on this channel
 
     def settle(self, boundary: Boundary, transcript: Transcript | None) -> None:
         """Adopt the session's boundary and transcript once the opening message has
@@ -54,6 +55,7 @@ class Channel:
         """Check `message` against the policy, encode, record and send it."""
         self.boundary.outgoing(message)
         frame = encode(message)
+        self.answered = self.answered or kind_of(message) == "error"
         if self.transcript is not None:
             self.transcript.append("sent", kind_of(message), frame)
         await self.pipe.send(frame)

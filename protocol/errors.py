@@ -18,6 +18,10 @@ class ErrorCode(str, Enum):
     OVERSIZED = "oversized"
     TIMEOUT = "timeout"
     PRIVACY_BUDGET = "privacy_budget"
+    NOT_OWNER = "not_owner"  # a session another peer key opened
+    SESSION_CLOSED = "session_closed"  # a finished or failed session cannot be resumed
+    SUPERSEDED = "superseded"  # a resume took this connection's session over
+    BUSY = "busy"  # the curator serves as many sessions as it may
     INTERNAL = "internal"
 
 
@@ -63,3 +67,16 @@ class PeerError(PoboError):
 
 class PeerGone(PoboError):
     """The peer cannot be reached any more (disconnected or unroutable)."""
+
+
+class HandshakeFailed(PeerTimeout):
+    """Nothing arrived before the deadline and libzmq reported why: the security
+    handshake failed (mechanism mismatch, wrong server key). A PeerTimeout with a cause."""
+
+
+class AuthenticationFailed(PoboError):
+    """The curator's ZAP handler refused this side's CURVE key (raised at once, no retry helps)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status

@@ -7,8 +7,10 @@ party on a separate machine.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq.asyncio
@@ -16,7 +18,7 @@ import zmq.asyncio
 from parties.modeler import HyperFit
 from parties.runners import receive_hello, resume_state
 from parties.service import CuratorService
-from protocol.errors import ErrorCode, ProtocolError
+from protocol.errors import ErrorCode, PeerGone, PeerTimeout, ProtocolError
 from protocol.messages import Error, ReleaseRequest
 from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from protocol.transcript import Transcript
@@ -25,53 +27,102 @@ from transport.security import CurveClient, CurveServer, start_authenticator
 from transport.sockets import DealerPipe, RouterHub
 
 LISTENING = "[curator] listening on "
+log = logging.getLogger("pobo.curator")
+
+
+@dataclass
+class Admissions:
+    """Which sessions a curator serves: slots are taken only by a valid Hello."""
+
+    limit: int  # sessions to serve in all (0: until stopped)
+    max_live: int  # sessions served at once (0: no cap)
+    admitted: int = 0
+    live: dict[str, asyncio.Task] = field(default_factory=dict)  # session id -> its task
+    results: list[dict] = field(default_factory=list)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def refusal(self) -> ProtocolError | None:
+        """Why a new session may not start now (None: it may)."""
+        if self.limit and self.admitted >= self.limit:
+            return ProtocolError(f"this curator serves {self.limit} session(s) and has "
+                                 "admitted them", ErrorCode.BUSY)
+        if self.max_live and len(self.live) >= self.max_live:
+            return ProtocolError(f"this curator serves at most {self.max_live} sessions at "
+                                 "once: try again later", ErrorCode.BUSY)
+        return None
+
+    def finish(self, sid: str, task: asyncio.Task, result: dict | None) -> None:
+        """A session's connection ended (with its result, unless it was superseded)."""
+        if self.live.get(sid) is task:
+            del self.live[sid]
+        if result is not None and result.get("status") != "superseded":
+            self.results.append(result)
+        if self.limit and self.admitted >= self.limit and not self.live:
+            self.done.set()
 
 
 async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
-                        sessions: int = 1, accept_timeout: float = 120.0,
-                        curve: CurveServer | None = None, verbose: bool = True,
+                        sessions: int = 1, max_sessions: int = 0,
+                        accept_timeout: float = 120.0, curve: CurveServer | None = None,
+                        verbose: bool = True, insecure: bool = False,
                         on_bound: Callable[[str], None] | None = None) -> dict | list[dict]:
     """Bind a ROUTER at `bind` and serve modeler sessions of `service`; return the result(s).
 
-    One session (the default) is written to `out` and its result returned. With
-    `sessions` > 1 (0: until stopped) the sessions run concurrently in out/<session id>/,
-    and the list of results is returned. Every session shares the service's prepared
-    projection and the dataset's ledger and budget; a Hello naming a session in the
-    service's journal resumes it (after a crash of either side). With `curve` only
-    modelers whose keys are in the allowlist get in, and each result names its peer's
-    key. Prints the actual endpoint as `[curator] listening on ENDPOINT` (`pobo run`
-    reads it). SIGINT and SIGTERM stop the curator after every open session has written
-    its record.
+    A peer takes a session slot only with a valid Hello: a garbage frame, a deeply
+    nested one or anything else first is answered with a typed Error and dropped, and
+    the curator goes on. One session (the default) is written to `out` and its result
+    returned. With `sessions` > 1 (0: until stopped) sessions run concurrently in
+    out/<session id>/ and the list of results is returned; `max_sessions` caps how many
+    run at once (a Hello past it gets a typed `busy`). Every session shares the
+    service's prepared projection and the dataset's ledger and budget. A Hello naming a
+    journaled session resumes it only for the key that opened it and only while it is
+    resumable; the resumed connection supersedes any older one (which then writes
+    nothing). With `curve` only modelers whose keys are in the allowlist get in, and
+    each result names its peer's key. Prints `[curator] listening on ENDPOINT`
+    (`pobo run` reads it). SIGINT and SIGTERM stop the curator after every open session
+    has written its record.
     """
     ctx = zmq.asyncio.Context()
     auth = start_authenticator(ctx, curve) if curve is not None else None
-    hub = RouterHub.bind(ctx, bind, curve=curve)
+    hub = bind_hub(ctx, bind, curve, insecure)
     stop = _stop_on_signals()
-    tasks: list[asyncio.Task] = []
+    slots = Admissions(sessions, max_sessions)
+    handshakes: set[asyncio.Task] = set()
     try:
         if on_bound is not None:
             on_bound(hub.endpoint)
         if verbose:
             print(LISTENING + hub.endpoint, flush=True)
-        index = 0
-        while sessions == 0 or index < sessions:
+        while not slots.done.is_set():
             accepting = asyncio.ensure_future(hub.accept(accept_timeout))
-            done, _ = await asyncio.wait({accepting, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if stop in done:
+            finished = asyncio.ensure_future(slots.done.wait())
+            done, _ = await asyncio.wait({accepting, stop, finished},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            finished.cancel()
+            if not accepting.done():
                 accepting.cancel()
+            if stop in done or slots.done.is_set():
                 break
-            pipe = accepting.result()
-            tasks.append(asyncio.ensure_future(_session(
-                pipe, service, out, sessions != 1, hub.security, verbose)))
-            index += 1
-        waiting = asyncio.ensure_future(asyncio.gather(*tasks, return_exceptions=True))
-        await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            task.cancel()  # on a signal: each session still writes its record
-        results = await waiting
-        if sessions == 1 and isinstance(results[0], BaseException):
-            raise results[0]
-        return results[0] if sessions == 1 else [r for r in results if isinstance(r, dict)]
+            try:
+                pipe = accepting.result()
+            except PeerTimeout:
+                if slots.admitted or handshakes:
+                    continue  # sessions are running: keep serving them
+                raise
+            task = asyncio.ensure_future(_connection(pipe, service, out, sessions != 1,
+                                                     hub.security, verbose, slots))
+            handshakes.add(task)
+            task.add_done_callback(handshakes.discard)
+        running = [t for t in (*slots.live.values(), *handshakes) if not t.done()]
+        if stop.done():
+            for task in running:
+                task.cancel()  # on a signal: each session still writes its record
+        await asyncio.gather(*running, return_exceptions=True)
+        if sessions == 1:
+            if not slots.results:
+                raise PeerGone("the session ended without a record")
+            return slots.results[0]
+        return slots.results
     finally:
         stop.cancel()
         await hub.aclose()
@@ -80,29 +131,69 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
         ctx.term()
 
 
-async def _session(pipe, service: CuratorService, out: Path | None,
-                   per_session_folder: bool, security: str, verbose: bool) -> dict:
-    """One session: read the Hello, then open a new session or resume a journaled one."""
+def bind_hub(ctx: zmq.asyncio.Context, bind: str, curve: CurveServer | None,
+             insecure: bool) -> RouterHub:
+    """The curator's ROUTER bound at `bind` (plaintext beyond loopback only if `insecure`)."""
+    try:
+        return RouterHub.bind(ctx, bind, curve=curve, insecure=insecure)
+    except TypeError:  # a transport without the insecure guard
+        return RouterHub.bind(ctx, bind, curve=curve)
+
+
+async def _connection(pipe, service: CuratorService, out: Path | None,
+                      per_session_folder: bool, security: str, verbose: bool,
+                      slots: Admissions) -> None:
+    """One peer connection: its Hello, then a new or resumed session. A peer that never
+    gets past the handshake (refused, or it sent something other than a Hello) takes no
+    slot and stops nothing; a session that fails leaves its record and is logged."""
     channel = open_channel(pipe, CURATOR, False, None, 60.0)
     try:
-        hello = await receive_hello(channel)
         try:
-            session = (service.resume(hello.resume) if hello.resume
-                       else service.new_session(security))
+            hello = await receive_hello(channel)  # answers a bad first frame with an Error
+            session = _admit(hello, service, pipe.peer, security, slots)
         except ProtocolError as exc:
-            await channel.send(Error(exc.code.value, str(exc)[:1000]))
-            raise
-        where = out / session.session_id if per_session_folder and out is not None else out
-        boundary = Boundary(NON_PRIVATE if service.settings.non_private else PRIVATE, CURATOR)
-        boundary.incoming(hello)
-        transcript = (Transcript(where / "curator.transcript", resume=bool(hello.resume))
-                      if where is not None else None)
-        channel.settle(boundary, transcript)
-        channel.timeout = float(service.config.get("timeout", 60.0))
-        return await curate(channel, session, where, verbose=verbose, peer=pipe.peer,
-                            hello=hello)
+            log.info("refused a peer (%s) before any session: %s: %s", pipe.peer,
+                     exc.code.value, exc)
+            if not channel.answered:
+                await channel.send(Error(exc.code.value, str(exc)[:1000]))
+            return
+        except (PeerTimeout, PeerGone):
+            return
+        me = asyncio.current_task()
+        stale = slots.live.get(session.session_id)
+        slots.live[session.session_id] = me
+        if stale is not None and stale is not me:
+            stale.cancel()  # superseded: its writes are fenced, it records nothing
+        kept: list[dict] = []
+        try:
+            where = (out / session.session_id if per_session_folder and out is not None
+                     else out)
+            boundary = Boundary(NON_PRIVATE if service.settings.non_private else PRIVATE,
+                                CURATOR)
+            boundary.incoming(hello)
+            transcript = (Transcript(where / "curator.transcript", resume=bool(hello.resume))
+                          if where is not None else None)
+            channel.settle(boundary, transcript)
+            channel.timeout = float(service.config.get("timeout", 60.0))
+            await curate(channel, session, where, verbose=verbose, peer=pipe.peer,
+                         hello=hello, raise_errors=False, keep=kept)
+        finally:
+            slots.finish(session.session_id, me, kept[0] if kept else None)
     finally:
         channel.close()
+
+
+def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admissions):
+    """The session a valid Hello opens or resumes for `peer`, or a typed refusal."""
+    if not (hello.resume and hello.resume in slots.live):  # a takeover needs no new slot
+        refusal = slots.refusal()
+        if refusal is not None:
+            raise refusal
+    session = (service.resume(hello.resume, owner=peer) if hello.resume
+               else service.new_session(security, owner=peer))
+    if session.session_id not in slots.live:
+        slots.admitted += 1
+    return session
 
 
 def _stop_on_signals() -> asyncio.Future:

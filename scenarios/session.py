@@ -24,6 +24,7 @@ from parties.service import (
 )
 from parties.strategies import make_strategy
 from protocol.channel import Channel
+from protocol.errors import PeerGone, PeerTimeout
 from protocol.ledger import Budget
 from protocol.messages import Hello, ReleaseRequest
 from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
@@ -122,12 +123,15 @@ def open_channel(pipe, role: str, non_private: bool, out: Path | None,
 
 async def curate(channel: Channel, session: CuratorSession, out: Path | None = None, *,
                  verbose: bool = True, peer: str = "in-process",
-                 hello: Hello | None = None) -> dict:
+                 hello: Hello | None = None, raise_errors: bool = True,
+                 keep: list | None = None) -> dict:
     """Serve one modeler session; return the curator's result, written to
-    out/curator.json even when the session fails part-way.
+    out/curator.json even when the session fails part-way (and appended to `keep`).
 
     Every answer is committed to the service's journal before its reward is sent, and a
-    session restored from it (`session.restored`) continues where it stopped.
+    session restored from it (`session.restored`) continues where it stopped. A failed
+    session raises unless `raise_errors` is False (its result then says why); a
+    connection superseded by a resume writes nothing.
     """
     service, T, sid = session.service, session.params.T, session.session_id
     curator = session.curator()
@@ -136,7 +140,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
 
     def record_release(result) -> None:
         released.append(asdict(result))
-        service.journal.record_release(sid, released[-1])
+        service.journal.record_release(sid, session.generation, released[-1])
 
     def progress(seq: int, index: int, value: float) -> None:
         if verbose:
@@ -144,7 +148,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
             print(f"[curator] t={seq:>4}/{T} row={index:>7} y={value:+.5f} "
                   f"simple_regret={simple[-1]:.5f}", flush=True)
 
-    started, status, reason = time.perf_counter(), "error", None
+    started, status, reason, error = time.perf_counter(), "failed", None, None
     try:
         if hello is None:  # read here, so that the release handler sees what it declared
             hello = await receive_hello(channel)
@@ -156,14 +160,28 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
             on_release=handler, hello=hello,
             asked={seq: row for seq, (row, _) in curator.answered.items()})
         status = "ok"
+    except (PeerTimeout, PeerGone, asyncio.CancelledError) as exc:
+        status, error = "interrupted", exc  # the peer vanished or the curator stops: resumable
+        if raise_errors or isinstance(exc, asyncio.CancelledError):
+            raise
+    except Exception as exc:
+        error = exc
+        if raise_errors:
+            raise
     finally:
-        service.journal.set_status(sid, status)
         result = curator_result(session, curator, status, reason, time.perf_counter() - started)
+        result["error"] = None if error is None else f"{type(error).__name__}: {error}"
         result["release"] = released[0] if released else None
         result["transcript_head"] = channel.transcript.head if channel.transcript else None
         result["security"], result["peer"] = session.params.security, peer
-        if out is not None:
-            write_json(out / "curator.json", result)
+        if session.current:  # a superseded connection writes nothing: the new one owns it
+            service.journal.set_status(sid, session.generation, status)
+            if out is not None:
+                write_json(out / "curator.json", result)
+        else:
+            result["status"] = "superseded"
+        if keep is not None:
+            keep.append(result)
     return result
 
 

@@ -153,7 +153,7 @@ async def test_version_mismatch_is_refused_at_the_handshake(tmp_path):
     assert isinstance(reply, Error) and reply.code == ErrorCode.VERSION_MISMATCH.value
     with pytest.raises(ProtocolError):
         serve.result()
-    assert json.loads((tmp_path / "curator.json").read_text())["status"] == "error"
+    assert json.loads((tmp_path / "curator.json").read_text())["status"] == "failed"
 
 
 async def test_garbage_frames_get_typed_errors_and_do_not_end_the_session(tmp_path):

@@ -94,15 +94,21 @@ async def oversized_peer(ctx, endpoint: str) -> None:
 async def test_curator_survives_ten_thousand_hostile_frames_beside_a_legit_session(tmp_path):
     expected = await run_inproc(CFG, tmp_path / "reference", transcripts=False)
     bound = asyncio.get_running_loop().create_future()
+    service = prepare_service(CFG)
     serving = asyncio.ensure_future(serve_curator(
-        prepare_service(CFG), "tcp://127.0.0.1:0", tmp_path / "curator", sessions=0,
+        service, "tcp://127.0.0.1:0", tmp_path / "curator", sessions=0,
         accept_timeout=60.0, verbose=False, on_bound=bound.set_result))
     endpoint = await asyncio.wait_for(bound, 10)
     ctx = zmq.asyncio.Context()
     try:
         n = expected["n"]
+        legit = asyncio.ensure_future(
+            connect_modeler(endpoint, tmp_path / "modeler", seed=CFG.seed, timeout=20.0))
+        for _ in range(200):  # the legitimate session is the seeded curator's first
+            if service.journal.sessions():
+                break
+            await asyncio.sleep(0.05)
         fuzzers = [fuzz_peer(ctx, endpoint, s, n) for s in range(PEERS)]
-        legit = connect_modeler(endpoint, tmp_path / "modeler", seed=CFG.seed, timeout=20.0)
         results = await asyncio.wait_for(
             asyncio.gather(legit, oversized_peer(ctx, endpoint), *fuzzers), 240)
         assert not serving.done(), "the curator stopped"

@@ -3,10 +3,12 @@ import math
 
 import numpy as np
 import pytest
+import scipy.linalg
 
 from parties.noise import NoiseSource, lattice_step
 from parties.projection import (
-    choose_projection, identity_release, largest_admissible_r, lift_test_margin,
+    LIFT_MODES, REASON_ALWAYS, REASON_NO_TEST, REASON_PAPER, REASON_TEST, choose_projection,
+    identity_release, largest_admissible_r, lift_test_margin, lift_test_needed,
     lifted_dataset, omega, passes_lift_test, private_r, project, singular_values,
 )
 from scenarios.synthetic import grid_points
@@ -114,55 +116,202 @@ def test_projection_is_reproducible_from_the_generator_and_validates_input():
 # --- the lift branch: paper, always, private (propose-test-release) ----------------------
 
 def _far_above() -> np.ndarray:
-    return np.random.default_rng(3).normal(size=(200, 5)) * 1e4  # sigma_min ~ 1e5
+    return np.random.default_rng(3).normal(size=(200, 5)) * 1e4  # sigma_min ~ 1e5; n - 1 > d
 
 
 def _far_below() -> np.ndarray:
     return np.random.default_rng(4).normal(size=(300, 4))  # sigma_min ~ 16 << omega ~ 2000
 
 
+def _wide_above() -> np.ndarray:
+    """n = 5, d = 8 (n - 1 <= d: the private test runs): sigma_{n-1} = 1.24e6, sigma_min 0."""
+    return np.random.default_rng(3).normal(size=(5, 8)) * 1e6
+
+
+def _wide_below() -> np.ndarray:
+    """n = 5, d = 8: sigma_{n-1} = 1.56 << omega ~ 2200."""
+    return np.random.default_rng(4).normal(size=(5, 8))
+
+
+class _CountingSource(NoiseSource):
+    """A NoiseSource that counts every draw made from it."""
+
+    def __init__(self, rng=None):
+        super().__init__(rng)
+        self.calls = 0
+
+    def randbelow(self, n):
+        self.calls += 1
+        return super().randbelow(n)
+
+    def uniform(self, size):
+        self.calls += 1
+        return super().uniform(size)
+
+    def standard_normal(self, size):
+        self.calls += 1
+        return super().standard_normal(size)
+
+
+def _full_lift(X: np.ndarray, w: float, r: int, seed: int) -> np.ndarray:
+    """r^-1/2 (X_c M + w G), M (d x r) then G (n x r) from default_rng(seed)."""
+    rng = np.random.default_rng(seed)
+    M = rng.standard_normal((X.shape[1], r))
+    G = rng.standard_normal((X.shape[0], r))
+    return ((X - X.mean(0)) @ M + w * G) / math.sqrt(r)
+
+
 def test_private_test_keeps_a_dataset_far_above_omega_unlifted():
-    """sigma_min ~ 1.3e5 is ~1.2e5 above the threshold omega + margin ~ 3500 while the
-    Laplace scale is 1/te = 10: the lift test fails with probability ~exp(-1e4), so all
-    20 seeds must pass."""
-    X = _far_above()
-    sigma_min = singular_values(X)[-1]
+    """n = 5, d = 8: the test runs on s = sigma_4(X_c) ~ 1.24e6, ~1.2e6 above the threshold
+    omega + margin ~ 2500 while the Laplace scale is 1/te = 10: the lift test fails with
+    probability ~exp(-1e5), so all 20 seeds must pass. The paper's sigma_min is 0 here."""
+    X = _wide_above()
+    s = singular_values(X)
     for seed in range(20):
         release, rep = project(X, 1.0, 1e-5, 7, np.random.default_rng(seed), lift="private",
                                test_source=NoiseSource(np.random.default_rng(100 + seed)))
         assert not rep.lifted and rep.lift == "private" and rep.dp_covers_branch
         assert (rep.test_epsilon, rep.test_delta) == (0.1, 1e-5)  # defaults 0.1 eps, delta
         assert rep.test_threshold == rep.omega + lift_test_margin(0.1, 1e-5)
-        assert abs(rep.noisy_sigma_min - sigma_min) < 200  # P(|Laplace(10)| > 200) = e^-20
-        M = np.random.default_rng(seed).standard_normal((5, 7))  # M alone from rng
+        assert rep.statistic == pytest.approx(s[3], rel=1e-12) and rep.sigma_min == 0.0
+        assert abs(rep.noisy_sigma_min - s[3]) < 200  # P(|Laplace(10)| > 200) = e^-20
+        assert rep.test_reason == REASON_TEST
+        M = np.random.default_rng(seed).standard_normal((8, 7))  # M alone from rng
         assert np.allclose(release.Z, (X - X.mean(0)) @ M / math.sqrt(7), rtol=1e-10)
         assert (release.epsilon, release.delta) == (1.0, 1e-5)  # the test is its own entry
 
 
 def test_private_test_always_lifts_a_dataset_far_below_omega():
-    """sigma_min ~ 16, omega(6, 1, 1e-5) ~ 2200: P(pass) = td exp(-te (omega + 1 - sigma_min))
-    ~ 1e-5 e^-218, so all 20 seeds must lift."""
-    X = _far_below()
+    """s = sigma_4 = 1.56, omega(6, 1, 1e-5) ~ 2200: P(pass) = td exp(-te (omega + 1 - s))
+    ~ 1e-5 e^-220, so all 20 seeds must lift, with the full lift."""
+    X = _wide_below()
     for seed in range(20):
-        _, rep = project(X, 1.0, 1e-5, 6, np.random.default_rng(seed), lift="private",
-                         test_source=NoiseSource(np.random.default_rng(100 + seed)))
+        release, rep = project(X, 1.0, 1e-5, 6, np.random.default_rng(seed), lift="private",
+                               test_source=NoiseSource(np.random.default_rng(100 + seed)))
         assert rep.lifted and rep.noisy_sigma_min < rep.test_threshold
+        assert rep.test_epsilon == 0.1 and rep.statistic == pytest.approx(1.5576, abs=1e-4)
+        assert np.allclose(release.Z, _full_lift(X, rep.omega, 6, seed), rtol=1e-12)
     _, rep = project(X, 1.0, 1e-5, 6, np.random.default_rng(0), lift="paper")
-    assert rep.lifted  # the published branch agrees here
+    assert rep.lifted  # the published branch agrees here (sigma_min = 0)
+
+
+def test_private_with_n_minus_1_above_d_lifts_without_drawing_a_test():
+    """n - 1 > d: the unlifted release is never DP, so "private" lifts whatever the data --
+    even with sigma_min ~ 1e5 >> omega, where the old test would have passed -- draws
+    nothing from the test source, and charges no test budget."""
+    X = _far_above()
+    for seed in range(3):
+        source = _CountingSource(np.random.default_rng(100 + seed))
+        release, rep = project(X, 1.0, 1e-5, 7, np.random.default_rng(seed), lift="private",
+                               test_source=source)
+        assert source.calls == 0
+        assert rep.lifted and rep.dp_covers_branch and rep.sigma_min > 10 * rep.omega
+        assert (rep.test_epsilon, rep.test_delta) == (0.0, 0.0)
+        assert rep.noisy_sigma_min is None and rep.test_threshold is None
+        assert rep.statistic is None and rep.test_reason == REASON_NO_TEST
+        always, _ = project(X, 1.0, 1e-5, 7, np.random.default_rng(seed), lift="always")
+        assert np.array_equal(release.Z, always.Z)  # exactly the full lift
+    # the same under r = "auto" (no r can pass), and with explicit test parameters
+    source = _CountingSource(np.random.default_rng(0))
+    release, rep = choose_projection(X, 1.0, 1e-5, "auto", np.random.default_rng(1),
+                                     lift="private", test_epsilon=0.5, test_delta=1e-6,
+                                     test_source=source, r_fallback=4)
+    assert source.calls == 0 and rep.lifted and rep.r == 4 and release.Z.shape == (200, 4)
+    assert (rep.test_epsilon, rep.test_delta, rep.noisy_sigma_min) == (0.0, 0.0, None)
+    # a NoiseSource as rng and no test_source: fine, no test needs one
+    _, rep = project(X, 1.0, 1e-5, 4, NoiseSource(np.random.default_rng(0)), lift="private")
+    assert rep.lifted and rep.test_epsilon == 0.0
+
+
+def test_lift_test_needed_truth_table():
+    shapes = [(2, 1), (3, 2), (4, 2), (3, 4), (5, 8), (9, 8), (10, 8), (40, 2), (200, 5)]
+    for n, d in shapes:
+        for lift in LIFT_MODES:
+            expected = lift == "private" and n - 1 <= d
+            assert lift_test_needed(n, d, lift) is expected, (n, d, lift)
+            X = np.random.default_rng(n * d).normal(size=(n, d)) * 100
+            _, rep = project(X, 1.0, 1e-5, 3, np.random.default_rng(0), lift=lift)
+            assert (rep.test_epsilon > 0) is expected and (rep.statistic is not None) is expected
+    with pytest.raises(ValueError):
+        lift_test_needed(5, 3, "sometimes")
+    with pytest.raises(ValueError):
+        lift_test_needed(1, 3, "private")
+
+
+def test_always_gram_is_that_of_the_full_lift():
+    """E[Z Z^T] = X_c X_c^T + w^2 I_n for Z = r^-1/2 (X_c M + w G) (each of the r columns is
+    N(0, C), C = X_c X_c^T + w^2 I). n = 6, d = 2, r = 50, 200 repetitions: entry (a, b) of
+    the mean has standard deviation sqrt((C_aa C_bb + C_ab^2) / (200 r)); all within 5 of
+    them. The paper's lift would give X_c X_c^T + w^2 U U^T: 4 w^2 less in trace on the
+    complement of col(X_c), and columns inside col(X_c) (residual 0, here ~ 0.8)."""
+    n, r, reps = 6, 50, 200
+    X = np.random.default_rng(12).normal(size=(n, 2)) * 300
+    Xc = X - X.mean(0)
+    rng = np.random.default_rng(13)
+    total = np.zeros((n, n))
+    Q = np.linalg.qr(Xc)[0]
+    residuals = []
+    for _ in range(reps):
+        release, rep = project(X, 10.0, 1e-5, r, rng, lift="always")
+        Z = release.Z
+        total += Z @ Z.T
+        residuals.append(np.linalg.norm(Z - Q @ (Q.T @ Z)) / np.linalg.norm(Z))
+    w = rep.omega
+    C = Xc @ Xc.T + w**2 * np.eye(n)
+    sd = np.sqrt((np.outer(np.diag(C), np.diag(C)) + C**2) / (reps * r))
+    assert np.max(np.abs(total / reps - C) / sd) < 5
+    P = np.eye(n) - Q @ Q.T  # the complement of col(X_c)
+    assert np.trace(P @ (total / reps)) == pytest.approx((n - 2) * w**2, rel=0.05)
+    assert min(residuals) > 0.5
+
+
+def test_paper_is_unchanged_byte_for_byte():
+    """lift="paper" draws M alone (the generator is left where M leaves it) and returns
+    exactly Xc @ M / sqrt(r) unlifted, and lifted_dataset(Xc, w) @ M / sqrt(r) when n < d
+    (the dense path); the QR fast path (n >= d, full rank) is byte-for-byte its own
+    formula X_c V diag(sqrt(s^2 + w^2)/s) V^T M / sqrt(r) and agrees with the dense one."""
+    cases = [(_far_above(), 1.0, 7, False), (np.random.default_rng(5).normal(size=(6, 20)),
+                                              1.0, 6, True), (_far_below(), 1.0, 6, True)]
+    for X, eps, r, lifts in cases:
+        n, d = X.shape
+        release, rep = project(X, eps, 1e-5, r, np.random.default_rng(11))
+        assert rep.lifted is lifts and rep.test_reason == REASON_PAPER
+        check = np.random.default_rng(11)
+        M = check.standard_normal((d, r))
+        after = check.standard_normal(3)
+        rng = np.random.default_rng(11)
+        project(X, eps, 1e-5, r, rng)
+        assert np.array_equal(rng.standard_normal(3), after)  # no G drawn
+        Xc = X - X.mean(axis=0)
+        if not lifts:
+            assert np.array_equal(release.Z, Xc @ M / math.sqrt(r))
+        elif n < d:
+            assert np.array_equal(release.Z, lifted_dataset(Xc, rep.omega) @ M / math.sqrt(r))
+        else:
+            R_ = scipy.linalg.qr(Xc, mode="r", check_finite=False)[0][:d]
+            _, s, Vt = scipy.linalg.svd(R_, check_finite=False)
+            scale = np.sqrt(s**2 + rep.omega**2) / s
+            fast = Xc @ (Vt.T @ (scale[:, None] * (Vt @ M))) / math.sqrt(r)
+            assert np.array_equal(release.Z, fast)
+            assert np.allclose(release.Z, lifted_dataset(Xc, rep.omega) @ M / math.sqrt(r),
+                               rtol=1e-10, atol=1e-10 * rep.omega)
 
 
 def test_reports_carry_the_lift_mode_and_the_test_budget():
-    X = _far_above()
+    X = _wide_above()
     _, rep = project(X, 2.0, 1e-6, 3, np.random.default_rng(0), lift="private",
                      test_epsilon=0.5, test_delta=1e-7,
                      test_source=NoiseSource(np.random.default_rng(1)))
     assert (rep.lift, rep.test_epsilon, rep.test_delta, rep.r) == ("private", 0.5, 1e-7, 3)
     assert rep.noisy_sigma_min is not None and rep.dp_covers_branch
-    for lift, covered in (("paper", False), ("always", True)):
-        _, rep = project(X, 2.0, 1e-6, 3, np.random.default_rng(0), lift=lift)
-        assert (rep.lift, rep.test_epsilon, rep.test_delta) == (lift, 0.0, 0.0)
-        assert rep.noisy_sigma_min is None and rep.test_threshold is None
-        assert rep.dp_covers_branch is covered
+    for X in (_wide_above(), _far_above()):
+        for lift, covered, reason in (("paper", False, REASON_PAPER),
+                                      ("always", True, REASON_ALWAYS)):
+            _, rep = project(X, 2.0, 1e-6, 3, np.random.default_rng(0), lift=lift)
+            assert (rep.lift, rep.test_epsilon, rep.test_delta) == (lift, 0.0, 0.0)
+            assert rep.noisy_sigma_min is None and rep.test_threshold is None
+            assert rep.statistic is None and rep.test_reason == reason
+            assert rep.dp_covers_branch is covered
 
 
 def test_lift_test_margin_is_one_plus_the_laplace_tail_quantile():
@@ -180,9 +329,10 @@ def test_always_lifts_even_a_dataset_with_huge_sigma_min():
     X = _far_above() * 100  # sigma_min ~ 1e7 >> omega
     release, rep = project(X, 1.0, 1e-5, 4, np.random.default_rng(5), lift="always")
     assert rep.lifted and rep.sigma_min > 1e3 * rep.omega
-    Xt = lifted_dataset(X - X.mean(0), rep.omega)
-    M = np.random.default_rng(5).standard_normal((5, 4))
-    assert np.allclose(release.Z, Xt @ M / math.sqrt(4), rtol=1e-9)
+    assert np.allclose(release.Z, _full_lift(X, rep.omega, 4, 5), rtol=1e-12)
+    Xw = _wide_above() * 100  # and n - 1 <= d
+    release, rep = project(Xw, 1.0, 1e-5, 4, np.random.default_rng(5), lift="always")
+    assert rep.lifted and np.allclose(release.Z, _full_lift(Xw, rep.omega, 4, 5), rtol=1e-12)
 
 
 def test_private_r_is_the_largest_r_whose_omega_passes():
@@ -200,24 +350,25 @@ def test_private_r_is_the_largest_r_whose_omega_passes():
 
 
 def test_r_auto_private_picks_the_largest_passing_r_of_the_one_noisy_draw():
-    """te = 0.01 (Laplace scale 100) around sigma_min ~ omega(10) + margin, so the chosen r
-    varies over 30 seeds; each must equal private_r of the reported noisy value, be
-    released unlifted with r columns, and never have omega(r) > noisy - margin."""
+    """n = 4, d = 6. te = 0.01 (Laplace scale 100) around s = sigma_3 ~ omega(10) + margin,
+    so the chosen r varies over 30 seeds; each must equal private_r of the reported noisy
+    value, be released unlifted with r columns, and never have omega(r) > noisy - margin."""
     eps, delta, te, td = 3.0, 1e-5, 0.01, 1e-5
     m = lift_test_margin(te, td)
-    X0 = np.random.default_rng(6).normal(size=(300, 3))
-    X = X0 * (omega(10, eps, delta) + m) / singular_values(X0)[-1]
+    X0 = np.random.default_rng(6).normal(size=(4, 6))
+    X = X0 * (omega(10, eps, delta) + m) / singular_values(X0)[2]
     chosen = set()
     for seed in range(30):
         release, rep = choose_projection(
             X, eps, delta, "auto", np.random.default_rng(seed), lift="private",
             test_epsilon=te, test_delta=td,
             test_source=NoiseSource(np.random.default_rng(100 + seed)), r_fallback=2)
+        assert rep.statistic == pytest.approx(omega(10, eps, delta) + m, rel=1e-12)
         expected = private_r(rep.noisy_sigma_min, eps, delta, te, td)
         if expected == 0:
-            assert rep.lifted and rep.r == 2 and release.Z.shape == (300, 2)
+            assert rep.lifted and rep.r == 2 and release.Z.shape == (4, 2)
             continue
-        assert rep.r == expected and not rep.lifted and release.Z.shape == (300, expected)
+        assert rep.r == expected and not rep.lifted and release.Z.shape == (4, expected)
         assert omega(rep.r, eps, delta) <= rep.noisy_sigma_min - m
         assert rep.omega == omega(rep.r, eps, delta) and rep.dp_covers_branch
         chosen.add(rep.r)
@@ -225,10 +376,17 @@ def test_r_auto_private_picks_the_largest_passing_r_of_the_one_noisy_draw():
 
 
 def test_r_auto_private_lifts_at_the_fallback_when_no_r_passes():
+    release, rep = choose_projection(_wide_below(), 1.0, 1e-5, "auto",
+                                     np.random.default_rng(0), lift="private", r_fallback=4,
+                                     test_source=NoiseSource(np.random.default_rng(1)))
+    assert rep.lifted and rep.r == 4 and release.Z.shape == (5, 4)
+    assert rep.omega == omega(4, 1.0, 1e-5) and rep.noisy_sigma_min < rep.test_threshold
+    assert rep.test_epsilon == 0.1  # the test ran (n - 1 <= d) and failed
+    assert np.allclose(release.Z, _full_lift(_wide_below(), rep.omega, 4, 0), rtol=1e-12)
     release, rep = choose_projection(_far_below(), 1.0, 1e-5, "auto", np.random.default_rng(0),
                                      lift="private", r_fallback=4)
     assert rep.lifted and rep.r == 4 and release.Z.shape == (300, 4)
-    assert rep.omega == omega(4, 1.0, 1e-5) and rep.noisy_sigma_min < rep.test_threshold
+    assert rep.test_epsilon == 0.0 and rep.noisy_sigma_min is None  # n - 1 > d: no test
 
 
 def test_r_auto_paper_uses_the_exact_sigma_min_and_says_so():
@@ -266,12 +424,13 @@ def test_lift_arguments_are_validated():
     _, rep = project(X, 1.0, 1e-5, 4, src)  # positional NoiseSource, as the callers do
     assert rep.lift == "paper" and not rep.lifted
     with pytest.raises(ValueError, match="test_source"):  # never the global np.random
-        project(X, 1.0, 1e-5, 4, src, lift="private")
+        project(_wide_above(), 1.0, 1e-5, 4, src, lift="private")
     with pytest.raises(ValueError):
         project(X, 1.0, 1e-5, 4, src, lift="sometimes")
     with pytest.raises(ValueError):
         project(X, 1.0, 1e-5, 4, src, lift="paper", test_epsilon=0.1)
     for te, td in ((0.0, 1e-5), (float("inf"), 1e-5), (0.1, 0.0), (0.1, 0.5), (1e-10, 1e-5)):
-        with pytest.raises(ValueError):
-            project(X, 1.0, 1e-5, 4, np.random.default_rng(0), lift="private",
-                    test_epsilon=te, test_delta=td)
+        for data in (X, _wide_above()):  # validated whether or not the test runs
+            with pytest.raises(ValueError):
+                project(data, 1.0, 1e-5, 4, np.random.default_rng(0), lift="private",
+                        test_epsilon=te, test_delta=td)

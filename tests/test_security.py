@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.errors import PeerTimeout
+from protocol.errors import AuthenticationFailed, PeerTimeout
 from scenarios.remote import connect_modeler, serve_curator
 from scenarios.session import RunConfig, prepare_service
 from transport.security import CurveClient, CurveServer, make_keys
@@ -54,7 +54,7 @@ async def test_unknown_key_is_refused(tmp_path, keys):
     stranger = make_keys(tmp_path / "stranger")
     task, endpoint = await _start(tmp_path, CurveServer(keys["curator_secret"], keys["allowed"]))
     try:
-        with pytest.raises(PeerTimeout):
+        with pytest.raises(AuthenticationFailed):  # was PeerTimeout: now told why, at once
             await connect_modeler(endpoint, tmp_path / "m", timeout=1.5, curve=CurveClient(
                 stranger["modeler_secret"], keys["curator_public"]))
         assert not task.done()  # the curator is still waiting for a legitimate modeler

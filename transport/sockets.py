@@ -4,22 +4,48 @@ All waits are poll-with-deadline (never a cancelled pending recv). Sockets get
 MAXMSGSIZE (a peer sending a larger frame is disconnected by libzmq), LINGER=0,
 bounded high-water marks, ZeroMQ heartbeats, and ROUTER_MANDATORY so a reply to a
 vanished peer raises instead of vanishing.
+
+The hub holds bounded memory whatever peers send (`HubLimits`): a peer that was never
+accepted may queue a few frames for a limited time, a bounded number of them may wait,
+an accepted peer queues at most `hwm` frames; frames past a bound are dropped and
+counted (`RouterHub.stats()`), never queued. Plaintext is refused on a non-loopback
+endpoint unless asked for, and a modeler whose key the curator refuses is told so
+(`AuthenticationFailed`) instead of timing out.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import logging
+import math
+import os
+import secrets
+import struct
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 import zmq
 import zmq.asyncio
 
-from protocol.errors import ErrorCode, PeerGone, PeerTimeout, ProtocolError
+from protocol.errors import (
+    AuthenticationFailed, ErrorCode, HandshakeFailed, PeerGone, PeerTimeout, ProtocolError,
+)
 from transport.security import (
     CURVE, PLAINTEXT, CurveClient, CurveServer, secure_client, secure_server,
 )
 
+LOG = logging.getLogger("pobo.transport")
+
 _POLL_MS = 100
+_BATCH = 256  # messages the pump takes per wake-up before yielding to other tasks
+_SWEEP_S = 1.0  # how often the pump expires idle, never-accepted peers
+_ERROR_COST = 64  # bytes charged for a queued ProtocolError (a malformed message)
+_LOG_EVERY_S = 60.0  # at most one "refusing new peers" warning per minute
+_SCHEMES = ("tcp", "ipc", "inproc")
+_LOOPBACK_NAMES = ("localhost", "lo", "lo0")
+_HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                     | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
 
 
 @dataclass(frozen=True)
@@ -42,11 +68,140 @@ class SocketOptions:
         sock.setsockopt(zmq.HEARTBEAT_TTL, self.heartbeat_timeout_ms)
 
 
-class DealerPipe:
-    """The modeler's end: a DEALER connected to the curator's ROUTER."""
+@dataclass(frozen=True)
+class HubLimits:
+    """What peers can make a RouterHub hold; past any bound a frame is dropped and counted.
 
-    def __init__(self, sock: zmq.asyncio.Socket) -> None:
-        self._sock = sock
+    An accepted peer queues at most `SocketOptions.hwm` frames and `peer_bytes` bytes. A
+    peer not yet accepted queues at most `pending_frames` frames, all of them together at
+    most `pending_bytes` bytes (keep it >= the largest frame), at most `max_pending` such
+    peers wait (a new identity past that is refused, never queued), and one that sent
+    nothing for `pending_ttl` seconds is dropped. The last `remember_forgotten` identities
+    whose pipe was closed stay closed: a late frame from one is dropped, so one connection
+    carries at most one session. `send_timeout` bounds a reply to a peer that stops reading.
+    """
+
+    max_pending: int = 1024
+    pending_ttl: float = 30.0
+    pending_frames: int = 16
+    pending_bytes: int = 16 << 20
+    peer_bytes: int = 16 << 20
+    remember_forgotten: int = 4096
+    send_timeout: float = 10.0
+
+
+def _split(endpoint: str) -> tuple[str, str]:
+    """(scheme, address) of a ZeroMQ endpoint, or ValueError naming what is wrong."""
+    scheme, sep, address = endpoint.partition("://")
+    if not sep or scheme not in _SCHEMES or not address:
+        raise ValueError(f"invalid endpoint {endpoint!r}: expected tcp://HOST:PORT, "
+                         "ipc://PATH or inproc://NAME")
+    return scheme, address
+
+
+def _host_port(endpoint: str, address: str) -> tuple[str, str]:
+    """(host, port) of a tcp address; a connect address may name a source first (SRC;HOST:PORT)."""
+    host, sep, port = address.rsplit(";", 1)[-1].rpartition(":")
+    if not sep or not host:
+        raise ValueError(f"invalid endpoint {endpoint!r}: a tcp endpoint needs HOST:PORT")
+    return host, port
+
+
+def check_endpoint(endpoint: str, bind: bool = True) -> str:
+    """`endpoint` if it is a valid ZeroMQ endpoint (scheme, and a tcp port 0..65535 or * to
+    bind, 1..65535 to connect), else ValueError in one line."""
+    scheme, address = _split(endpoint)
+    if scheme == "tcp":
+        _, port = _host_port(endpoint, address)
+        low = 0 if bind else 1
+        if not ((bind and port == "*") or (port.isdigit() and low <= int(port) <= 65535)):
+            expected = "0..65535 or *" if bind else "1..65535"
+            raise ValueError(f"invalid port {port!r} in {endpoint!r}: expected {expected}")
+    return endpoint
+
+
+def is_loopback(endpoint: str) -> bool:
+    """Whether `endpoint` stays on this machine: ipc://, inproc://, tcp on 127.0.0.0/8,
+    [::1], localhost or the lo interface. tcp://0.0.0.0, tcp://* and any other address
+    (or an invalid endpoint) are not."""
+    try:
+        scheme, address = _split(endpoint)
+        if scheme != "tcp":
+            return True
+        host, _ = _host_port(endpoint, address)
+    except ValueError:
+        return False
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False  # a host or interface name other than localhost/lo: not known local
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def _handshake_cause(event: int, value: int, curve: bool) -> str:
+    """What a failed-handshake monitor event means, for a one-line error."""
+    if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+        if value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+            return ("the security handshake failed: one side uses CURVE and the other "
+                    "plaintext (compare --curve-secret/--curve-server with the curator's setup)")
+        if value == zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC:
+            return ("the CURVE handshake failed a cryptographic check "
+                    "(is --curve-server the curator's public key?)")
+        return f"the handshake failed with ZMTP protocol error 0x{value:08x}"
+    hint = "; check that --curve-server is the curator's public key" if curve else ""
+    return f"the handshake failed ({os.strerror(value) if value > 0 else 'no detail'}){hint}"
+
+
+def _auth_message(endpoint: str, status: int, curve: bool) -> str:
+    """The one-line message of an AuthenticationFailed for a ZAP status code."""
+    what = "this modeler's CURVE key" if curve else "this modeler"
+    if status == 400:
+        return (f"the curator at {endpoint} refused {what} (ZAP status 400): its public key "
+                "is not in the curator's allowlist (--curve-allow)")
+    if status == 300:
+        return f"the curator at {endpoint} temporarily refused {what} (ZAP status 300)"
+    if status == 500:
+        return (f"the curator at {endpoint} refused {what}: its authenticator failed "
+                "(ZAP status 500)")
+    return f"the curator at {endpoint} refused {what} (ZAP status {status})"
+
+
+def _monitor(ctx: zmq.asyncio.Context, sock: zmq.Socket) -> zmq.asyncio.Socket:
+    """A PAIR receiving `sock`'s handshake events, with no receive limit: libzmq blocks its
+    I/O thread on a full monitor pipe, so the pipe must never fill (events are tiny and
+    drained on every recv)."""
+    address = f"inproc://pobo-monitor-{secrets.token_hex(8)}"
+    sock.monitor(address, _HANDSHAKE_EVENTS)
+    monitor = ctx.socket(zmq.PAIR)
+    monitor.setsockopt(zmq.LINGER, 0)
+    monitor.setsockopt(zmq.RCVHWM, 0)
+    monitor.connect(address)
+    return monitor
+
+
+class DealerPipe:
+    """The modeler's end: a DEALER connected to the curator's ROUTER.
+
+    A socket monitor reports the security handshake: a key the curator's ZAP handler
+    refuses raises AuthenticationFailed at once, another handshake failure turns the
+    recv deadline's PeerTimeout into a HandshakeFailed naming the cause.
+    """
+
+    def __init__(self, sock: zmq.asyncio.Socket, monitor: zmq.asyncio.Socket | None = None,
+                 *, endpoint: str = "", curve: bool = False) -> None:
+        self._sock, self._monitor = sock, monitor
+        self.endpoint, self._curve = endpoint, curve
+        self._failure: tuple[int, int] | None = None  # last failed handshake (event, value)
+        self._poller = zmq.asyncio.Poller()
+        self._poller.register(sock, zmq.POLLIN)
+        if monitor is not None:
+            self._poller.register(monitor, zmq.POLLIN)
 
     @classmethod
     def connect(cls, ctx: zmq.asyncio.Context, endpoint: str,
@@ -54,111 +209,369 @@ class DealerPipe:
                 curve: CurveClient | None = None) -> DealerPipe:
         """A pipe connected to `endpoint` (tcp://host:port or ipc://path), CURVE-encrypted
         to the curator's key when `curve` is given."""
+        check_endpoint(endpoint, bind=False)
+        if curve is None and not is_loopback(endpoint):
+            LOG.warning("connecting to %s in plaintext: anyone on the network can read "
+                        "and alter the session (use --curve-secret/--curve-server)", endpoint)
         sock = ctx.socket(zmq.DEALER)
-        options.apply(sock)
-        if curve is not None:
-            secure_client(sock, curve)
-        sock.connect(endpoint)
-        return cls(sock)
+        monitor = None
+        try:
+            options.apply(sock)
+            if curve is not None:
+                secure_client(sock, curve)
+            monitor = _monitor(ctx, sock)
+            sock.connect(endpoint)
+        except BaseException:
+            _close_monitored(sock, monitor)
+            raise
+        return cls(sock, monitor, endpoint=endpoint, curve=curve is not None)
 
     async def send(self, frame: bytes) -> None:
         """Send one frame to the curator."""
         await self._sock.send(frame, copy=False)
 
     async def recv(self, timeout: float) -> bytes:
-        """The next single-frame message from the curator, within `timeout` seconds."""
-        if not await self._sock.poll(max(0, int(timeout * 1000)), zmq.POLLIN):
-            raise PeerTimeout(f"no message from the curator within {timeout:g} s")
-        parts = await self._sock.recv_multipart(flags=zmq.NOBLOCK, copy=True)
-        if len(parts) != 1:
-            raise ProtocolError(f"message of {len(parts)} frames, expected 1")
-        return parts[0]
+        """The next single-frame message from the curator, within `timeout` seconds;
+        AuthenticationFailed as soon as the curator refuses this side's key."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        while True:
+            await self._check_handshake()
+            remaining = deadline - loop.time()
+            ready = dict(await self._poller.poll(max(0, math.ceil(remaining * 1000))))
+            if self._sock in ready:
+                parts = await self._sock.recv_multipart(flags=zmq.NOBLOCK, copy=True)
+                if len(parts) != 1:
+                    raise ProtocolError(f"message of {len(parts)} frames, expected 1")
+                return parts[0]
+            if loop.time() >= deadline and not (self._monitor is not None
+                                                 and self._monitor in ready):
+                await self._check_handshake()
+                message = f"no message from the curator within {timeout:g} s"
+                if self._failure is not None:
+                    raise HandshakeFailed(f"{message}: {_handshake_cause(*self._failure, self._curve)}")
+                raise PeerTimeout(message)
+
+    async def _check_handshake(self) -> None:
+        """Read every pending monitor event; raise AuthenticationFailed if ZAP refused us."""
+        if self._monitor is None:
+            return
+        while True:
+            try:
+                parts = await self._monitor.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            if len(parts) != 2 or len(parts[0]) != 6:
+                continue
+            event, value = struct.unpack("=HI", parts[0])
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._failure = None
+            elif event & _HANDSHAKE_EVENTS:
+                self._failure = (event, value)
+                LOG.debug("handshake with %s failed: event %d value %d", self.endpoint, event, value)
+        if self._failure is not None and self._failure[0] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            status = self._failure[1]
+            raise AuthenticationFailed(_auth_message(self.endpoint, status, self._curve), status)
 
     def close(self) -> None:
-        """Close the socket at once (LINGER=0)."""
-        self._sock.close(linger=0)
+        """Close the socket at once (LINGER=0), after stopping its monitor."""
+        _close_monitored(self._sock, self._monitor)
+
+
+def _close_monitored(sock: zmq.Socket, monitor: zmq.Socket | None) -> None:
+    """Stop `sock`'s monitor before closing its PAIR (else libzmq may block), then close both."""
+    if monitor is not None:
+        with contextlib.suppress(zmq.ZMQError):
+            sock.disable_monitor()
+        monitor.close(linger=0)
+    sock.close(linger=0)
+
+
+class _Peer:
+    """One routing identity's queue of frames (or ProtocolErrors) and its bookkeeping."""
+
+    __slots__ = ("user_id", "frames", "bytes", "accepted", "last_seen", "ready", "warned")
+
+    def __init__(self, user_id: str, now: float) -> None:
+        self.user_id = user_id
+        self.frames: deque[tuple[bytes | ProtocolError, int]] = deque()
+        self.bytes = 0
+        self.accepted = False
+        self.last_seen = now
+        self.ready = asyncio.Event()
+        self.warned = False
 
 
 class RouterHub:
-    """The curator's bound ROUTER, demultiplexing frames into one pipe per peer."""
+    """The curator's bound ROUTER, demultiplexing frames into one bounded pipe per peer."""
 
-    def __init__(self, sock: zmq.asyncio.Socket, endpoint: str, security: str = PLAINTEXT) -> None:
+    def __init__(self, sock: zmq.asyncio.Socket, endpoint: str, security: str = PLAINTEXT,
+                 *, hwm: int = SocketOptions().hwm, limits: HubLimits = HubLimits()) -> None:
         self._sock = sock
         self.endpoint = endpoint
         self.security = security
-        self.peers: dict[bytes, str] = {}  # routing identity -> authenticated User-Id
-        self._queues: dict[bytes, asyncio.Queue] = {}
-        self._arrivals: asyncio.Queue[bytes] = asyncio.Queue()
+        self.limits = limits
+        self._hwm = max(1, hwm)
+        self.peers: dict[bytes, str] = {}  # live routing identity -> authenticated User-Id
+        self._peers: dict[bytes, _Peer] = {}
+        self._pending: OrderedDict[bytes, None] = OrderedDict()  # not yet accepted, oldest first
+        self._pending_bytes = 0
+        self._forgotten: OrderedDict[bytes, None] = OrderedDict()
+        self._refused: OrderedDict[bytes, None] = OrderedDict()
+        self._arrived = asyncio.Event()
+        self._counts = {"dropped_frames": 0, "refused_peers": 0, "expired_peers": 0,
+                        "late_frames": 0, "pump_errors": 0}
+        self._last_refusal_log = float("-inf")
         self._pump: asyncio.Task | None = None
         self._closed = False
 
     @classmethod
     def bind(cls, ctx: zmq.asyncio.Context, endpoint: str,
              options: SocketOptions = SocketOptions(max_frame=1 << 16),
-             curve: CurveServer | None = None) -> RouterHub:
+             curve: CurveServer | None = None, *, insecure: bool = False,
+             limits: HubLimits = HubLimits()) -> RouterHub:
         """A hub bound to `endpoint`; port 0 or * picks a free port (see `.endpoint`).
-        With `curve`, only peers whose keys the running authenticator admits get in."""
+        With `curve`, only peers whose keys the running authenticator admits get in;
+        without it, a non-loopback endpoint needs `insecure` (ValueError otherwise)."""
+        check_endpoint(endpoint, bind=True)
+        if curve is None and not is_loopback(endpoint):
+            if not insecure:
+                raise ValueError(f"binding {endpoint} in plaintext exposes the session to the "
+                                 "network: use CURVE keys (--curve-secret/--curve-allow) "
+                                 "or pass --insecure")
+            LOG.warning("binding %s in plaintext (--insecure): anyone on the network can "
+                        "read and alter the sessions", endpoint)
         sock = ctx.socket(zmq.ROUTER)
-        options.apply(sock)
-        sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        if curve is not None:
-            secure_server(sock, curve)
-        if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
-            endpoint = endpoint[:-2] + ":*"
-        sock.bind(endpoint)
-        return cls(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT),
-                   CURVE if curve is not None else PLAINTEXT)
+        try:
+            options.apply(sock)
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            if curve is not None:
+                secure_server(sock, curve)
+            if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
+                endpoint = endpoint[:-2] + ":*"
+            sock.bind(endpoint)
+            bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        except BaseException:
+            sock.close(linger=0)
+            raise
+        return cls(sock, bound, CURVE if curve is not None else PLAINTEXT,
+                   hwm=options.hwm, limits=limits)
+
+    def stats(self) -> dict[str, int]:
+        """Counters and current sizes, for an operator or a benchmark to print."""
+        queued = [len(p.frames) for p in self._peers.values()]
+        return {"peers": len(self._peers), "pending": len(self._pending),
+                "accepted": len(self._peers) - len(self._pending),
+                "queued_frames": sum(queued), "max_peer_frames": max(queued, default=0),
+                "queued_bytes": sum(p.bytes for p in self._peers.values()),
+                "pending_bytes": self._pending_bytes, **self._counts}
 
     def _ensure_pump(self) -> None:
+        """Start the task that moves frames from the socket into the peers' queues."""
         if self._pump is None:
             self._pump = asyncio.get_running_loop().create_task(self._run_pump())
 
     async def _run_pump(self) -> None:
+        """Poll with a deadline, take a batch of messages, expire idle peers; never raise."""
+        loop = asyncio.get_running_loop()
+        next_sweep = loop.time() + _SWEEP_S
         while not self._closed:
-            if not await self._sock.poll(_POLL_MS, zmq.POLLIN):
-                continue
-            frames = await self._sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-            identity, rest = frames[0].bytes, frames[1:]
-            item: bytes | ProtocolError = rest[0].bytes if len(rest) == 1 else ProtocolError(
-                f"message of {len(rest)} frames, expected 1", ErrorCode.MALFORMED)
-            queue = self._queues.get(identity)
-            if queue is None:
-                queue = self._queues[identity] = asyncio.Queue()
-                self.peers[identity] = _user_id(rest[-1]) if rest else ""
-                self._arrivals.put_nowait(identity)
-            queue.put_nowait(item)
+            try:
+                if await self._sock.poll(_POLL_MS, zmq.POLLIN):
+                    for _ in range(_BATCH):
+                        try:
+                            frames = await self._sock.recv_multipart(flags=zmq.NOBLOCK,
+                                                                     copy=False)
+                        except zmq.Again:
+                            break
+                        try:
+                            self._take(frames, loop.time())
+                        except Exception as exc:  # one bad message never stops the pump
+                            self._pump_error(exc)
+            except zmq.ZMQError as exc:
+                if self._closed:
+                    break
+                self._pump_error(exc)
+                await asyncio.sleep(_POLL_MS / 1000)
+            except Exception as exc:
+                self._pump_error(exc)
+            now = loop.time()
+            if now >= next_sweep:
+                self._expire(now)
+                next_sweep = now + _SWEEP_S
+            await asyncio.sleep(0)
+
+    def _pump_error(self, exc: BaseException) -> None:
+        """Count an unexpected pump failure; log the first and then every power of two."""
+        self._counts["pump_errors"] += 1
+        n = self._counts["pump_errors"]
+        if n & (n - 1) == 0:
+            LOG.error("frame pump error #%d (the hub carries on): %r", n, exc)
+
+    def _take(self, frames: list[zmq.Frame], now: float) -> None:
+        """Queue one received message for its peer, or drop and count it."""
+        identity, rest = frames[0].bytes, frames[1:]
+        size = len(rest[0]) if len(rest) == 1 else _ERROR_COST
+        peer = self._peers.get(identity)
+        if peer is None:
+            peer = self._arrive(identity, rest, size, now)
+            if peer is None:
+                self._counts["dropped_frames"] += 1
+                return
+        if not self._fits(peer, size):
+            self._drop(peer, identity)
+            return
+        item: bytes | ProtocolError = (rest[0].bytes if len(rest) == 1 else ProtocolError(
+            f"message of {len(rest)} frames, expected 1", ErrorCode.MALFORMED))
+        peer.frames.append((item, size))
+        peer.bytes += size
+        if not peer.accepted:
+            self._pending_bytes += size
+        peer.last_seen = now
+        peer.ready.set()
+
+    def _arrive(self, identity: bytes, rest: list[zmq.Frame], size: int,
+                now: float) -> _Peer | None:
+        """A new pending peer for a first message of `size` bytes, or None when it must
+        not be queued (a closed identity, or no room for one more waiting peer)."""
+        if identity in self._forgotten:
+            self._counts["late_frames"] += 1
+            return None
+        limits = self.limits
+        if (len(self._pending) >= limits.max_pending
+                or self._pending_bytes + size > limits.pending_bytes):
+            if identity not in self._refused:
+                self._counts["refused_peers"] += 1
+                self._refused[identity] = None
+                while len(self._refused) > limits.remember_forgotten:
+                    self._refused.popitem(last=False)
+            if now - self._last_refusal_log >= _LOG_EVERY_S:
+                self._last_refusal_log = now
+                LOG.warning("%d peers are waiting to be accepted (limit %d): refusing new "
+                            "peers (%d refused so far)", len(self._pending),
+                            limits.max_pending, self._counts["refused_peers"])
+            return None
+        self._refused.pop(identity, None)
+        peer = _Peer(_user_id(rest[-1]) if rest else "", now)
+        self._peers[identity] = peer
+        self.peers[identity] = peer.user_id
+        self._pending[identity] = None
+        self._arrived.set()
+        return peer
+
+    def _fits(self, peer: _Peer, size: int) -> bool:
+        """Whether one more frame of `size` bytes stays within this peer's bounds."""
+        if peer.accepted:
+            return not peer.frames or (len(peer.frames) < self._hwm
+                                       and peer.bytes + size <= self.limits.peer_bytes)
+        return (len(peer.frames) < self.limits.pending_frames
+                and self._pending_bytes + size <= self.limits.pending_bytes)
+
+    def _drop(self, peer: _Peer, identity: bytes) -> None:
+        """Count a frame dropped past a bound; warn once per accepted peer."""
+        self._counts["dropped_frames"] += 1
+        if peer.accepted and not peer.warned:
+            peer.warned = True
+            LOG.warning("peer %s (%s) is not being read: dropping its frames past %d queued",
+                        identity.hex(), peer.user_id or PLAINTEXT, len(peer.frames))
+
+    def _expire(self, now: float) -> None:
+        """Drop pending peers idle for longer than `pending_ttl` (they may arrive again)."""
+        ttl = self.limits.pending_ttl
+        for identity in [i for i in self._pending if now - self._peers[i].last_seen >= ttl]:
+            peer = self._remove(identity)
+            if peer is not None:
+                self._counts["expired_peers"] += 1
+                self._counts["dropped_frames"] += len(peer.frames)
+
+    def _remove(self, identity: bytes) -> _Peer | None:
+        """Drop a peer and its queue; wake any task waiting on it."""
+        peer = self._peers.pop(identity, None)
+        self.peers.pop(identity, None)
+        if peer is not None:
+            if identity in self._pending:
+                del self._pending[identity]
+                self._pending_bytes -= peer.bytes
+            peer.ready.set()
+        return peer
 
     async def accept(self, timeout: float) -> RouterPipe:
         """A pipe to the next peer that sends a first message, within `timeout` s."""
         self._ensure_pump()
-        try:
-            identity = await asyncio.wait_for(self._arrivals.get(), timeout)
-        except asyncio.TimeoutError:
-            raise PeerTimeout(f"no modeler connected within {timeout:g} s") from None
-        return RouterPipe(self, identity)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self._pending:
+            self._arrived.clear()
+            if self._closed:
+                raise PeerGone("the hub is closed")
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise PeerTimeout(f"no modeler connected within {timeout:g} s")
+            try:
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+            except asyncio.TimeoutError:
+                raise PeerTimeout(f"no modeler connected within {timeout:g} s") from None
+        identity, _ = self._pending.popitem(last=False)
+        peer = self._peers[identity]
+        peer.accepted = True
+        self._pending_bytes -= peer.bytes
+        return RouterPipe(self, identity, peer.user_id)
 
     async def _send(self, identity: bytes, frame: bytes) -> None:
-        try:
-            await self._sock.send_multipart([identity, frame], copy=False)
-        except zmq.ZMQError as exc:
-            raise PeerGone(f"cannot reach the modeler: {exc}") from None
+        """Send to one peer, retrying a full queue until `send_timeout` (then PeerGone)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.limits.send_timeout
+        delay = 0.001
+        while True:
+            try:
+                await self._sock.send_multipart([identity, frame], flags=zmq.NOBLOCK, copy=False)
+                return
+            except zmq.Again:
+                if loop.time() >= deadline:
+                    raise PeerGone(f"the modeler read nothing for {self.limits.send_timeout:g} s "
+                                   "and its queue is full") from None
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 0.05)
+            except zmq.ZMQError as exc:
+                raise PeerGone(f"cannot reach the modeler: {exc}") from None
 
     async def _recv(self, identity: bytes, timeout: float) -> bytes:
-        try:
-            item = await asyncio.wait_for(self._queues[identity].get(), timeout)
-        except asyncio.TimeoutError:
-            raise PeerTimeout(f"no message from the modeler within {timeout:g} s") from None
+        """The next frame queued for `identity`, within `timeout` s."""
+        peer = self._peers.get(identity)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while peer is None or not peer.frames:
+            if peer is None or self._peers.get(identity) is not peer or self._closed:
+                raise PeerGone("this modeler's pipe is closed")
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise PeerTimeout(f"no message from the modeler within {timeout:g} s")
+            peer.ready.clear()
+            try:
+                await asyncio.wait_for(peer.ready.wait(), remaining)
+            except asyncio.TimeoutError:
+                raise PeerTimeout(f"no message from the modeler within {timeout:g} s") from None
+        item, size = peer.frames.popleft()
+        peer.bytes -= size
         if isinstance(item, ProtocolError):
             raise item
         return item
 
     def forget(self, identity: bytes) -> None:
-        """Drop a finished peer's queue."""
-        self._queues.pop(identity, None)
+        """Drop a finished peer's queue and remember its identity (bounded), so a late frame
+        from it is dropped rather than starting a new arrival: one connection, one session."""
+        self._remove(identity)
+        self._forgotten.pop(identity, None)
+        self._forgotten[identity] = None
+        while len(self._forgotten) > self.limits.remember_forgotten:
+            self._forgotten.popitem(last=False)
 
     async def aclose(self) -> None:
-        """Stop the pump and close the socket."""
+        """Stop the pump, wake every waiter and close the socket."""
         self._closed = True
+        self._arrived.set()
+        for peer in self._peers.values():
+            peer.ready.set()
         if self._pump is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
@@ -176,13 +589,13 @@ def _user_id(frame: zmq.Frame) -> str:
 class RouterPipe:
     """The curator's pipe to one modeler, routed by the peer's ZeroMQ identity."""
 
-    def __init__(self, hub: RouterHub, identity: bytes) -> None:
-        self._hub, self.identity = hub, identity
+    def __init__(self, hub: RouterHub, identity: bytes, peer: str = "") -> None:
+        self._hub, self.identity, self._peer = hub, identity, peer
 
     @property
     def peer(self) -> str:
         """The authenticated peer (its z85 CURVE public key), or 'plaintext'."""
-        return self._hub.peers.get(self.identity) or PLAINTEXT
+        return self._peer or self._hub.peers.get(self.identity) or PLAINTEXT
 
     async def send(self, frame: bytes) -> None:
         """Send one frame to this modeler."""

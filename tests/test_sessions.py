@@ -1,0 +1,253 @@
+"""Sessions that belong to their peer, on a curator that no peer can take down.
+
+Each test is an attack from the review, on a real curator over loopback tcp: a garbage
+or deeply nested first frame, another key resuming (or probing, or releasing from) a
+session, racing resumes, a stale connection outliving a resume, too many sessions.
+"""
+import asyncio
+import json
+import shutil
+
+import msgpack
+import pytest
+import zmq
+import zmq.asyncio
+import zmq.auth
+
+from parties.curator import Oracle
+from protocol.codec import decode, encode
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    PROTOCOL_VERSION, Dataset, Error, Hello, Query, Reward, Welcome,
+)
+from scenarios.remote import connect_modeler, serve_curator
+from scenarios.session import RunConfig, prepare_service
+from transport.security import CurveServer, make_keys
+
+CFG = RunConfig(T=4, seed=5, options={"grid": 8}, timeout=10.0)
+
+
+class Peer:
+    """A raw DEALER speaking the protocol frame by frame (optionally with a CURVE key)."""
+
+    def __init__(self, ctx, endpoint, secret=None, server=None):
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        if secret is not None:
+            public, private = zmq.auth.load_certificate(secret)
+            self.sock.curve_secretkey, self.sock.curve_publickey = private, public
+            self.sock.curve_serverkey = zmq.auth.load_certificate(server)[0]
+        self.sock.connect(endpoint)
+
+    async def ask(self, *frames: bytes, timeout: float = 10.0):
+        await self.sock.send_multipart(list(frames))
+        return decode(await asyncio.wait_for(self.sock.recv(), timeout))
+
+    async def hello(self, resume: str = "") -> Welcome:
+        welcome = await self.ask(encode(Hello(PROTOCOL_VERSION, "t", resume)))
+        if isinstance(welcome, Welcome):
+            assert isinstance(decode(await asyncio.wait_for(self.sock.recv(), 10)), Dataset)
+        return welcome
+
+    def close(self):
+        self.sock.close(0)
+
+
+async def _serve(tmp_path, service, **kw):
+    bound = asyncio.get_running_loop().create_future()
+    task = asyncio.ensure_future(serve_curator(
+        service, "tcp://127.0.0.1:0", tmp_path / "curator", accept_timeout=20.0,
+        verbose=False, on_bound=bound.set_result, **kw))
+    return task, await asyncio.wait_for(bound, 10)
+
+
+async def _stop(task):
+    task.cancel()
+    try:
+        await asyncio.wait_for(task, 15)
+    except (asyncio.CancelledError, Exception):
+        pass
+
+
+def _nested(depth: int) -> bytes:
+    return b"\x91" * depth + b"\xc0"  # [[[...[nil]...]]]
+
+
+@pytest.mark.parametrize("first", [b"\x00" * 8, _nested(60_000), encode(Query(1, 0))],
+                         ids=["garbage", "deeply-nested", "query-before-hello"])
+async def test_a_bad_first_frame_takes_no_slot_of_a_one_session_curator(tmp_path, first):
+    service = prepare_service(CFG)
+    task, endpoint = await _serve(tmp_path, service, sessions=1)
+    ctx = zmq.asyncio.Context()
+    hostile = Peer(ctx, endpoint)
+    try:
+        reply = await hostile.ask(first)
+        assert isinstance(reply, Error)
+        await asyncio.sleep(0.2)
+        assert not task.done(), "one frame stopped the curator"
+        result = await asyncio.wait_for(
+            connect_modeler(endpoint, tmp_path / "m", seed=5, timeout=10.0), 60)
+        assert result["status"] == "ok" and len(result["queries"]) == CFG.T
+        record = await asyncio.wait_for(task, 20)  # the one session served, the curator ends
+        assert record["status"] == "ok"
+        assert len(service.journal.sessions()) == 1
+    finally:
+        hostile.close()
+        await _stop(task)
+        ctx.term()
+
+
+@pytest.fixture
+def two_keys(tmp_path):
+    """Keys of a curator and of two admitted modelers, A and B."""
+    paths = make_keys(tmp_path / "keys")
+    public, secret = zmq.auth.create_certificates(tmp_path / "keys", "other")
+    shutil.copy(public, paths["allowed"] / "other.key")
+    server = CurveServer(paths["curator_secret"], paths["allowed"])
+    a = (paths["modeler_secret"], paths["curator_public"])
+    b = (secret, paths["curator_public"])
+    return server, a, b
+
+
+async def test_another_key_cannot_resume_probe_or_release_from_a_session(tmp_path, two_keys):
+    server, key_a, key_b = two_keys
+    service = prepare_service(CFG)
+    task, endpoint = await _serve(tmp_path, service, sessions=0, curve=server)
+    ctx = zmq.asyncio.Context()
+    a, b = Peer(ctx, endpoint, *key_a), Peer(ctx, endpoint, *key_b)
+    try:
+        welcome = await a.hello()
+        sid = welcome.session
+        first = await a.ask(encode(Query(1, 3)))
+        assert isinstance(first, Reward)
+        # B names A's live session: refused, typed, and A's session is untouched
+        refused = await b.hello(resume=sid)
+        assert isinstance(refused, Error) and refused.code == ErrorCode.NOT_OWNER.value
+        probe = await b.ask(encode(Query(1, 3)))  # B has no session: nothing to probe
+        assert isinstance(probe, Error)
+        assert isinstance(await a.ask(encode(Query(2, 4))), Reward)  # A goes on
+        for seq in (3, 4):
+            assert isinstance(await a.ask(encode(Query(seq, seq))), Reward)
+        # A's finished session: neither B nor A itself may resume it (for a second
+        # release with fresh noise, say)
+        await a.sock.send(msgpack.packb({"kind": "end", "reason": "done"}))
+        for _ in range(100):
+            if dict(service.journal.sessions())[sid] == "ok":
+                break
+            await asyncio.sleep(0.05)
+        other = Peer(ctx, endpoint, *key_b)
+        again = Peer(ctx, endpoint, *key_a)
+        try:
+            assert (await other.hello(resume=sid)).code == ErrorCode.NOT_OWNER.value
+            assert (await again.hello(resume=sid)).code == ErrorCode.SESSION_CLOSED.value
+        finally:
+            other.close()
+            again.close()
+        saved = service.journal.load(sid)
+        assert saved.status == "ok" and len(saved.answers) == CFG.T and saved.generation == 1
+    finally:
+        a.close()
+        b.close()
+        await _stop(task)
+        ctx.term()
+
+
+async def test_racing_resumes_evaluate_f_exactly_t_times(tmp_path, monkeypatch):
+    calls = []
+    measure = Oracle.measure
+    monkeypatch.setattr(Oracle, "measure",
+                        lambda self, i, rng: calls.append(i) or measure(self, i, rng))
+    service = prepare_service(CFG)
+    task, endpoint = await _serve(tmp_path, service, sessions=0)
+    ctx = zmq.asyncio.Context()
+    first = Peer(ctx, endpoint)
+    racers = [Peer(ctx, endpoint) for _ in range(5)]
+    try:
+        sid = (await first.hello()).session
+        assert isinstance(await first.ask(encode(Query(1, 0))), Reward)
+
+        async def race(peer: Peer) -> list:
+            replies = []
+            welcome = await peer.hello(resume=sid)
+            if not isinstance(welcome, Welcome):
+                return [welcome]
+            for seq in range(2, CFG.T + 1):
+                try:
+                    replies.append(await peer.ask(encode(Query(seq, seq)), timeout=3.0))
+                except asyncio.TimeoutError:  # superseded: its connection was dropped
+                    break
+            return replies
+
+        outcomes = await asyncio.wait_for(asyncio.gather(*(race(p) for p in racers)), 60)
+        assert len(calls) == CFG.T  # f evaluated exactly once per answered query
+        saved = service.journal.load(sid)
+        assert [a[0] for a in saved.answers] == list(range(1, CFG.T + 1))
+        rewards = {(r.seq, r.value) for replies in outcomes for r in replies
+                   if isinstance(r, Reward)}
+        assert len({seq for seq, _ in rewards}) == len(rewards)  # one value per query
+    finally:
+        for p in (first, *racers):
+            p.close()
+        await _stop(task)
+        ctx.term()
+
+
+async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
+    service = prepare_service(CFG)
+    task, endpoint = await _serve(tmp_path, service, sessions=0)
+    ctx = zmq.asyncio.Context()
+    stale, fresh = Peer(ctx, endpoint), Peer(ctx, endpoint)
+    try:
+        sid = (await stale.hello()).session
+        assert isinstance(await stale.ask(encode(Query(1, 1))), Reward)
+        assert isinstance(await fresh.hello(resume=sid), Welcome)  # takes the session over
+        for seq in range(2, CFG.T + 1):
+            assert isinstance(await fresh.ask(encode(Query(seq, seq))), Reward)
+        await fresh.sock.send(msgpack.packb({"kind": "end", "reason": "done"}))
+        for _ in range(100):
+            if dict(service.journal.sessions())[sid] == "ok":
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # give the stale connection every chance to write
+        saved = service.journal.load(sid)
+        assert saved.status == "ok" and len(saved.answers) == CFG.T and saved.generation == 2
+        record = json.loads((tmp_path / "curator" / sid / "curator.json").read_text())
+        assert record["status"] == "ok" and len(record["queries"]) == CFG.T
+    finally:
+        stale.close()
+        fresh.close()
+        await _stop(task)
+        ctx.term()
+
+
+async def test_max_sessions_refuses_a_hello_with_busy(tmp_path):
+    service = prepare_service(CFG)
+    task, endpoint = await _serve(tmp_path, service, sessions=0, max_sessions=1)
+    ctx = zmq.asyncio.Context()
+    one, two = Peer(ctx, endpoint), Peer(ctx, endpoint)
+    try:
+        assert isinstance(await one.hello(), Welcome)
+        busy = await two.hello()
+        assert isinstance(busy, Error) and busy.code == ErrorCode.BUSY.value
+        assert len(service.journal.sessions()) == 1
+    finally:
+        one.close()
+        two.close()
+        await _stop(task)
+        ctx.term()
+
+
+def test_a_seeded_curator_restarts_on_its_own_journal(tmp_path):
+    from parties.journal import Journal
+    ids = []
+    for _ in range(3):
+        journal = Journal(tmp_path / "j.db")
+        service = prepare_service(RunConfig(T=3, seed=0, options={"grid": 8}), journal=journal)
+        session = service.new_session()
+        session.curator().respond(1, 2)
+        ids.append(session.session_id)
+        journal.close()
+    assert len(set(ids)) == 3  # ids are never derived from the seed
+    journal = Journal(tmp_path / "j.db")
+    assert len(journal.sessions()) == 3
+    journal.close()

@@ -1,0 +1,266 @@
+"""The curator's ROUTER hub holds bounded memory whatever peers send, endpoints are
+validated, and plaintext is refused beyond loopback unless asked for."""
+import asyncio
+import logging
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from protocol.errors import PeerGone, PeerTimeout, ProtocolError
+from transport.sockets import HubLimits, RouterHub, SocketOptions, check_endpoint, is_loopback
+
+
+@pytest.fixture
+async def ctx():
+    context = zmq.asyncio.Context()
+    yield context
+    context.term()
+
+
+def dealer(ctx: zmq.asyncio.Context, endpoint: str) -> zmq.asyncio.Socket:
+    """A raw DEALER (no pobo wrapper) connected to `endpoint`."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    return sock
+
+
+async def until(condition, timeout: float = 20.0) -> None:
+    """Wait for `condition()` to hold, polling, at most `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "timed out waiting for the hub"
+        await asyncio.sleep(0.02)
+
+
+def received(hub: RouterHub) -> int:
+    """Frames the hub has taken off the socket so far (queued or dropped)."""
+    stats = hub.stats()
+    return stats["queued_frames"] + stats["dropped_frames"]
+
+
+@pytest.mark.parametrize("endpoint, local", [
+    ("tcp://127.0.0.1:5555", True), ("tcp://127.3.2.1:0", True), ("tcp://localhost:5555", True),
+    ("tcp://[::1]:5555", True), ("tcp://lo:5555", True), ("ipc:///tmp/pobo.sock", True),
+    ("inproc://pobo", True), ("tcp://[::ffff:127.0.0.1]:1", True),
+    ("tcp://0.0.0.0:5555", False), ("tcp://*:5555", False), ("tcp://[::]:5555", False),
+    ("tcp://192.168.1.10:5555", False), ("tcp://10.0.0.1:*", False),
+    ("tcp://curator.example.org:5555", False), ("tcp://eth0:5555", False),
+    ("127.0.0.1:5555", False), ("udp://127.0.0.1:5555", False),
+])
+def test_is_loopback(endpoint, local):
+    assert is_loopback(endpoint) is local
+
+
+@pytest.mark.parametrize("endpoint", [
+    "127.0.0.1:5555", "udp://127.0.0.1:5555", "tcp://", "tcp://127.0.0.1", "tcp://:5555",
+    "tcp://127.0.0.1:65536", "tcp://127.0.0.1:-1", "tcp://127.0.0.1:http", "ipc://",
+])
+def test_invalid_endpoints_are_refused_in_one_line(endpoint):
+    with pytest.raises(ValueError) as info:
+        check_endpoint(endpoint)
+    assert "\n" not in str(info.value) and endpoint in str(info.value)
+
+
+@pytest.mark.parametrize("endpoint", [
+    "tcp://127.0.0.1:0", "tcp://*:*", "tcp://0.0.0.0:65535", "ipc:///tmp/x.sock", "inproc://x",
+])
+def test_valid_endpoints_pass(endpoint):
+    assert check_endpoint(endpoint) == endpoint
+
+
+def test_connect_needs_a_concrete_port():
+    with pytest.raises(ValueError, match="1..65535"):
+        check_endpoint("tcp://127.0.0.1:0", bind=False)
+    assert check_endpoint("tcp://127.0.0.1:5555", bind=False)
+
+
+async def test_plaintext_bind_beyond_loopback_needs_insecure(ctx, caplog):
+    with pytest.raises(ValueError) as info:
+        RouterHub.bind(ctx, "tcp://0.0.0.0:5555")
+    assert str(info.value) == (
+        "binding tcp://0.0.0.0:5555 in plaintext exposes the session to the network: use "
+        "CURVE keys (--curve-secret/--curve-allow) or pass --insecure")
+    with pytest.raises(ValueError, match="--insecure"):
+        RouterHub.bind(ctx, "tcp://*:0")
+    with pytest.raises(ValueError, match="invalid port"):
+        RouterHub.bind(ctx, "tcp://127.0.0.1:99999")
+    with caplog.at_level(logging.WARNING, logger="pobo.transport"):
+        hub = RouterHub.bind(ctx, "tcp://0.0.0.0:0", insecure=True)
+    try:
+        assert hub.endpoint.startswith("tcp://0.0.0.0:")
+        assert any("plaintext" in r.getMessage() for r in caplog.records)
+    finally:
+        await hub.aclose()
+    for local in ("tcp://127.0.0.1:0", "tcp://localhost:0"):
+        hub = RouterHub.bind(ctx, local)
+        await hub.aclose()
+
+
+async def test_curve_may_bind_beyond_loopback(ctx, tmp_path):
+    from transport.security import CurveServer, make_keys
+    keys = make_keys(tmp_path / "keys")
+    hub = RouterHub.bind(ctx, "tcp://0.0.0.0:0", curve=CurveServer(keys["curator_secret"],
+                                                                   keys["allowed"]))
+    assert hub.security == "curve"
+    await hub.aclose()
+
+
+async def test_flood_of_strangers_and_a_peer_that_is_not_read_stay_within_the_caps(ctx):
+    """2,000 identities never accepted (3 frames each) and 10^4 frames from one accepted
+    peer that the curator never reads: every queue stays within its cap, the rest is
+    dropped and counted, and the accepted peer's first frames are intact."""
+    limits = HubLimits(max_pending=256, pending_frames=2, pending_bytes=1 << 20,
+                       pending_ttl=120.0)
+    hwm = 100
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0", SocketOptions(max_frame=1 << 16, hwm=hwm),
+                         limits=limits)
+    greedy = dealer(ctx, hub.endpoint)
+    strangers: list[zmq.asyncio.Socket] = []
+    try:
+        await greedy.send(b"hello")
+        pipe = await hub.accept(10)
+        for i in range(10_000):
+            await greedy.send(b"%05d" % i + b"x" * 200)
+        await until(lambda: received(hub) == 10_001)
+        sent = 10_001
+        for batch in range(20):  # 100 sockets at a time keeps the descriptors bounded
+            strangers = [dealer(ctx, hub.endpoint) for _ in range(100)]
+            for sock in strangers:
+                for _ in range(3):
+                    await sock.send(b"hello?" * 10)
+            sent += 300
+            await until(lambda: received(hub) == sent)
+            stats = hub.stats()
+            assert stats["pending"] <= limits.max_pending
+            assert stats["pending_bytes"] <= limits.pending_bytes
+            for sock in strangers:
+                sock.close(0)
+            strangers = []
+        stats = hub.stats()
+        assert stats["pending"] == limits.max_pending
+        assert stats["peers"] == limits.max_pending + 1
+        assert stats["refused_peers"] == 2000 - limits.max_pending
+        assert stats["queued_frames"] == hwm + limits.max_pending * limits.pending_frames
+        assert stats["max_peer_frames"] == hwm
+        assert stats["dropped_frames"] == (10_001 - hwm) + limits.max_pending * 1 + \
+            (2000 - limits.max_pending) * 3
+        assert stats["queued_bytes"] < 1 << 20
+        assert stats["pump_errors"] == 0
+        # drop-tail: the accepted peer's first frames are kept, in order
+        assert await pipe.recv(1) == b"hello"
+        assert (await pipe.recv(1)).startswith(b"00000")
+    finally:
+        for sock in strangers:
+            sock.close(0)
+        greedy.close(0)
+        await hub.aclose()
+
+
+async def test_waiting_peers_expire_and_may_arrive_again(ctx):
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0", limits=HubLimits(pending_ttl=0.3))
+    hub._ensure_pump()
+    sock = dealer(ctx, hub.endpoint)
+    try:
+        await sock.send(b"first")
+        await until(lambda: hub.stats()["pending"] == 1)
+        await until(lambda: hub.stats()["pending"] == 0, timeout=5)
+        assert hub.stats()["expired_peers"] == 1 and hub.stats()["peers"] == 0
+        await sock.send(b"again")
+        pipe = await hub.accept(5)
+        assert await pipe.recv(1) == b"again"
+    finally:
+        sock.close(0)
+        await hub.aclose()
+
+
+async def test_a_forgotten_peer_does_not_come_back(ctx):
+    """After its pipe is closed, a late frame from the same connection is dropped and
+    counted; it never becomes a new arrival."""
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+    sock = dealer(ctx, hub.endpoint)
+    try:
+        await sock.send(b"hello")
+        pipe = await hub.accept(5)
+        assert await pipe.recv(1) == b"hello"
+        pipe.close()
+        with pytest.raises(PeerGone):
+            await pipe.recv(0.1)
+        for _ in range(5):
+            await sock.send(b"late")
+        await until(lambda: hub.stats()["late_frames"] == 5)
+        assert hub.stats()["pending"] == 0 and hub.stats()["peers"] == 0
+        with pytest.raises(PeerTimeout):
+            await hub.accept(0.3)
+    finally:
+        sock.close(0)
+        await hub.aclose()
+
+
+async def test_remembered_identities_are_bounded(ctx):
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0", limits=HubLimits(remember_forgotten=10))
+    try:
+        for i in range(1000):
+            hub.forget(b"peer-%d" % i)
+        assert len(hub._forgotten) == 10
+    finally:
+        await hub.aclose()
+
+
+async def test_a_malformed_message_is_an_error_item_and_the_pump_goes_on(ctx):
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+    sock = dealer(ctx, hub.endpoint)
+    try:
+        await sock.send_multipart([b"a", b"b", b"c"])
+        await sock.send(b"")
+        await sock.send(b"fine")
+        pipe = await hub.accept(5)
+        with pytest.raises(ProtocolError, match="3 frames"):
+            await pipe.recv(1)
+        assert await pipe.recv(1) == b""
+        assert await pipe.recv(1) == b"fine"
+        assert hub.stats()["pump_errors"] == 0
+    finally:
+        sock.close(0)
+        await hub.aclose()
+
+
+async def test_a_peer_that_stops_reading_is_gone_after_the_send_timeout(ctx):
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0", SocketOptions(max_frame=1 << 16, hwm=10),
+                         limits=HubLimits(send_timeout=0.5))
+    sock = dealer(ctx, hub.endpoint)
+    sock.setsockopt(zmq.RCVHWM, 10)
+    try:
+        await sock.send(b"hello")
+        pipe = await hub.accept(5)
+
+        async def flood() -> int:
+            for i in range(100_000):
+                await pipe.send(b"y" * 60_000)
+            return i
+
+        with pytest.raises(PeerGone, match="queue is full"):
+            await asyncio.wait_for(flood(), 60)
+    finally:
+        sock.close(0)
+        await hub.aclose()
+
+
+async def test_accept_returns_peers_in_arrival_order_and_names_the_user(ctx):
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+    hub._ensure_pump()
+    socks = [dealer(ctx, hub.endpoint) for _ in range(3)]
+    try:
+        for i, sock in enumerate(socks):
+            await sock.send(b"%d" % i)
+            await until(lambda: hub.stats()["pending"] == i + 1)
+        for i in range(3):
+            pipe = await hub.accept(1)
+            assert pipe.peer == "plaintext"
+            assert await pipe.recv(1) == b"%d" % i
+    finally:
+        for sock in socks:
+            sock.close(0)
+        await hub.aclose()
