@@ -23,7 +23,9 @@ from parties.dataset import Problem, dataset_digest
 from parties.journal import Journal, JournalError, JournaledSession
 from parties.ldp import ConvertToLaplace, subweibull_clip
 from parties.noise import SECURE, SEEDED, NoiseSource, rng_for
-from parties.projection import choose_projection, identity_release, singular_values
+from parties.projection import (
+    choose_projection, identity_release, lift_test_needed, singular_values,
+)
 from protocol.codec import decode, encode
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
@@ -74,19 +76,14 @@ class CuratorSettings:
             if value is not None and not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value}")
 
-    @property
-    def test_epsilon(self) -> float:
-        """The private lift test's epsilon (0 unless lift = private)."""
-        if self.lift != "private" or self.non_private:
-            return 0.0
-        return 0.1 * self.epsilon if self.lift_epsilon is None else float(self.lift_epsilon)
-
-    @property
-    def test_delta(self) -> float:
-        """The private lift test's delta (0 unless lift = private)."""
-        if self.lift != "private" or self.non_private:
-            return 0.0
-        return self.delta if self.lift_delta is None else float(self.lift_delta)
+    def test_budget(self, n: int, d: int) -> tuple[float, float]:
+        """The private lift test's (epsilon, delta) for an n x d dataset: (0, 0) unless
+        lift = private and the test can matter (n - 1 <= d; n and d are public, and for
+        n - 1 > d the unlifted release is never DP, so the lift needs no test)."""
+        if self.non_private or not lift_test_needed(n, d, self.lift):
+            return 0.0, 0.0
+        return (0.1 * self.epsilon if self.lift_epsilon is None else float(self.lift_epsilon),
+                self.delta if self.lift_delta is None else float(self.lift_delta))
 
 
 @dataclass(frozen=True)
@@ -163,6 +160,7 @@ class CuratorService:
         self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))
         self.ledger = DatasetLedger(self.journal, settings.budget)
         self.ldp = ldp_mechanism(problem, settings)
+        self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
         self.params = self._session_params()
 
@@ -176,8 +174,8 @@ class CuratorService:
         s = self.settings
         key = json.dumps({"mechanism": "identity"} if s.non_private else
                          {"mechanism": DP_PROJECTION, "epsilon": s.epsilon, "delta": s.delta,
-                          "r": s.r, "lift": s.lift, "test_epsilon": s.test_epsilon,
-                          "test_delta": s.test_delta}, sort_keys=True)
+                          "r": s.r, "lift": s.lift, "test_epsilon": self.test_epsilon,
+                          "test_delta": self.test_delta}, sort_keys=True)
         stored = self.journal.projection(key)
         if stored is not None:
             frame, report = stored
@@ -191,14 +189,15 @@ class CuratorService:
                       "lifted": False, "lift": None}
             entries: list[Entry] = []
         else:
-            entries = projection_entries(s)
+            entries = [Entry(DP_PROJECTION, s.epsilon, s.delta)]
+            if self.test_epsilon:
+                entries.append(Entry(LIFT_TEST, self.test_epsilon, self.test_delta))
             self.ledger.check(entries)  # refused here, before the projection draws anything
             seed = s.seed
             release, rep = choose_projection(
                 self.problem.X, s.epsilon, s.delta, s.r,
                 NoiseSource(None if seed is None else rng_for(seed, "projection")),
-                lift=s.lift, test_epsilon=s.test_epsilon or None,
-                test_delta=s.test_delta or None,
+                lift=s.lift, test_epsilon=s.lift_epsilon, test_delta=s.lift_delta,
                 test_source=NoiseSource(None if seed is None else rng_for(seed, "lift-test")),
                 r_fallback=self.problem.r)
             report = asdict(rep)
@@ -211,8 +210,8 @@ class CuratorService:
         mechanisms: tuple[Mechanism, ...] = ()
         if not s.non_private:
             mechanisms = (Mechanism(self.release.mechanism, s.epsilon, s.delta),)
-            if s.test_epsilon:
-                mechanisms += (Mechanism(LIFT_TEST, s.test_epsilon, s.test_delta),)
+            if self.test_epsilon:
+                mechanisms += (Mechanism(LIFT_TEST, self.test_epsilon, self.test_delta),)
         if self.ldp is not None:
             mechanisms += (Mechanism(LDP_REWARD, self.ldp.epsilon, self.ldp.delta),)
         n, r = self.release.Z.shape
@@ -253,15 +252,7 @@ class CuratorService:
 
     def privacy_unit(self) -> dict:
         """What each mechanism protects, and what no mechanism covers (DESIGN.md)."""
-        return privacy_unit(self.settings, self.ldp, self.report)
-
-
-def projection_entries(s: CuratorSettings) -> list[Entry]:
-    """The ledger entries of the projection: Algorithm 1, and the private lift test."""
-    entries = [Entry(DP_PROJECTION, s.epsilon, s.delta)]
-    if s.test_epsilon:
-        entries.append(Entry(LIFT_TEST, s.test_epsilon, s.test_delta))
-    return entries
+        return privacy_unit(self.settings, self.ldp, self.test_epsilon, self.test_delta)
 
 
 def declared_bound(problem: Problem, s: CuratorSettings) -> float:
@@ -309,26 +300,35 @@ NOT_COVERED = (
 )
 
 
-def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, report: dict) -> dict:
+def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon: float,
+                 test_delta: float) -> dict:
     """Per mechanism: its (eps, delta), neighbouring relation and what it does not cover."""
     unit: dict = {"not_covered": list(NOT_COVERED)}
     if s.non_private:
         unit["dataset"] = {"mechanism": "identity", "claim": "none: X itself crosses "
                            "(the explicitly non-private baseline)"}
     else:
+        lifted = ("Z = r^-1/2 (X_c M + omega G): the released columns have covariance "
+                  "X_c X_c^T + omega^2 I, (eps, delta)-DP for every dataset by Blocki et al. "
+                  "Thm 3.1 after a rotation (parties/projection.py)")
         branch = {
-            "paper": "Algorithm 1 as published: its sigma_min >= omega branch is decided on "
-                     "the exact sigma_min and is NOT covered by the DP claim",
-            "always": "every singular value lifted (Blocki et al.): covered for every dataset",
-            "private": f"branch by a noisy sigma_min test (Laplace, sensitivity 1 by Weyl) "
-                       f"charged ({s.test_epsilon:g}, {s.test_delta:g}): the whole release is "
-                       f"({s.epsilon + s.test_epsilon:g}, {s.delta + s.test_delta:g})-DP for "
-                       "every dataset"}[s.lift]
+            "paper": "Algorithm 1 as published: NOT covered by any DP claim -- for n - 1 > d "
+                     "neither branch is DP (every column of Z lies in the column space of "
+                     "X_c; an adversary knowing the other rows reconstructs the last one), "
+                     "and the sigma_min branch is decided on the exact sigma_min",
+            "always": f"always lifted: {lifted}",
+            "private": (f"lifted ({lifted}) unless a noisy sigma_(n-1) test charged "
+                        f"({test_epsilon:g}, {test_delta:g}) passes; the whole release is "
+                        f"({s.epsilon + test_epsilon:g}, {s.delta + test_delta:g})-DP" if
+                        test_epsilon else
+                        f"n - 1 > d, so the unlifted release is never DP and no test is run: "
+                        f"always lifted: {lifted}")}[s.lift]
         unit["dataset"] = {
             "mechanism": "PO-GP-UCB Algorithm 1 (random projection)",
-            "epsilon": s.epsilon, "delta": s.delta,
+            "epsilon": s.epsilon + test_epsilon, "delta": s.delta + test_delta,
+            "dp": s.lift != "paper",
             "neighbouring": "one row of the preprocessed X changed by at most 1 in l2 norm "
-                            "(rows scaled to max norm 25)",
+                            "(rows scaled to max norm 25); n and d public",
             "lift": s.lift, "branch": branch, "r_auto": s.r == "auto"}
     if ldp is not None:
         unit["rewards"] = {

@@ -62,7 +62,7 @@ def test_a_second_session_gets_the_same_projection_and_no_new_charge():
     assert first.session_id != second.session_id and len(first.session_id) == 32
     assert np.array_equal(first.release.Z, second.release.Z)
     charged = service.journal.central_entries()
-    assert [e["mechanism"] for e in charged] == ["po-gp-ucb-projection", "lift-test"]
+    assert [e["mechanism"] for e in charged] == ["po-gp-ucb-projection"]
     for _ in range(50):
         service.new_session()
     assert service.journal.central_entries() == charged
@@ -85,7 +85,7 @@ def test_a_restarted_curator_serves_the_same_z_from_its_journal_without_charging
         journal = Journal(tmp_path / "journal.db")
         service = prepare_service(config, journal=journal)
         assert np.array_equal(service.new_session().release.Z, z)
-        assert len(service.journal.central_entries()) == 2  # projection + lift test, once
+        assert len(service.journal.central_entries()) == 1  # the projection, once
         journal.close()
 
 
@@ -99,7 +99,7 @@ def test_a_journal_refuses_another_dataset(tmp_path):
 
 def test_sessions_never_spend_more_than_the_budget_before_and_after_a_restart(tmp_path):
     """Every session asks for a noisy release (2 x 0.5 eps); the budget admits the
-    projection (3 + lift test 0.3) and three releases. However many sessions follow,
+    projection (3; n - 1 > d, so no lift test) and three releases. However many sessions follow,
     before or after a restart, the dataset's central total stays within the budget."""
     config = cfg(T=4, epsilon=3.0, budget_epsilon=6.5, budget_delta=0.1,
                        release="noisy", release_epsilon=0.5, release_delta=1e-3)
@@ -120,7 +120,7 @@ def test_sessions_never_spend_more_than_the_budget_before_and_after_a_restart(tm
             assert eps <= 6.5 + 1e-9 and delta <= 0.1
         journal.close()
     assert granted == 3 and refused == 5
-    assert cres["ledger"]["central"]["epsilon"] == pytest.approx(3.0 + 0.3 + 3 * 1.0)
+    assert cres["ledger"]["central"]["epsilon"] == pytest.approx(3.0 + 3 * 1.0)
 
 
 def _request(config):
@@ -254,11 +254,11 @@ def test_pobo_ledger_prints_the_dataset_ledger_as_json(tmp_path):
     cmd = [sys.executable, "-m", "scenarios.cli", "ledger", "--journal", str(tmp_path / "j.db")]
     data = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True,
                                      timeout=60, check=True).stdout)
-    assert data["central"]["epsilon"] == pytest.approx(service.settings.epsilon * 1.1)
+    assert data["central"]["epsilon"] == pytest.approx(service.settings.epsilon)
     assert data["central"]["budget_epsilon"] == 20.0
     assert data["local"]["max_row_epsilon"] == pytest.approx(1.0)
     assert data["local"]["rows"] == 2 and data["local"]["reports"] == 3
-    assert [e["mechanism"] for e in data["entries"]] == ["po-gp-ucb-projection", "lift-test"]
+    assert [e["mechanism"] for e in data["entries"]] == ["po-gp-ucb-projection"]
     assert len(data["sessions"]) == 3 and data["dataset"] == dataset_digest(service.problem)
     text = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
     assert "worst-off row 1" in text and "of budget (20" in text
@@ -278,3 +278,44 @@ def test_the_result_states_the_privacy_unit_and_the_lift(tmp_path):
     assert "NOT covered" in unit["dataset"]["branch"]
     assert any("preprocessing" in line for line in unit["not_covered"])
     assert result["ledger"]["session"]["central"]["epsilon"] == pytest.approx(math.exp(1.1))
+
+
+def _wide_problem(scale: float):
+    """n = 4 rows in d = 6 (n - 1 <= d: the private lift test decides), rows scaled so
+    that sigma_(n-1) of the centred X is about `scale`."""
+    from parties.dataset import Problem
+    from protocol.messages import KernelParams
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((4, 6))
+    X -= X.mean(0)
+    X *= scale / np.linalg.svd(X, compute_uv=False)[2]
+    return Problem("wide", X, rng.standard_normal(4), KernelParams("se", 1.0, 1.0, 1e-2),
+                   epsilon=3.0, delta=1e-5, r=2, T=2, B=4.0)
+
+
+@pytest.mark.parametrize("scale, lifted", [(1e5, False), (10.0, True)])
+def test_the_private_lift_test_decides_and_is_charged_once(scale, lifted, tmp_path):
+    """n - 1 <= d: the test runs on a noisy sigma_(n-1), charges (0.1 eps, delta) beside
+    the projection -- once, however many sessions and restarts -- and is announced."""
+    from parties.service import CuratorService, CuratorSettings
+    settings = CuratorSettings(3.0, 1e-5, 2, 2, lift="private", seed=None)
+    for _ in range(2):  # a restart on the same journal
+        journal = Journal(tmp_path / "j.db")
+        service = CuratorService(_wide_problem(scale), settings, journal)
+        for _ in range(3):
+            service.new_session()
+        entries = [(e["mechanism"], e["epsilon"], e["delta"])
+                   for e in service.journal.central_entries()]
+        assert entries == [("po-gp-ucb-projection", 3.0, 1e-5),
+                           ("lift-test", pytest.approx(0.3), 1e-5)]
+        assert service.report["lifted"] is lifted and service.report["lift"] == "private"
+        assert ("lift-test", pytest.approx(0.3), 1e-5) in [
+            (m.name, m.epsilon, m.delta) for m in service.params.mechanisms]
+        assert service.privacy_unit()["dataset"]["epsilon"] == pytest.approx(3.3)
+        journal.close()
+
+
+def test_a_private_lift_on_a_tall_dataset_charges_no_test():
+    service = prepare_service(cfg(lift="private"))
+    assert service.report["lifted"] and service.test_epsilon == 0.0
+    assert "no test is run" in service.privacy_unit()["dataset"]["branch"]

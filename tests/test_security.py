@@ -1,14 +1,26 @@
 """CURVE with ZAP: an allowed key completes a run and is named as the peer; an unknown
-key and a plaintext client are refused. One curator serves several sessions at once."""
+key and a plaintext client are refused, the refusal logged by the curator and reported
+to the modeler. One curator serves several sessions at once. Key files are private and
+never silently overwritten."""
 import asyncio
+import logging
+import os
+import stat
+import time
 from pathlib import Path
 
 import pytest
+import zmq
+import zmq.asyncio
+import zmq.auth
 
-from protocol.errors import AuthenticationFailed, PeerTimeout
+from protocol.errors import AuthenticationFailed, HandshakeFailed, PeerTimeout
 from scenarios.remote import connect_modeler, serve_curator
 from scenarios.session import RunConfig, prepare_service
-from transport.security import CurveClient, CurveServer, make_keys
+from transport.security import (
+    CurveClient, CurveServer, LoggingAuthenticator, make_keys, secure_client, start_authenticator,
+)
+from transport.sockets import DealerPipe, RouterHub
 
 CFG = RunConfig(T=4, seed=2, options={"grid": 8}, timeout=10.0)
 
@@ -85,7 +97,202 @@ async def test_one_curator_serves_concurrent_sessions_with_their_own_projection(
     folders = [p for p in (tmp_path / "curator").iterdir() if p.is_dir()]
     assert len(folders) == 3 and all((p / "curator.json").exists() for p in folders)
     # three sessions, one dataset: the projection was drawn and charged once
-    assert all(len(r["ledger"]["entries"]) == 2 for r in results)
+    assert all(len(r["ledger"]["entries"]) == 1 for r in results)
     assert len({r["ledger"]["central"]["epsilon"] for r in results}) == 1
     by_queries = sorted(tuple(m["queries"]) for m in modelers)
     assert by_queries == sorted(tuple(r["queries"]) for r in results)
+
+
+# --- refused keys are loud on both sides; key files; the authenticator stays up ---------
+
+def _public_z85(path: Path) -> str:
+    public, _ = zmq.auth.load_certificate(path)
+    return public.decode("ascii")
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+async def test_refused_key_is_logged_by_the_curator_and_the_modeler_is_told_at_once(
+        tmp_path, keys, caplog):
+    stranger = make_keys(tmp_path / "stranger")
+    task, endpoint = await _start(tmp_path, CurveServer(keys["curator_secret"], keys["allowed"]))
+    try:
+        with caplog.at_level(logging.WARNING, logger="pobo.transport"):
+            started = time.monotonic()
+            with pytest.raises(AuthenticationFailed) as info:
+                await connect_modeler(endpoint, tmp_path / "m", timeout=30.0, curve=CurveClient(
+                    stranger["modeler_secret"], keys["curator_public"]))
+            took = time.monotonic() - started
+        assert took < 5, "the modeler waited for a timeout instead of being told"
+        assert "refused this modeler's CURVE key (ZAP status 400)" in str(info.value)
+        assert info.value.status == 400
+        refusals = [r.getMessage() for r in caplog.records if r.name == "pobo.transport"
+                    and "refused" in r.getMessage()]
+        assert any(_public_z85(stranger["modeler_public"]) in m and "Unknown key" in m
+                   for m in refusals), refusals
+        assert not task.done()  # the curator still waits for a legitimate modeler
+    finally:
+        await _finish(task)
+
+
+async def _curve_hub(ctx, keys):
+    server = CurveServer(keys["curator_secret"], keys["allowed"])
+    auth = start_authenticator(ctx, server)
+    return auth, RouterHub.bind(ctx, "tcp://127.0.0.1:0", curve=server)
+
+
+async def test_transport_reports_refusal_counts_and_keeps_serving_allowed_keys(tmp_path, keys):
+    stranger = make_keys(tmp_path / "stranger")
+    ctx = zmq.asyncio.Context()
+    auth, hub = await _curve_hub(ctx, keys)
+    pipes = []
+    try:
+        for _ in range(3):
+            pipe = DealerPipe.connect(ctx, hub.endpoint, curve=CurveClient(
+                stranger["modeler_secret"], keys["curator_public"]))
+            pipes.append(pipe)
+            await pipe.send(b"hello")
+            with pytest.raises(AuthenticationFailed):
+                await pipe.recv(10)
+        assert auth.stats() == {"refusals": 3, "refused_keys": 1}
+        assert auth.refused_keys == {_public_z85(stranger["modeler_public"]): 3}
+        good = DealerPipe.connect(ctx, hub.endpoint, curve=CurveClient(
+            keys["modeler_secret"], keys["curator_public"]))
+        pipes.append(good)
+        await good.send(b"hello")
+        peer = await hub.accept(10)
+        assert peer.peer == _public_z85(keys["modeler_public"])
+        assert await peer.recv(5) == b"hello"
+        await peer.send(b"welcome")
+        assert await good.recv(5) == b"welcome"
+    finally:
+        for pipe in pipes:
+            pipe.close()
+        await hub.aclose()
+        auth.stop()
+        ctx.term()
+
+
+async def test_a_failing_zap_handler_refuses_with_500_and_stays_up(tmp_path, keys, monkeypatch,
+                                                                caplog):
+    ctx = zmq.asyncio.Context()
+    auth, hub = await _curve_hub(ctx, keys)
+    client = CurveClient(keys["modeler_secret"], keys["curator_public"])
+    original = LoggingAuthenticator._authenticate_curve
+    pipes = []
+
+    async def broken(self, domain, key):
+        raise RuntimeError("boom")
+
+    try:
+        monkeypatch.setattr(LoggingAuthenticator, "_authenticate_curve", broken)
+        pipe = DealerPipe.connect(ctx, hub.endpoint, curve=client)
+        pipes.append(pipe)
+        await pipe.send(b"hello")
+        with caplog.at_level(logging.WARNING, logger="pobo.transport"):
+            with pytest.raises(AuthenticationFailed, match="500") as info:
+                await pipe.recv(10)
+        assert info.value.status == 500
+        assert any("ZAP handler failed" in r.getMessage() for r in caplog.records)
+        monkeypatch.setattr(LoggingAuthenticator, "_authenticate_curve", original)
+        again = DealerPipe.connect(ctx, hub.endpoint, curve=client)
+        pipes.append(again)
+        await again.send(b"hello")
+        assert await (await hub.accept(10)).recv(5) == b"hello"
+    finally:
+        for pipe in pipes:
+            pipe.close()
+        await hub.aclose()
+        auth.stop()
+        ctx.term()
+
+
+async def test_plaintext_or_wrong_server_key_names_the_handshake_failure(tmp_path, keys):
+    ctx = zmq.asyncio.Context()
+    auth, hub = await _curve_hub(ctx, keys)
+    plain = DealerPipe.connect(ctx, hub.endpoint)
+    wrong = DealerPipe.connect(ctx, hub.endpoint, curve=CurveClient(
+        keys["modeler_secret"], keys["modeler_public"]))  # not the curator's key
+    try:
+        with pytest.raises(HandshakeFailed, match="CURVE and the other plaintext"):
+            await plain.recv(1.0)
+        with pytest.raises(HandshakeFailed, match="--curve-server"):
+            await wrong.recv(1.0)
+        assert issubclass(HandshakeFailed, PeerTimeout)  # callers that retry timeouts still do
+    finally:
+        plain.close()
+        wrong.close()
+        await hub.aclose()
+        auth.stop()
+        ctx.term()
+
+
+def test_refusal_logging_is_rate_limited_and_counts_stay_bounded(caplog):
+    ctx = zmq.asyncio.Context()
+    auth = LoggingAuthenticator(ctx, log_burst=3, log_window=60.0, max_keys=5)
+    try:
+        with caplog.at_level(logging.WARNING, logger="pobo.transport"):
+            for i in range(10):
+                auth._request = [b"1.0", b"id", b"", b"10.0.0.9", b"", b"CURVE", bytes([i]) * 32]
+                auth._refused(b"400", b"Unknown key")
+            assert len(caplog.records) == 3
+            auth._window_start -= 61
+            auth._refused(b"400", b"Unknown key")
+        assert auth.refusals == 11 and len(auth.refused_keys) == 5
+        assert "7 earlier refusals not logged" in caplog.records[-1].getMessage()
+    finally:
+        ctx.term()
+
+
+def test_key_files_have_private_modes(tmp_path):
+    paths = make_keys(tmp_path / "new" / "keys")
+    assert _mode(tmp_path / "new" / "keys") == 0o700
+    for role in ("curator", "modeler"):
+        assert _mode(paths[f"{role}_secret"]) == 0o600
+        assert _mode(paths[f"{role}_public"]) == 0o644
+    assert _mode(paths["allowed"] / "modeler.key") == 0o644
+    assert sorted(p.name for p in (tmp_path / "new" / "keys").iterdir()) == [
+        "allowed", "curator.key", "curator.key_secret", "modeler.key", "modeler.key_secret"]
+    assert zmq.auth.load_certificate(paths["curator_secret"])[1] is not None
+
+
+def test_existing_keys_are_never_overwritten_without_force(tmp_path):
+    first = make_keys(tmp_path / "keys")
+    before = {k: p.read_bytes() for k, p in first.items() if p.is_file()}
+    with pytest.raises(FileExistsError) as info:
+        make_keys(tmp_path / "keys")
+    message = str(info.value)
+    assert "\n" not in message and "--force" in message and "curator.key" in message
+    assert {k: first[k].read_bytes() for k in before} == before  # untouched
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "modeler.key_secret").write_text("mine")
+    with pytest.raises(FileExistsError, match="modeler.key_secret"):
+        make_keys(tmp_path / "other")
+    assert (tmp_path / "other" / "modeler.key_secret").read_text() == "mine"
+    assert not (tmp_path / "other" / "curator.key_secret").exists()
+
+
+def test_force_replaces_the_key_pair_with_the_same_modes(tmp_path):
+    first = make_keys(tmp_path / "keys")
+    old = first["modeler_secret"].read_bytes()
+    os.chmod(first["modeler_secret"], 0o644)
+    again = make_keys(tmp_path / "keys", force=True)
+    assert again["modeler_secret"].read_bytes() != old
+    assert _mode(again["modeler_secret"]) == 0o600 and _mode(again["modeler_public"]) == 0o644
+    assert (again["allowed"] / "modeler.key").read_bytes() == again["modeler_public"].read_bytes()
+    assert not [p for p in (tmp_path / "keys").iterdir() if p.name.startswith(".pobo-keys-")]
+
+
+def test_a_world_readable_secret_key_is_warned_about(tmp_path, keys, caplog):
+    os.chmod(keys["modeler_secret"], 0o644)
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    try:
+        with caplog.at_level(logging.WARNING, logger="pobo.transport"):
+            secure_client(sock, CurveClient(keys["modeler_secret"], keys["curator_public"]))
+        assert any("readable by others" in r.getMessage() for r in caplog.records)
+    finally:
+        sock.close(0)
+        ctx.term()

@@ -123,8 +123,11 @@ async def test_another_key_cannot_resume_probe_or_release_from_a_session(tmp_pat
         # B names A's live session: refused, typed, and A's session is untouched
         refused = await b.hello(resume=sid)
         assert isinstance(refused, Error) and refused.code == ErrorCode.NOT_OWNER.value
-        probe = await b.ask(encode(Query(1, 3)))  # B has no session: nothing to probe
-        assert isinstance(probe, Error)
+        try:  # B has no session: its probe is refused, or dropped with its connection
+            probe = await b.ask(encode(Query(1, 3)), timeout=2.0)
+        except asyncio.TimeoutError:
+            probe = None
+        assert probe is None or isinstance(probe, Error)
         assert isinstance(await a.ask(encode(Query(2, 4))), Reward)  # A goes on
         for seq in (3, 4):
             assert isinstance(await a.ask(encode(Query(seq, seq))), Reward)
