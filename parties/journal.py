@@ -17,15 +17,17 @@ survive a crash.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol.errors import ErrorCode, ProtocolError
+from protocol.errors import ErrorCode, PoboError, ProtocolError
 from protocol.ledger import CENTRAL, LOCAL, Budget, Entry, PrivacyBudgetExceeded, local_summary
 
+log = logging.getLogger("pobo.journal")
 SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -54,8 +56,17 @@ RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose p
 FINISHED = ("ok", "failed")
 
 
-class JournalError(Exception):
+class JournalError(PoboError):
     """A journal that cannot serve this curator (another dataset, an older schema)."""
+
+
+class JournalFault(ProtocolError):
+    """A journal write that failed (disk full, I/O error): nothing was recorded, the
+    query is not answered, and the curator accepts no new work."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(f"the curator's journal failed ({cause}): nothing was recorded; "
+                         "it accepts no new work", ErrorCode.INTERNAL)
 
 
 class Superseded(ProtocolError):
@@ -92,6 +103,7 @@ class Journal:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self.fault: str | None = None  # the cause of the first failed write, if any
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         (version,) = self._db.execute("PRAGMA user_version").fetchone()
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
@@ -135,9 +147,23 @@ class Journal:
                 for sql, args in statements:
                     cur.execute(sql, args)
                 cur.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._rollback(cur)
+                if isinstance(exc, sqlite3.IntegrityError):
+                    raise
+                self.fault = self.fault or f"{type(exc).__name__}: {exc}"
+                log.error("journal %s: write failed: %s", self.path, self.fault)
+                raise JournalFault(self.fault) from exc
             except BaseException:
-                cur.execute("ROLLBACK")
+                self._rollback(cur)
                 raise
+
+    @staticmethod
+    def _rollback(cur: sqlite3.Cursor) -> None:
+        try:
+            cur.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # the failed statement already ended the transaction
 
     @staticmethod
     def _generation(cur: sqlite3.Cursor, session: str) -> int | None:

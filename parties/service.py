@@ -20,7 +20,7 @@ import numpy as np
 from parties.budget import DatasetLedger, session_ledger
 from parties.curator import Curator, Oracle
 from parties.dataset import Problem, dataset_digest
-from parties.journal import Journal, JournalError, JournaledSession
+from parties.journal import Journal, JournalError, JournalFault, JournaledSession
 from parties.ldp import ConvertToLaplace, subweibull_clip
 from parties.noise import SECURE, SEEDED, NoiseSource, rng_for
 from parties.projection import (
@@ -228,6 +228,7 @@ class CuratorService:
                     ) -> CuratorSession:
         """Open a session for `owner` (its authenticated key, or 'plaintext'): O(1), it
         references the prepared release and the ledger."""
+        self._check_journal()
         sid = secrets.token_hex(16)  # 128 bits from the OS CSPRNG, never from a seed
         params = replace(self.params, security=security)
         ordinal = self.journal.open_session(sid, self.config,
@@ -239,6 +240,7 @@ class CuratorService:
         """A journaled session of this dataset, continued by a new connection of the peer
         that opened it: refused (typed) for another key, an unknown or a finished
         session; the new connection's generation fences every older one."""
+        self._check_journal()
         generation = self.journal.claim(session_id, owner)
         saved = self.journal.load(session_id)
         if saved.f_digest != self.digest:
@@ -249,6 +251,11 @@ class CuratorService:
         welcome = decode(saved.welcome)
         return CuratorSession(self, session_id, saved.ordinal, welcome.params,
                               decode(stored[0]).release, owner, generation, saved)
+
+    def _check_journal(self) -> None:
+        """Refuse new work once a journal write has failed (disk full, I/O error)."""
+        if self.journal.fault is not None:
+            raise JournalFault(self.journal.fault)
 
     def privacy_unit(self) -> dict:
         """What each mechanism protects, and what no mechanism covers (DESIGN.md)."""

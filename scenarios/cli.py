@@ -14,7 +14,9 @@ import argparse
 import asyncio
 import json
 import math
+import sqlite3
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (PoboError, ValueError, OSError) as exc:
+    except (PoboError, ValueError, OSError, sqlite3.Error) as exc:
         print(f"pobo {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -120,8 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("curator", help="run the curator alone, bound to an endpoint")
     _scenario_arguments(p, default_seed=None)
-    p.add_argument("--bind", default="tcp://0.0.0.0:5555",
-                   help="ZeroMQ endpoint to bind (tcp://HOST:PORT or ipc://PATH)")
+    p.add_argument("--bind", default="tcp://127.0.0.1:5555",
+                   help="ZeroMQ endpoint to bind (tcp://HOST:PORT or ipc://PATH; default "
+                        "loopback: another interface in plaintext needs --insecure)")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow binding a non-loopback address without CURVE (plaintext on "
+                        "the network: anyone on the path reads Z and the rewards)")
+    p.add_argument("--max-sessions", type=int, default=0,
+                   help="sessions served at once; a Hello past it is refused with 'busy' "
+                        "(default 0: no cap)")
     p.add_argument("--accept-timeout", type=float, default=600.0,
                    help="seconds to wait for a modeler to connect")
     p.add_argument("--sessions", type=int, default=1,
@@ -146,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("keys", help="make CURVE key pairs for a curator and a modeler")
     p.add_argument("directory", type=Path)
+    p.add_argument("--force", action="store_true",
+                   help="overwrite key pairs already in DIRECTORY")
     p.set_defaults(handler=_cmd_keys)
 
     p = sub.add_parser("modeler", help="run the modeler alone, connected to a curator")
@@ -302,6 +313,8 @@ def summary(result: dict) -> str:
             f"sigma_min={result['sigma_min']:.4g} {'lifted' if result['lifted'] else 'not lifted'}"
             f" (lift {result.get('lift')})")
     head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
+    if not result["queries"]:
+        return f"{head}: no query answered (status {result['status']})"
     if result.get("metric") == "hits":
         return (f"{head}: {result['hits'][-1]:.0f} hits in {len(result['queries'])} queries "
                 f"(random selection expects {result['random_hits_expected']:.1f})")
@@ -363,7 +376,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
-    paths = make_keys(args.directory)
+    paths = make_keys(args.directory, force=args.force)
     print(f"curator: {paths['curator_secret']} (secret, stays on the curator) and "
           f"{paths['curator_public']} (public, give it to the modeler)")
     print(f"modeler: {paths['modeler_secret']} (secret, stays on the modeler) and "
@@ -379,13 +392,22 @@ def _curve_pair(secret: Path | None, other: Path | None, what: str):
 
 def _cmd_curator(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    if args.sessions < 0 or args.max_sessions < 0:
+        raise ValueError("--sessions and --max-sessions must be >= 0")
     secret, allowed = _curve_pair(args.curve_secret, args.curve_allow, "allow")
     curve = CurveServer(secret, allowed) if secret else None
+    writable(args.out)  # refused now, not after a modeler's Hello
+    if config.seed is not None:
+        print(f"pobo curator: warning: --seed {config.seed} draws the projection, the noise "
+              "and the session's measurements from a known seed: for simulation only; every "
+              "record says randomness: seeded", file=sys.stderr, flush=True)
     journal = Journal(args.journal) if args.journal else None
     try:
         service = prepare_service(config, journal=journal)
         result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
-                                           accept_timeout=args.accept_timeout, curve=curve))
+                                           max_sessions=args.max_sessions,
+                                           accept_timeout=args.accept_timeout, curve=curve,
+                                           insecure=args.insecure))
     finally:
         if journal is not None:
             journal.close()
@@ -393,6 +415,13 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     for r in results:
         print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
     return 0 if results and all(r["status"] == "ok" for r in results) else 1
+
+
+def writable(folder: Path) -> None:
+    """Raise OSError unless `folder` can be created and written (before any socket)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=folder):
+        pass
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from parties.noise import rng_for  # noqa: F401
 from protocol.messages import KernelParams
 
 MAX_NORM = 25.0
+PREPARATION_SEED = 0  # the dataset's preparation stream: independent of the run seed
 
 
 def prepare_inputs(X: np.ndarray, y: np.ndarray, seed: int | None, scaling: str = "ard",
@@ -48,10 +49,18 @@ def data_problem(name: str, X_raw: np.ndarray, objective: np.ndarray, seed: int 
                  sense: str = "maximise", n: int | None = None, source: str,
                  dropped: dict | None = None, scaling: str = "ard", **defaults) -> Problem:
     """A Problem from raw inputs and the objective in its own sense, preprocessed as the
-    paper does (ARD rescaling, centring, max norm 25); f is negated for minimisation."""
-    X_raw, objective = subsample((np.asarray(X_raw, float), np.asarray(objective, float)), n, seed)
+    paper does (ARD rescaling, centring, max norm 25); f is negated for minimisation.
+
+    The preparation (the `n`-row subsample and the length-scale fit) is a property of
+    the dataset, not of the run: it draws from PREPARATION_SEED whatever `seed` is, so
+    the same file gives the same prepared X and sigma_min for every run seed, and a
+    curator restarted on `--data` without a seed finds its journal's dataset again.
+    `seed` is kept for the scenario builders' uniform signature."""
+    del seed  # the run seed drives the projection, the design and the noise, not the data
+    X_raw, objective = subsample((np.asarray(X_raw, float), np.asarray(objective, float)), n,
+                                 PREPARATION_SEED)
     f = objective if sense == "maximise" else -objective
-    X = prepare_inputs(X_raw, f, seed, scaling)
+    X = prepare_inputs(X_raw, f, PREPARATION_SEED, scaling)
     defaults.setdefault("kernel", fitted_prior())
     return Problem(name, X, f, sense=sense, source=source, dropped=dict(dropped or {}),
                    **defaults)

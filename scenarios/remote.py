@@ -84,7 +84,7 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
     """
     ctx = zmq.asyncio.Context()
     auth = start_authenticator(ctx, curve) if curve is not None else None
-    hub = bind_hub(ctx, bind, curve, insecure)
+    hub = RouterHub.bind(ctx, bind, curve=curve, insecure=insecure)
     stop = _stop_on_signals()
     slots = Admissions(sessions, max_sessions)
     handshakes: set[asyncio.Task] = set()
@@ -96,12 +96,16 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
         while not slots.done.is_set():
             accepting = asyncio.ensure_future(hub.accept(accept_timeout))
             finished = asyncio.ensure_future(slots.done.wait())
-            done, _ = await asyncio.wait({accepting, stop, finished},
-                                         return_when=asyncio.FIRST_COMPLETED)
-            finished.cancel()
-            if not accepting.done():
-                accepting.cancel()
+            try:
+                done, _ = await asyncio.wait({accepting, stop, finished},
+                                             return_when=asyncio.FIRST_COMPLETED)
+            finally:  # also when this task is cancelled: no accept is left behind
+                finished.cancel()
+                if not accepting.done():
+                    accepting.cancel()
             if stop in done or slots.done.is_set():
+                if accepting.done() and not accepting.cancelled():
+                    accepting.exception()  # retrieved: a pipe accepted in the last instant
                 break
             try:
                 pipe = accepting.result()
@@ -129,15 +133,6 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
         if auth is not None:
             auth.stop()
         ctx.term()
-
-
-def bind_hub(ctx: zmq.asyncio.Context, bind: str, curve: CurveServer | None,
-             insecure: bool) -> RouterHub:
-    """The curator's ROUTER bound at `bind` (plaintext beyond loopback only if `insecure`)."""
-    try:
-        return RouterHub.bind(ctx, bind, curve=curve, insecure=insecure)
-    except TypeError:  # a transport without the insecure guard
-        return RouterHub.bind(ctx, bind, curve=curve)
 
 
 async def _connection(pipe, service: CuratorService, out: Path | None,

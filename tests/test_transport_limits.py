@@ -159,6 +159,40 @@ async def test_flood_of_strangers_and_a_peer_that_is_not_read_stay_within_the_ca
         await hub.aclose()
 
 
+async def test_default_limits_bound_the_bytes_held_under_full_size_frames(ctx):
+    """With the defaults, strangers sending the largest frames the curator accepts and a
+    peer that is not read hold at most pending_bytes + peer_bytes (+ one frame)."""
+    limits, frame = HubLimits(), b"z" * 60_000
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+    greedy = dealer(ctx, hub.endpoint)
+    strangers: list[zmq.asyncio.Socket] = []
+    try:
+        await greedy.send(b"hello")
+        await hub.accept(10)
+        for _ in range(300):
+            await greedy.send(frame)
+        sent = 301
+        for _ in range(4):
+            strangers = [dealer(ctx, hub.endpoint) for _ in range(100)]
+            for sock in strangers:
+                for _ in range(5):
+                    await sock.send(frame)
+            sent += 500
+            await until(lambda: received(hub) == sent)
+            for sock in strangers:
+                sock.close(0)
+            strangers = []
+        stats = hub.stats()
+        assert stats["pending_bytes"] <= limits.pending_bytes
+        assert stats["queued_bytes"] <= limits.pending_bytes + limits.peer_bytes + len(frame)
+        assert stats["refused_peers"] > 0 and stats["dropped_frames"] > 0
+    finally:
+        for sock in strangers:
+            sock.close(0)
+        greedy.close(0)
+        await hub.aclose()
+
+
 async def test_waiting_peers_expire_and_may_arrive_again(ctx):
     hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0", limits=HubLimits(pending_ttl=0.3))
     hub._ensure_pump()

@@ -97,7 +97,8 @@ def make_keys(directory: str | Path, force: bool = False) -> dict[str, Path]:
     Secret keys are 0600, public keys 0644, a directory this creates 0700. Existing key
     files are never overwritten unless `force` (FileExistsError naming the file). Keys are
     generated under umask 077 in a private temporary folder and moved into place, so a
-    secret key is never readable by anyone else, not even for an instant.
+    secret key is never readable by anyone else, not even for an instant. (The umask is
+    per process: files other threads create meanwhile are private too.)
     """
     directory = Path(directory)
     paths = _key_paths(directory)

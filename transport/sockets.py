@@ -72,20 +72,23 @@ class SocketOptions:
 class HubLimits:
     """What peers can make a RouterHub hold; past any bound a frame is dropped and counted.
 
-    An accepted peer queues at most `SocketOptions.hwm` frames and `peer_bytes` bytes. A
-    peer not yet accepted queues at most `pending_frames` frames, all of them together at
-    most `pending_bytes` bytes (keep it >= the largest frame), at most `max_pending` such
-    peers wait (a new identity past that is refused, never queued), and one that sent
-    nothing for `pending_ttl` seconds is dropped. The last `remember_forgotten` identities
-    whose pipe was closed stay closed: a late frame from one is dropped, so one connection
+    An accepted peer queues at most `SocketOptions.hwm` frames and `peer_bytes` bytes (one
+    frame always fits an empty queue). A peer not yet accepted queues at most
+    `pending_frames` frames and `pending_peer_bytes` bytes, all such peers together at most
+    `pending_bytes`; at most `max_pending` of them wait (a new identity past either bound
+    is refused, never queued), and one whose last queued frame is `pending_ttl` seconds
+    old is dropped (it may arrive again). The last `remember_forgotten` identities whose
+    pipe was closed stay closed: a late frame from one is dropped, so one connection
     carries at most one session. `send_timeout` bounds a reply to a peer that stops reading.
+    Worst case held: pending_bytes + accepted peers x peer_bytes (plus libzmq's own buffers).
     """
 
     max_pending: int = 1024
     pending_ttl: float = 30.0
     pending_frames: int = 16
+    pending_peer_bytes: int = 64 << 10
     pending_bytes: int = 16 << 20
-    peer_bytes: int = 16 << 20
+    peer_bytes: int = 1 << 20
     remember_forgotten: int = 4096
     send_timeout: float = 10.0
 
@@ -249,7 +252,8 @@ class DealerPipe:
                 await self._check_handshake()
                 message = f"no message from the curator within {timeout:g} s"
                 if self._failure is not None:
-                    raise HandshakeFailed(f"{message}: {_handshake_cause(*self._failure, self._curve)}")
+                    cause = _handshake_cause(*self._failure, self._curve)
+                    raise HandshakeFailed(f"{message}: {cause}")
                 raise PeerTimeout(message)
 
     async def _check_handshake(self) -> None:
@@ -268,7 +272,8 @@ class DealerPipe:
                 self._failure = None
             elif event & _HANDSHAKE_EVENTS:
                 self._failure = (event, value)
-                LOG.debug("handshake with %s failed: event %d value %d", self.endpoint, event, value)
+                LOG.debug("handshake with %s failed: event %d value %d",
+                          self.endpoint, event, value)
         if self._failure is not None and self._failure[0] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             status = self._failure[1]
             raise AuthenticationFailed(_auth_message(self.endpoint, status, self._curve), status)
@@ -447,9 +452,10 @@ class RouterHub:
                     self._refused.popitem(last=False)
             if now - self._last_refusal_log >= _LOG_EVERY_S:
                 self._last_refusal_log = now
-                LOG.warning("%d peers are waiting to be accepted (limit %d): refusing new "
-                            "peers (%d refused so far)", len(self._pending),
-                            limits.max_pending, self._counts["refused_peers"])
+                LOG.warning("%d peers holding %d bytes wait to be accepted (limits: %d peers, "
+                            "%d bytes): refusing new peers (%d refused so far)",
+                            len(self._pending), self._pending_bytes, limits.max_pending,
+                            limits.pending_bytes, self._counts["refused_peers"])
             return None
         self._refused.pop(identity, None)
         peer = _Peer(_user_id(rest[-1]) if rest else "", now)
@@ -465,6 +471,7 @@ class RouterHub:
             return not peer.frames or (len(peer.frames) < self._hwm
                                        and peer.bytes + size <= self.limits.peer_bytes)
         return (len(peer.frames) < self.limits.pending_frames
+                and peer.bytes + size <= self.limits.pending_peer_bytes
                 and self._pending_bytes + size <= self.limits.pending_bytes)
 
     def _drop(self, peer: _Peer, identity: bytes) -> None:
