@@ -13,7 +13,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.errors import PoboError
@@ -36,6 +37,7 @@ class Spawned:
     process: subprocess.Popen
     lines: list[str]
     reader: threading.Thread
+    errors: list[str] = field(default_factory=list)  # its stderr lines (also echoed)
 
 
 def scenario_argv(config: RunConfig) -> list[str]:
@@ -121,9 +123,7 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                                          "--out", str(out), *curator_curve], verbose,
                              on_line=lambda line: _found_endpoint(line, endpoint, endpoint_ready))
             spawned.append(curator)
-            if not endpoint_ready.wait(start_timeout) or not endpoint:
-                raise LaunchError(f"the curator did not bind within {start_timeout:g} s "
-                                  f"(exit code {curator.process.poll()})")
+            _wait_for_endpoint(curator, endpoint_ready, start_timeout)
             spawned.append(_spawn("modeler", ["modeler", "--connect", endpoint[0], "--out",
                                               str(out), *modeler_argv(config), *modeler_curve],
                                   verbose=False))
@@ -140,6 +140,19 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
     return result
 
 
+def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float) -> None:
+    """Wait until the curator prints its endpoint; fail at once if it exits first."""
+    deadline = time.monotonic() + timeout
+    while not ready.wait(0.05):
+        code = curator.process.poll()
+        if code is not None:
+            curator.reader.join(2)
+            raise LaunchError(f"the curator exited with code {code} before binding"
+                              + (f": {curator.errors[-1].strip()}" if curator.errors else ""))
+        if time.monotonic() > deadline:
+            raise LaunchError(f"the curator did not bind within {timeout:g} s")
+
+
 def _found_endpoint(line: str, endpoint: list[str], ready: threading.Event) -> None:
     if line.startswith(LISTENING) and not endpoint:
         endpoint.append(line[len(LISTENING):].strip())
@@ -149,9 +162,18 @@ def _found_endpoint(line: str, endpoint: list[str], ready: threading.Event) -> N
 def _spawn(role: str, argv: list[str], verbose: bool, on_line=None) -> Spawned:
     """Start `python -m scenarios.cli ARGV`, forwarding its stdout line by line."""
     process = subprocess.Popen([sys.executable, "-m", "scenarios.cli", *argv],
-                               stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                               bufsize=1)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, text=True, bufsize=1)
     lines: list[str] = []
+    errors: list[str] = []
+
+    def pump_errors() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            errors.append(line)
+            print(line, end="", file=sys.stderr, flush=True)
+
+    threading.Thread(target=pump_errors, name=f"pobo-{role}-stderr", daemon=True).start()
 
     def pump() -> None:
         assert process.stdout is not None
@@ -164,7 +186,7 @@ def _spawn(role: str, argv: list[str], verbose: bool, on_line=None) -> Spawned:
 
     reader = threading.Thread(target=pump, name=f"pobo-{role}-stdout", daemon=True)
     reader.start()
-    return Spawned(role, process, lines, reader)
+    return Spawned(role, process, lines, reader, errors)
 
 
 def _wait(process: subprocess.Popen, timeout: float | None) -> int:
