@@ -3,6 +3,7 @@ key and a plaintext client are refused, the refusal logged by the curator and re
 to the modeler. One curator serves several sessions at once. Key files are private and
 never silently overwritten."""
 import asyncio
+import contextlib
 import logging
 import os
 import stat
@@ -137,18 +138,28 @@ async def test_refused_key_is_logged_by_the_curator_and_the_modeler_is_told_at_o
         await _finish(task)
 
 
-async def _curve_hub(ctx, keys):
+@contextlib.asynccontextmanager
+async def curve_hub(keys):
+    """(ctx, authenticator, CURVE hub on a free loopback port, pipes to close): all torn
+    down on exit, pass or fail."""
+    ctx = zmq.asyncio.Context()
     server = CurveServer(keys["curator_secret"], keys["allowed"])
     auth = start_authenticator(ctx, server)
-    return auth, RouterHub.bind(ctx, "tcp://127.0.0.1:0", curve=server)
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0", curve=server)
+    pipes: list = []
+    try:
+        yield ctx, auth, hub, pipes
+    finally:
+        for pipe in pipes:
+            pipe.close()
+        await hub.aclose()
+        auth.stop()
+        ctx.term()
 
 
 async def test_transport_reports_refusal_counts_and_keeps_serving_allowed_keys(tmp_path, keys):
     stranger = make_keys(tmp_path / "stranger")
-    ctx = zmq.asyncio.Context()
-    auth, hub = await _curve_hub(ctx, keys)
-    pipes = []
-    try:
+    async with curve_hub(keys) as (ctx, auth, hub, pipes):
         for _ in range(3):
             pipe = DealerPipe.connect(ctx, hub.endpoint, curve=CurveClient(
                 stranger["modeler_secret"], keys["curator_public"]))
@@ -167,26 +178,17 @@ async def test_transport_reports_refusal_counts_and_keeps_serving_allowed_keys(t
         assert await peer.recv(5) == b"hello"
         await peer.send(b"welcome")
         assert await good.recv(5) == b"welcome"
-    finally:
-        for pipe in pipes:
-            pipe.close()
-        await hub.aclose()
-        auth.stop()
-        ctx.term()
 
 
 async def test_a_failing_zap_handler_refuses_with_500_and_stays_up(tmp_path, keys, monkeypatch,
                                                                 caplog):
-    ctx = zmq.asyncio.Context()
-    auth, hub = await _curve_hub(ctx, keys)
     client = CurveClient(keys["modeler_secret"], keys["curator_public"])
     original = LoggingAuthenticator._authenticate_curve
-    pipes = []
 
     async def broken(self, domain, key):
         raise RuntimeError("boom")
 
-    try:
+    async with curve_hub(keys) as (ctx, auth, hub, pipes):
         monkeypatch.setattr(LoggingAuthenticator, "_authenticate_curve", broken)
         pipe = DealerPipe.connect(ctx, hub.endpoint, curve=client)
         pipes.append(pipe)
@@ -201,32 +203,19 @@ async def test_a_failing_zap_handler_refuses_with_500_and_stays_up(tmp_path, key
         pipes.append(again)
         await again.send(b"hello")
         assert await (await hub.accept(10)).recv(5) == b"hello"
-    finally:
-        for pipe in pipes:
-            pipe.close()
-        await hub.aclose()
-        auth.stop()
-        ctx.term()
 
 
 async def test_plaintext_or_wrong_server_key_names_the_handshake_failure(tmp_path, keys):
-    ctx = zmq.asyncio.Context()
-    auth, hub = await _curve_hub(ctx, keys)
-    plain = DealerPipe.connect(ctx, hub.endpoint)
-    wrong = DealerPipe.connect(ctx, hub.endpoint, curve=CurveClient(
-        keys["modeler_secret"], keys["modeler_public"]))  # not the curator's key
-    try:
+    async with curve_hub(keys) as (ctx, auth, hub, pipes):
+        plain = DealerPipe.connect(ctx, hub.endpoint)
+        wrong = DealerPipe.connect(ctx, hub.endpoint, curve=CurveClient(
+            keys["modeler_secret"], keys["modeler_public"]))  # not the curator's key
+        pipes += [plain, wrong]
         with pytest.raises(HandshakeFailed, match="CURVE and the other plaintext"):
             await plain.recv(1.0)
         with pytest.raises(HandshakeFailed, match="--curve-server"):
             await wrong.recv(1.0)
         assert issubclass(HandshakeFailed, PeerTimeout)  # callers that retry timeouts still do
-    finally:
-        plain.close()
-        wrong.close()
-        await hub.aclose()
-        auth.stop()
-        ctx.term()
 
 
 def test_refusal_logging_is_rate_limited_and_counts_stay_bounded(caplog):
