@@ -168,12 +168,14 @@ class ResumeState:
                                 ErrorCode.SEQUENCE)
 
 
-def resume_state(transcript: str | Path) -> ResumeState:
-    """The session a modeler's transcript records, to continue it after a crash."""
+def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> ResumeState:
+    """The session a modeler's transcript records, to continue it after a crash (a frame
+    kept in a blob store is read back from `blobs`, or beside the transcript; refused
+    frames, recorded by digest only, are skipped)."""
     welcome = dataset = None
     asked: dict[int, int] = {}
     answered: dict[int, tuple[int, float]] = {}
-    for record in read_transcript(transcript):
+    for record in read_transcript(transcript, blobs):
         if record.kind not in ("welcome", "dataset", "query", "reward"):
             continue
         message = decode(record.frame)

@@ -3,13 +3,36 @@
 Checks, in order: the hash chain (each record's `prev` is the SHA-256 of the exact
 bytes of the record before; sequence numbers count from 0; no torn tail; the head
 matches the count and hash the party anchored in its result, when given); that every
-frame decodes with the protocol codec; that every message the party sent is allowed
-by the boundary policy for its direction, replayed in order through a fresh
-`Boundary`, and that every forbidden message it received was refused (answered with
-an Error); the privacy ledger recomputed from the handshake and the messages; that
-the curator's and the modeler's transcripts of one session agree frame for frame; and,
-given the curator's data, that no row of X and (in an LDP session) no raw objective
+frame decodes with the protocol codec (a frame kept in the blob store is read back and
+must hash to the digest its record carries); that every message the party sent is
+allowed by the boundary policy for its direction, replayed in order through a fresh
+`Boundary`, and that every forbidden message it received was refused (answered with an
+Error; a `refused` record, which holds the frame's digest only, counts as such a message
+without being decoded); the privacy ledger recomputed from the handshake and the
+messages; that the curator's and the modeler's transcripts of one session agree (below);
+and, given the curator's data, that no row of X and (in an LDP session) no raw objective
 value appears in anything sent.
+
+The two transcripts agree when, comparing frames by their SHA-256 (so a refused record
+and a blob reference compare with the frame they stand for):
+
+1. each transcript is cut into connections, the modeler's at every Hello it sent and the
+   curator's at every Hello it accepted (a resume adds one to each side);
+2. the connections pair up in order; a modeler connection may stay unpaired only if it
+   received nothing (its Hello never reached the session);
+3. within a pair, in each direction, the frames the receiver recorded are the frames the
+   sender recorded, in the same order and with the same bytes, except that a tail of
+   the sender's frames may be missing: sent but never received, in flight when that
+   connection ended (a kill -9, a retry the dead peer never saw). These are reported as
+   *unacknowledged* (a note, with counts per direction), not as a disagreement. Frames
+   a party only counted past its cap of refused frames (and the Errors answering them)
+   are matched against its `refused-summary` record: their number and the SHA-256 over
+   their digests in order must agree (greedily: a frame that matches the next recorded
+   one is taken as that one).
+
+Anything else is a violation: a frame received that the other side never recorded
+sending, frames in another order or with other bytes, a frame missing from the middle
+of a connection, a curator connection the modeler's transcript does not hold.
 """
 from __future__ import annotations
 
@@ -22,11 +45,13 @@ from pathlib import Path
 import numpy as np
 
 from protocol.codec import decode
-from protocol.errors import ProtocolError
+from protocol.errors import ErrorCode, ProtocolError
 from protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
 from protocol.messages import Dataset, Error, Hello, Release, Reward, Welcome
 from protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
-from protocol.transcript import GENESIS, Record, TranscriptError, raw_records
+from protocol.transcript import (
+    GENESIS, REFUSED, REFUSED_SUMMARY, Record, TranscriptError, blob_dirs, raw_records, resolve,
+)
 
 RELEASE_COST = {"noisy": 2, "noise-free": 1, "lipschitz": 1}
 
@@ -42,6 +67,8 @@ class AuditReport:
     notes: list[str] = field(default_factory=list)
     ledger: dict | None = None
     session: str | None = None
+    refused: dict | None = None  # refused frames: recorded (by code), counted past the cap
+    unacknowledged: dict | None = None  # paired audit: frames sent, never received
 
     @property
     def ok(self) -> bool:
@@ -52,7 +79,8 @@ class AuditReport:
         """The report as JSON-ready data."""
         return {"path": self.path, "role": self.role, "records": self.records, "ok": self.ok,
                 "session": self.session, "violations": self.violations, "notes": self.notes,
-                "ledger": self.ledger}
+                "ledger": self.ledger, "refused": self.refused,
+                "unacknowledged": self.unacknowledged}
 
     def text(self) -> str:
         """The human report."""
@@ -96,12 +124,24 @@ def chain(path: str | Path, report: AuditReport, anchor: dict | None = None) -> 
 
 
 def audit_transcript(path: str | Path, anchor: dict | None = None,
-                     X: np.ndarray | None = None, f: np.ndarray | None = None) -> AuditReport:
-    """Audit one party's transcript; see the module docstring."""
+                     X: np.ndarray | None = None, f: np.ndarray | None = None,
+                     blobs: str | Path | None = None) -> AuditReport:
+    """Audit one party's transcript (its blob references read from `blobs`, or the
+    defaults of `protocol.transcript.blob_dirs`); see the module docstring."""
     report = AuditReport(str(path))
     records = chain(path, report, anchor)
+    dirs, cache = blob_dirs(path, blobs), {}
     messages: list[tuple[Record, object | None]] = []
     for r in records:
+        if r.kind in (REFUSED, REFUSED_SUMMARY):  # digests only: nothing to decode
+            messages.append((r, None))
+            continue
+        try:
+            r = resolve(r, dirs, cache)
+        except TranscriptError as exc:
+            report.violations.append(f"record {r.seq}: {r.kind} frame unreadable: {exc}")
+            messages.append((r, None))
+            continue
         try:
             messages.append((r, decode(r.frame)))
         except ProtocolError as exc:
@@ -113,6 +153,7 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
             messages.append((r, None))
     role = _role(messages)
     report.role = role
+    _count_refused(messages, report)
     welcome = next((m for _, m in messages if isinstance(m, Welcome)), None)
     if welcome is None:
         report.violations.append("no welcome: no session parameters to audit against")
@@ -136,9 +177,66 @@ def _role(messages: list) -> str:
     return CURATOR if any(r.dir == "recv" and r.kind == "hello" for r, _ in messages) else MODELER
 
 
+def _count_refused(messages: list, report: AuditReport) -> None:
+    """Report the refused frames: recorded one by one (per error code), and counted past the
+    transcript's cap in its refused-summary records."""
+    codes: Counter = Counter()
+    counted = replies = summaries = 0
+    for r, _ in messages:
+        if r.kind == REFUSED:
+            codes[r.code] += 1
+        elif r.kind == REFUSED_SUMMARY:
+            summaries += 1
+            counted += r.count
+            replies += r.replies
+            if r.replies > r.count or len(r.sha256) != 64 or len(r.replies_sha256) != 64:
+                report.violations.append(f"record {r.seq}: a refused-summary of {r.count} "
+                                         f"frames with {r.replies} replies is malformed")
+    if not codes and not summaries:
+        return
+    report.refused = {"recorded": sum(codes.values()), "codes": dict(codes),
+                      "counted": counted, "replies": replies, "summaries": summaries}
+    text = ", ".join(f"{code} {n}" for code, n in codes.most_common())
+    note = f"refused {sum(codes.values())} received frames recorded by digest ({text})"
+    if summaries:
+        note += (f"; {counted} more past the cap, counted in {summaries} refused-summary "
+                 f"record(s), with {replies} Error replies")
+    report.notes.append(note)
+
+
+def _answered(messages: list, i: int) -> tuple[Record, object] | bool:
+    """The first message the party sent after record i on the same connection; False when
+    the connection ended (a Hello either way opens the next) before it sent anything."""
+    for rr, mm in messages[i + 1:]:
+        if isinstance(mm, Hello):
+            return False
+        if rr.dir == "sent" and rr.kind != REFUSED_SUMMARY:
+            return rr, mm
+    return False
+
+
+def _check_refusal(messages: list, i: int, what: str, report: AuditReport) -> None:
+    """That the frame at record i, which the party refused, was answered with an Error (or
+    the connection ended before the party sent anything: it did not act on the frame)."""
+    r = messages[i][0]
+    reply = _answered(messages, i)
+    if reply is False:
+        report.notes.append(f"record {r.seq}: refused {what}; the connection ended before "
+                            "any answer")
+    elif not isinstance(reply[1], Error):
+        report.violations.append(f"record {r.seq}: received {what} and did not refuse it "
+                                 f"(record {reply[0].seq} answers with {reply[0].kind})")
+
+
 def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
     carried: dict[int, int] | None = None
     for i, (r, m) in enumerate(messages):
+        if r.kind == REFUSED:
+            # refused by the party on receipt: never handed to it, so not replayed; a late
+            # duplicate reward is dropped by design, anything else is answered with an Error
+            if r.code != ErrorCode.DUPLICATE.value:
+                _check_refusal(messages, i, f"a frame it refused ({r.code}: {r.error})", report)
+            continue
         if m is None:
             continue
         if isinstance(m, Hello) and m.resume and boundary.hello_seen:
@@ -153,12 +251,10 @@ def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
                 report.violations.append(f"record {r.seq}: sent {r.kind} that the policy "
                                          f"forbids: {exc}")
                 continue
-            reply = next(((rr, mm) for rr, mm in messages[i + 1:] if rr.dir == "sent"), None)
-            if reply is None or not isinstance(reply[1], Error):
-                report.violations.append(f"record {r.seq}: received a forbidden {r.kind} "
-                                         f"({exc}) and did not refuse it")
+            if exc.code is ErrorCode.DUPLICATE:
+                report.notes.append(f"record {r.seq}: dropped a duplicate {r.kind} ({exc})")
             else:
-                report.notes.append(f"record {r.seq}: refused a forbidden {r.kind} ({exc})")
+                _check_refusal(messages, i, f"a forbidden {r.kind} ({exc})", report)
             continue
         if isinstance(m, Dataset) and carried is not None:
             boundary.restore_queries(carried)
@@ -259,18 +355,185 @@ def _check_data(messages: list, welcome: Welcome, X: np.ndarray, f: np.ndarray |
                                     "such as a clip bound may coincide with it)")
 
 
-def compare(curator: list[Record], modeler: list[Record]) -> list[str]:
-    """Disagreements between the two parties' transcripts of one session."""
-    problems = []
-    for label, a, b in (("curator sent / modeler received", curator, modeler),
-                        ("modeler sent / curator received", modeler, curator)):
-        sent = [r.frame for r in a if r.dir == "sent"]
-        got = [r.frame for r in b if r.dir == "recv"]
-        if sent != got:
-            k = next((i for i, (x, y) in enumerate(zip(sent, got)) if x != y), min(len(sent), len(got)))
-            problems.append(f"{label}: {len(sent)} vs {len(got)} frames, first difference at "
-                            f"frame {k}")
-    return problems
+@dataclass
+class Comparison:
+    """The paired audit's findings: disagreements fail it; unacknowledged frames do not."""
+
+    violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unacknowledged: dict[str, int] = field(default_factory=dict)  # direction -> frames
+
+
+@dataclass
+class _Connection:
+    """One connection's share of a transcript: what it sent and received, as digests."""
+
+    number: int
+    start: int  # seq of its first record
+    sent: list[tuple[int, str]] = field(default_factory=list)  # (seq, frame digest)
+    recv: list[tuple[int, str]] = field(default_factory=list)
+    counted: list[tuple[int, str]] = field(default_factory=list)  # refused, past the cap
+    replies: list[tuple[int, str]] = field(default_factory=list)  # Errors answering them
+
+
+@dataclass
+class _Aligned:
+    """One direction of one pair of connections."""
+
+    problem: str | None = None
+    lost: list[int] = field(default_factory=list)  # seqs of the sender's unacknowledged tail
+
+
+def _connections(records: list[Record], role: str) -> list[_Connection]:
+    """A transcript cut at each Hello its party sent (modeler) or accepted (curator)."""
+    opening = "recv" if role == CURATOR else "sent"
+    out: list[_Connection] = []
+    for r in records:
+        if not out or (r.kind == "hello" and r.dir == opening):
+            out.append(_Connection(len(out) + 1, r.seq))
+        c = out[-1]
+        if r.kind == REFUSED_SUMMARY:
+            c.counted.append((r.count, r.sha256))
+            c.replies.append((r.replies, r.replies_sha256))
+        else:
+            (c.sent if r.dir == "sent" else c.recv).append((r.seq, r.digest))
+    return out
+
+
+def _chunks_match(digests: list[str], summaries: list[tuple[int, str]]) -> bool:
+    """Whether the digests, cut by the summaries' counts in order, hash to theirs."""
+    at = 0
+    for n, expected in summaries:
+        h = hashlib.sha256()
+        for d in digests[at:at + n]:
+            h.update(bytes.fromhex(d))
+        if h.hexdigest() != expected:
+            return False
+        at += n
+    return at == len(digests)
+
+
+def _align(sent: list[tuple[int, str]], recv: list[tuple[int, str]],
+           sender_counted: list[tuple[int, str]], receiver_counted: list[tuple[int, str]],
+           label: str, sender: str, receiver: str) -> _Aligned:
+    """Match one direction: the receiver's frames are the sender's, in order, but for a
+    lost tail and the frames either side only counted (see the module docstring)."""
+    budget_r = sum(n for n, _ in receiver_counted)  # received, only counted by the receiver
+    budget_s = sum(n for n, _ in sender_counted)  # sent, only counted by the sender
+    only_r: list[str] = []
+    only_s: list[str] = []
+    i = j = 0
+    while i < len(sent) or j < len(recv):
+        if i < len(sent) and j < len(recv) and sent[i][1] == recv[j][1]:
+            i, j = i + 1, j + 1
+        elif i < len(sent) and len(only_r) < budget_r:
+            only_r.append(sent[i][1])
+            i += 1
+        elif j < len(recv) and len(only_s) < budget_s:
+            only_s.append(recv[j][1])
+            j += 1
+        else:
+            break
+    out = _Aligned()
+    if j < len(recv):
+        out.problem = (f"{label}: {receiver} record {recv[j][0]} "
+                       + (f"differs from {sender} record {sent[i][0]}" if i < len(sent) else
+                          f"holds a frame the {sender} never recorded sending")
+                       + f" (after {i} of {len(sent)} frames sent, {j} of {len(recv)} received)")
+        return out
+    if not _chunks_match(only_r, receiver_counted):
+        out.problem = (f"{label}: the {receiver}'s refused-summary counts {budget_r} frames; "
+                       f"{len(only_r)} unrecorded frames found do not hash to it")
+    elif not _chunks_match(only_s, sender_counted):
+        out.problem = (f"{label}: the {sender}'s refused-summary counts {budget_s} Error "
+                       f"replies; {len(only_s)} unrecorded frames found do not hash to it")
+    out.lost = [seq for seq, _ in sent[i:]]
+    return out
+
+
+_C2M, _M2C = "curator sent / modeler received", "modeler sent / curator received"
+C2M, M2C = "curator->modeler", "modeler->curator"  # keys of Comparison.unacknowledged
+
+
+def _pair(c: _Connection, m: _Connection) -> tuple[_Aligned, _Aligned]:
+    """Both directions of a curator connection and the modeler connection it pairs with."""
+    where = f"curator connection {c.number} / modeler connection {m.number}"
+    return (_align(c.sent, m.recv, c.replies, m.counted, f"{_C2M} ({where})", CURATOR, MODELER),
+            _align(m.sent, c.recv, m.replies, c.counted, f"{_M2C} ({where})", MODELER, CURATOR))
+
+
+def _pairing(cs: list[_Connection], ms: list[_Connection]) -> list | None:
+    """Pair connections in order, leaving unpaired only modeler connections that received
+    nothing: a consistent pairing (found forward over the reachable (modeler, curator)
+    positions, pairs tried first), or None."""
+    back: dict[tuple[int, int], tuple[int, int, tuple] | None] = {(0, 0): None}
+    frontier = [0]
+    for a, m in enumerate(ms):
+        reached: list[int] = []
+        for b in frontier:
+            if b < len(cs) and (a + 1, b + 1) not in back:
+                c2m, m2c = _pair(cs[b], m)
+                if c2m.problem is None and m2c.problem is None:
+                    back[(a + 1, b + 1)] = (a, b, ("pair", cs[b], m, c2m, m2c))
+                    reached.append(b + 1)
+            if not m.recv and (a + 1, b) not in back:
+                back[(a + 1, b)] = (a, b, ("unseen", m))
+                reached.append(b)
+        frontier = sorted(set(reached))
+    state = (len(ms), len(cs))
+    if state not in back:
+        return None
+    items = []
+    while (step := back[state]) is not None:
+        items.append(step[2])
+        state = step[:2]
+    return items[::-1]
+
+
+def compare(curator: list[Record], modeler: list[Record]) -> Comparison:
+    """Whether the two parties' transcripts of one session agree; see the module docstring."""
+    cs, ms = _connections(curator, CURATOR), _connections(modeler, MODELER)
+    out = Comparison(unacknowledged={C2M: 0, M2C: 0})
+    pairing = _pairing(cs, ms)
+    if pairing is None:  # no consistent pairing: report the differences in plain order
+        for k in range(max(len(cs), len(ms))):
+            if k >= len(ms):
+                out.violations.append(f"curator connection {cs[k].number} (record "
+                                      f"{cs[k].start}) has no counterpart in the modeler's "
+                                      "transcript")
+            elif k >= len(cs):
+                if ms[k].recv:
+                    out.violations.append(f"modeler connection {ms[k].number} (record "
+                                          f"{ms[k].start}) received {len(ms[k].recv)} frames "
+                                          "the curator's transcript does not hold")
+            else:
+                out.violations += [a.problem for a in _pair(cs[k], ms[k]) if a.problem]
+        if not out.violations:
+            out.violations.append("the connections of the two transcripts do not pair up")
+        return out
+    lost: dict[str, list[str]] = {C2M: [], M2C: []}
+    for item in pairing:
+        if item[0] == "unseen":
+            m = item[1]
+            out.notes.append(f"modeler connection {m.number} (record {m.start}) never reached "
+                             f"the session: its {len(m.sent)} frames are unacknowledged")
+            out.unacknowledged[M2C] += len(m.sent)
+            lost[M2C] += [f"modeler record {seq}" for seq, _ in m.sent]
+            continue
+        _, c, m, c2m, m2c = item
+        out.unacknowledged[C2M] += len(c2m.lost)
+        out.unacknowledged[M2C] += len(m2c.lost)
+        lost[C2M] += [f"curator record {seq}" for seq in c2m.lost]
+        lost[M2C] += [f"modeler record {seq}" for seq in m2c.lost]
+    if len(cs) > 1:
+        out.notes.append(f"the session ran over {len(cs)} connections of the curator and "
+                         f"{len(ms)} of the modeler")
+    for direction, where in lost.items():
+        if where:
+            shown = ", ".join(where[:5]) + (", ..." if len(where) > 5 else "")
+            out.notes.append(f"unacknowledged, {direction}: {len(where)} frames sent and never "
+                             f"received, in flight when a connection ended ({shown})")
+    return out
 
 
 def readable_records(path: str | Path) -> list[Record]:
@@ -285,13 +548,19 @@ def readable_records(path: str | Path) -> list[Record]:
 
 
 def audit_session(curator_path: str | Path, modeler_path: str | Path,
-                  anchors: dict | None = None, X=None, f=None) -> list[AuditReport]:
-    """Audit both transcripts of one session and check that they agree."""
+                  anchors: dict | None = None, X=None, f=None,
+                  blobs: str | Path | None = None) -> list[AuditReport]:
+    """Audit both transcripts of one session and check that they agree (unacknowledged
+    frames are a note on both reports, with their counts per direction)."""
     anchors = anchors or {}
-    reports = [audit_transcript(curator_path, anchors.get(CURATOR), X, f),
-               audit_transcript(modeler_path, anchors.get(MODELER))]
-    for problem in compare(readable_records(curator_path), readable_records(modeler_path)):
+    reports = [audit_transcript(curator_path, anchors.get(CURATOR), X, f, blobs),
+               audit_transcript(modeler_path, anchors.get(MODELER), blobs=blobs)]
+    comparison = compare(readable_records(curator_path), readable_records(modeler_path))
+    for problem in comparison.violations:
         reports[0].violations.append(f"transcripts disagree: {problem}")
+    for report in reports:
+        report.notes += comparison.notes
+        report.unacknowledged = comparison.unacknowledged
     if reports[0].session != reports[1].session:
         reports[0].violations.append(f"the transcripts are of different sessions "
                                      f"({reports[0].session} vs {reports[1].session})")

@@ -2,7 +2,10 @@
 
 A `Channel` wraps a `FramePipe` (ZeroMQ, or in-process queues: the transport
 decides) and passes every message through the boundary policy and the codec, and
-records every frame in the transcript. Party code cannot tell which pipe it has.
+records every frame in the transcript: a frame it refuses (undecodable, or refused by the
+policy) as its digest, size and error only, and past the transcript's cap not even that
+(it is counted, and so is the Error that answers it). Party code cannot tell which pipe
+it has.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class Channel:
         self.timeout = timeout
         self.last_frame: bytes | None = None
         self.answered = False  # whether an Error has been sent on this channel
+        self._counted_refusal = False  # the last frame refused was only counted
 
     def settle(self, boundary: Boundary, transcript: Transcript | None) -> None:
         """Adopt the session's boundary and transcript once the opening message has
@@ -55,24 +59,31 @@ class Channel:
         """Check `message` against the policy, encode, record and send it."""
         self.boundary.outgoing(message)
         frame = encode(message)
-        self.answered = self.answered or kind_of(message) == "error"
+        kind = kind_of(message)
+        self.answered = self.answered or kind == "error"
         if self.transcript is not None:
-            self.transcript.append("sent", kind_of(message), frame)
+            if self._counted_refusal and kind == "error":  # the reply to a counted refusal
+                self.transcript.count_reply(frame)
+            else:
+                self.transcript.append("sent", kind, frame)
+        self._counted_refusal = False
         await self.pipe.send(frame)
 
     async def recv(self, timeout: float | None = None) -> Message:
         """The next message from the peer, decoded and admitted by the policy."""
         frame = await self.pipe.recv(self.timeout if timeout is None else timeout)
         self.last_frame = frame
+        self._counted_refusal = False
         try:
             message = decode(frame, self.max_frame)
-        except ProtocolError:
+            self.boundary.incoming(message)  # refuses without changing the boundary's state
+        except ProtocolError as exc:
             if self.transcript is not None:
-                self.transcript.append("recv", "malformed", frame)
+                self._counted_refusal = not self.transcript.refuse(frame, exc.code.value,
+                                                                   str(exc))
             raise
         if self.transcript is not None:
             self.transcript.append("recv", kind_of(message), frame)
-        self.boundary.incoming(message)
         return message
 
     def close(self) -> None:

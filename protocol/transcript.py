@@ -1,13 +1,33 @@
 """Append-only, hash-chained transcript of every frame a party sends or receives.
 
-The file is a stream of msgpack maps, one per frame, written and flushed as it
-happens: {seq, time, dir ("sent"/"recv"), kind, frame (the exact encoded bytes),
-prev (SHA-256 hex of the previous record's bytes, zeros for the first)}. Records
-hold the encoded frames, so an audit can decode them with the same codec.
+The file is a stream of msgpack maps, one per record, written and flushed as it happens.
+Every record has `seq` (from 0), `time`, `kind` and `prev`: the SHA-256 of the exact
+bytes of the record before (zeros for the first), stored as 32 raw bytes (files written
+before held 64 hex characters; both read back as hex). By kind:
+
+- a message sent or received (`hello`, `query`, ...): `dir` ("sent"/"recv") and `frame`,
+  the exact encoded bytes, so an audit can decode them with the same codec. With a blob
+  store, a frame larger than the threshold is written once to `blobs/<sha256 hex>`
+  (atomically) and the record carries `ref` (its SHA-256, 32 bytes) and `size` instead
+  of `frame`: every session's transcript shares the one copy of the dataset, and the
+  record's own hash covers the digest, so the chain still fixes the frame's bytes.
+- `refused`: a received frame the party refused (undecodable, or refused by the boundary
+  policy), as `sha256` (32 bytes), `size`, `code` (the ErrorCode) and `error` (a short
+  message), never the frame: a record is at most REFUSED_RECORD_BYTES. At most
+  `max_refused` of them per file; past the cap a refused frame is only counted, and so is
+  the Error answering it (the next frame the party sends, when it is an Error).
+- `refused-summary`: written when a transcript that counted frames closes: `count` and
+  `sha256` (SHA-256 over the counted frames' 32-byte digests, in order), `replies` and
+  `replies_sha256` likewise for the counted Error replies. A party killed before it closes
+  writes none.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import logging
+import os
+import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,27 +37,135 @@ from typing import BinaryIO
 import msgpack
 
 GENESIS = "0" * 64
+REFUSED = "refused"
+REFUSED_SUMMARY = "refused-summary"
+REFUSED_RECORD_BYTES = 200  # a refused record's message is trimmed to keep it within this
+REFUSED_MESSAGE_CHARS = 80
+DEFAULT_MAX_REFUSED = 1000
+DEFAULT_BLOB_THRESHOLD = 1 << 16
+_DIGESTS = ("prev", "ref", "sha256", "replies_sha256")  # 32 raw bytes on disk, hex in Record
+log = logging.getLogger("pobo.transcript")
 
 
 @dataclass(frozen=True)
 class Record:
-    """One transcript entry as read back from disk."""
+    """One transcript entry as read back from disk (digests as hex; see the module docstring)."""
 
     seq: int
     time: float
-    dir: str
     kind: str
-    frame: bytes
     prev: str
+    dir: str = "recv"
+    frame: bytes = b""  # empty for refused, summary and (until resolved) blob records
+    ref: str = ""  # the SHA-256 of a frame kept in the blob store
+    size: int = 0  # the bytes of the frame a blob or refused record stands for
+    sha256: str = ""  # refused: the frame's digest; summary: over the counted digests
+    code: str = ""
+    error: str = ""
+    count: int = 0  # summary: refused frames counted, not recorded one by one
+    replies: int = 0  # summary: Error replies to them, counted likewise
+    replies_sha256: str = ""
+
+    @property
+    def digest(self) -> str:
+        """The SHA-256 (hex) of the frame this record stands for, without reading a blob."""
+        if self.ref:
+            return self.ref
+        if self.kind == REFUSED:
+            return self.sha256
+        return hashlib.sha256(self.frame).hexdigest()
+
+
+class TranscriptError(ValueError):
+    """A transcript file that cannot be parsed into records (truncated or corrupt), a blob
+    it references that is missing or corrupt, or a file another writer appended to."""
+
+
+class BlobStore:
+    """Content-addressed files `<root>/<sha256 hex>`: large frames many transcripts share,
+    stored once."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def put(self, data: bytes, digest: str) -> Path:
+        """Store `data` (whose SHA-256 is `digest`) unless a verified copy is there already;
+        written to a temporary file and renamed, so a reader never sees half a blob."""
+        path = self.root / digest
+        if path.is_file() and path.stat().st_size == len(data) and _file_digest(path) == digest:
+            return path
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{digest}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return path
+
+
+def _file_digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def blob_dirs(transcript: str | Path, blobs: str | Path | None = None) -> list[Path]:
+    """Where a transcript's blobs are looked up: `blobs` if given, else `<its dir>/blobs`
+    then `<its dir>/../blobs` (a multi-session curator's shared OUT/blobs)."""
+    if blobs is not None:
+        return [Path(blobs)]
+    parent = Path(transcript).parent
+    return [parent / "blobs", parent.parent / "blobs"]
+
+
+def load_blob(digest: str, dirs: list[Path]) -> bytes:
+    """The frame stored under `digest`, verified; TranscriptError naming the digest when it
+    is missing from every dir or its bytes do not hash to it."""
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise TranscriptError(f"blob reference {digest[:80]!r} is not a SHA-256")
+    for folder in dirs:
+        path = folder / digest
+        if path.is_file():
+            data = path.read_bytes()
+            actual = hashlib.sha256(data).hexdigest()
+            if actual != digest:
+                raise TranscriptError(f"blob {digest} is corrupt: {path} hashes to {actual}")
+            return data
+    raise TranscriptError(f"blob {digest} is missing (looked in "
+                          f"{', '.join(str(d) for d in dirs)})")
+
+
+def resolve(record: Record, dirs: list[Path], cache: dict[str, bytes] | None = None) -> Record:
+    """`record` with the frame of its blob reference read back (unchanged without one)."""
+    if not record.ref:
+        return record
+    if cache is not None and record.ref in cache:
+        frame = cache[record.ref]
+    else:
+        frame = load_blob(record.ref, dirs)
+        if cache is not None:
+            cache[record.ref] = frame
+    return dataclasses.replace(record, frame=frame)
 
 
 class Transcript:
     """Writer of one party's transcript file (opened for appending, flushed per record)."""
 
-    def __init__(self, path: str | Path, resume: bool = False) -> None:
+    def __init__(self, path: str | Path, resume: bool = False, blobs: str | Path | None = None,
+                 blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
+                 max_refused: int = DEFAULT_MAX_REFUSED) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._seq, self._prev = 0, GENESIS
+        self.blobs = BlobStore(blobs) if blobs is not None else None
+        self.blob_threshold = blob_threshold
+        self.max_refused = max_refused
+        self._seq, self._prev = 0, bytes(32)
+        self._refused = 0  # refused records in the file (the cap is per file)
+        self._counted, self._counted_hash = 0, hashlib.sha256()
+        self._replies, self._replies_hash = 0, hashlib.sha256()
         if self.path.exists() and not resume:  # a new session never writes over an old one
             n = 1
             while self.path.with_name(f"{self.path.name}.{n}").exists():
@@ -45,47 +173,116 @@ class Transcript:
             self.path.rename(self.path.with_name(f"{self.path.name}.{n}"))
         if self.path.exists():  # a resumed party continues its own chain
             for raw, record in raw_records(self.path.read_bytes()):
-                self._seq, self._prev = record.seq + 1, hashlib.sha256(raw).hexdigest()
+                self._seq, self._prev = record.seq + 1, hashlib.sha256(raw).digest()
+                self._refused += record.kind == REFUSED
         self._file: BinaryIO | None = open(self.path, "ab")
+        self._end = os.fstat(self._file.fileno()).st_size
 
     @property
     def head(self) -> dict:
         """The number of records and the SHA-256 of the last one: anchor it elsewhere
         (the party's result) so that truncating the tail shows too."""
-        return {"records": self._seq, "last": self._prev}
+        return {"records": self._seq, "last": self._prev.hex()}
+
+    @property
+    def refused(self) -> dict:
+        """Refused frames so far: recorded one by one in the file, and counted past the cap."""
+        return {"recorded": self._refused, "counted": self._counted, "replies": self._replies}
 
     def append(self, direction: str, kind: str, frame: bytes) -> None:
-        """Write one record for a frame sent or received, and flush it to the OS."""
-        if self._file is None:
-            raise ValueError(f"transcript {self.path} is closed")
-        raw = msgpack.packb({"seq": self._seq, "time": time.time(), "dir": direction,
-                             "kind": kind, "frame": bytes(frame), "prev": self._prev},
-                            use_bin_type=True)
-        self._file.write(raw)
-        self._file.flush()
-        self._seq += 1
-        self._prev = hashlib.sha256(raw).hexdigest()
+        """Write one record for a frame sent or received (a large one to the blob store,
+        referenced by digest), and flush it to the OS."""
+        frame = bytes(frame)
+        item: dict = {"seq": self._seq, "time": time.time(), "dir": direction, "kind": kind}
+        if self.blobs is not None and len(frame) > self.blob_threshold:
+            digest = hashlib.sha256(frame).digest()
+            self._check_open()
+            self.blobs.put(frame, digest.hex())  # before the record that names it
+            item.update(ref=digest, size=len(frame))
+        else:
+            item["frame"] = frame
+        self._write(item)
+
+    def refuse(self, frame: bytes, code: str, error: str) -> bool:
+        """Record a received frame the party refused as its digest, size, code and a short
+        message; past the cap only count it. True when it was recorded."""
+        digest = hashlib.sha256(frame).digest()
+        if self._refused >= self.max_refused:
+            self._check_open()
+            self._counted += 1
+            self._counted_hash.update(digest)
+            return False
+        message = " ".join(str(error).split())[:REFUSED_MESSAGE_CHARS]
+        item = {"seq": self._seq, "time": time.time(), "kind": REFUSED, "sha256": digest,
+                "size": len(frame), "code": str(code)[:24], "error": message}
+        while True:  # trim the message until the record fits
+            excess = len(self._pack(item)) - REFUSED_RECORD_BYTES
+            if excess <= 0 or not item["error"]:
+                break
+            item["error"] = item["error"].encode()[:-excess].decode(errors="ignore")
+        self._write(item)
+        self._refused += 1
+        return True
+
+    def count_reply(self, frame: bytes) -> None:
+        """Count (not record) an Error sent in reply to a refused frame that was only counted."""
+        self._check_open()
+        self._replies += 1
+        self._replies_hash.update(hashlib.sha256(frame).digest())
 
     def close(self) -> None:
-        """Close the file; later appends raise."""
-        if self._file is not None:
+        """Write the refused-summary record if frames were only counted, and close the file;
+        later appends raise."""
+        if self._file is None:
+            return
+        try:
+            if self._counted or self._replies:
+                self._write({"seq": self._seq, "time": time.time(), "kind": REFUSED_SUMMARY,
+                             "count": self._counted, "sha256": self._counted_hash.digest(),
+                             "replies": self._replies,
+                             "replies_sha256": self._replies_hash.digest()})
+        except TranscriptError as exc:  # another writer owns the file now: leave it intact
+            log.warning("refused-summary not written: %s", exc)
+        finally:
+            self._counted, self._replies = 0, 0
             self._file.close()
             self._file = None
 
+    def _check_open(self) -> None:
+        if self._file is None:
+            raise ValueError(f"transcript {self.path} is closed")
 
-def read_transcript(path: str | Path) -> Iterator[Record]:
-    """The records of a transcript file, in order."""
+    def _pack(self, item: dict) -> bytes:
+        return msgpack.packb({**item, "prev": self._prev}, use_bin_type=True)
+
+    def _write(self, item: dict) -> None:
+        """Append one record, unless another writer has appended since (it would fork the
+        chain: TranscriptError, nothing written)."""
+        self._check_open()
+        assert self._file is not None
+        size = os.fstat(self._file.fileno()).st_size
+        if size != self._end:
+            raise TranscriptError(f"{self.path} was written by another writer ({size} bytes, "
+                                  f"this one wrote up to {self._end}): not appending")
+        raw = self._pack(item)
+        self._file.write(raw)
+        self._file.flush()
+        self._end += len(raw)
+        self._seq += 1
+        self._prev = hashlib.sha256(raw).digest()
+
+
+def read_transcript(path: str | Path, blobs: str | Path | None = None) -> Iterator[Record]:
+    """The records of a transcript file, in order, with blob references resolved (from
+    `blobs`, or the defaults of `blob_dirs`); TranscriptError for a missing or corrupt blob."""
+    dirs, cache = blob_dirs(path, blobs), {}
     for _, record in raw_records(Path(path).read_bytes()):
-        yield record
-
-
-class TranscriptError(ValueError):
-    """A transcript file that cannot be parsed into records (truncated or corrupt)."""
+        yield resolve(record, dirs, cache)
 
 
 def raw_records(data: bytes) -> Iterator[tuple[bytes, Record]]:
     """(exact bytes, parsed record) of every record; TranscriptError on a torn tail or
-    a record that is not a transcript record."""
+    a record that is not a transcript record. Blob references are left unresolved."""
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=max(len(data), 1 << 20))
     unpacker.feed(data)
     start = 0
@@ -101,8 +298,34 @@ def raw_records(data: bytes) -> Iterator[tuple[bytes, Record]]:
             raise TranscriptError(f"corrupt record at byte {start}: {exc}") from None
         end = unpacker.tell()
         try:
-            record = Record(**item)
-        except TypeError:
+            record = _record(item)
+        except (TypeError, ValueError):
             raise TranscriptError(f"record at byte {start} is not a transcript record") from None
         yield data[start:end], record
         start = end
+
+
+def _record(item: object) -> Record:
+    """A Record from one unpacked map, its fields checked; TypeError/ValueError if not one."""
+    if not isinstance(item, dict):
+        raise TypeError("not a map")
+    fields = dict(item)
+    for key in _DIGESTS:
+        value = fields.get(key)
+        if isinstance(value, bytes):
+            if len(value) != 32:
+                raise ValueError(f"{key} is not a SHA-256")
+            fields[key] = value.hex()
+    record = Record(**fields)
+    if not (isinstance(record.seq, int) and isinstance(record.kind, str)
+            and isinstance(record.prev, str) and len(record.prev) == 64
+            and isinstance(record.frame, bytes)):
+        raise ValueError("bad field types")
+    if record.kind == REFUSED:
+        if len(record.sha256) != 64 or record.dir != "recv":
+            raise ValueError("a refused record needs the frame's digest")
+    elif record.kind != REFUSED_SUMMARY and record.dir not in ("sent", "recv"):
+        raise ValueError(f"direction {record.dir!r}")
+    if record.ref and (len(record.ref) != 64 or record.frame):
+        raise ValueError("a blob reference with a frame")
+    return record

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from protocol.audit import AuditReport, audit_session, audit_transcript
+from protocol.audit import AuditReport, audit_session, audit_transcript, readable_records
 from protocol.policy import CURATOR, MODELER
 
 
@@ -55,24 +55,34 @@ def check_recorded_ledger(report: AuditReport, transcript: Path) -> None:
             f"{a['central']['epsilon']:.6g} and {a['local']['reports']} reports")
 
 
-def audit_files(paths: list[Path], data: Path | None = None) -> list[AuditReport]:
-    """Audit one transcript, or a curator's and a modeler's of one session (any order)."""
-    reports = _audit(paths, data)
+def audit_files(paths: list[Path], data: Path | None = None,
+                blobs: Path | None = None) -> list[AuditReport]:
+    """Audit one transcript, or a curator's and a modeler's of one session (any order);
+    blob references are read from `blobs`, or beside each transcript (./blobs, ../blobs)."""
+    reports = _audit(paths, data, blobs)
     for report in reports:
         check_recorded_ledger(report, Path(report.path))
     return reports
 
 
-def _audit(paths: list[Path], data: Path | None) -> list[AuditReport]:
+def _audit(paths: list[Path], data: Path | None, blobs: Path | None) -> list[AuditReport]:
     X, f = load_data(data) if data is not None else (None, None)
     if len(paths) == 1:
         role = CURATOR if paths[0].name.startswith(CURATOR) else MODELER
-        return [audit_transcript(paths[0], anchor_for(paths[0], role), X, f)]
+        return [audit_transcript(paths[0], anchor_for(paths[0], role), X, f, blobs)]
     if len(paths) != 2:
         raise ValueError("give one transcript, or the curator's and the modeler's of a session")
-    probe = [audit_transcript(p) for p in paths]
-    if probe[0].role == MODELER:
+    if _role_of(paths[0]) == MODELER:
         paths = paths[::-1]
     return audit_session(paths[0], paths[1],
                          {CURATOR: anchor_for(paths[0], CURATOR),
-                          MODELER: anchor_for(paths[1], MODELER)}, X, f)
+                          MODELER: anchor_for(paths[1], MODELER)}, X, f, blobs)
+
+
+def _role_of(path: Path) -> str:
+    """Which party wrote a transcript, from its records alone (without reading any blob):
+    the curator receives the Hello, the modeler sends it."""
+    for record in readable_records(path):
+        if record.kind == "hello":
+            return CURATOR if record.dir == "recv" else MODELER
+    return CURATOR if path.name.startswith(CURATOR) else MODELER

@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the curator's data (.npz with X and f, or .npy X): check that none of "
                         "it appears in anything sent")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--blobs", type=Path,
+                   help="folder of the shared frames the transcripts reference (default: "
+                        "blobs/ beside the transcript or its parent)")
     p.set_defaults(handler=_cmd_audit)
 
     p = sub.add_parser("export-data", help="write a scenario's preprocessed X and f (.npz), "
@@ -359,7 +362,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    reports = audit_files(args.transcripts, args.data)
+    reports = audit_files(args.transcripts, args.data, args.blobs)
     if args.json:
         print(json.dumps([r.to_dict() for r in reports], indent=1))
     else:

@@ -166,8 +166,9 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
             boundary = Boundary(NON_PRIVATE if service.settings.non_private else PRIVATE,
                                 CURATOR)
             boundary.incoming(hello)
-            transcript = (Transcript(where / "curator.transcript", resume=bool(hello.resume))
-                          if where is not None else None)
+            transcript = (Transcript(where / "curator.transcript", resume=bool(hello.resume),
+                                     blobs=out / "blobs" if per_session_folder else None)
+                          if where is not None else None)  # one Z for every session
             channel.settle(boundary, transcript)
             channel.timeout = float(service.config.get("timeout", 60.0))
             await curate(channel, session, where, verbose=verbose, peer=pipe.peer,

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from protocol.audit import audit_transcript
+from protocol.audit import audit_session, audit_transcript
 from scenarios.remote import LISTENING
 from scenarios.session import RunConfig, run_inproc
 
@@ -77,6 +77,9 @@ def _check(tmp_path, reference):
     for path in (folder / "curator.transcript", tmp_path / "m" / "modeler.transcript"):
         report = audit_transcript(path)
         assert report.ok, report.violations
+    # the paired audit too: frames in flight at the kill are unacknowledged, not disagreements
+    reports = audit_session(folder / "curator.transcript", tmp_path / "m" / "modeler.transcript")
+    assert all(r.ok for r in reports), [r.violations for r in reports]
 
 
 def test_modeler_killed_mid_run_resumes_from_its_transcript(tmp_path, reference):
