@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -71,19 +71,23 @@ def dealer(ctx: zmq.asyncio.Context, endpoint: str) -> zmq.asyncio.Socket:
 
 
 async def garbage_before_hello(ctx, endpoint: str, frames: int, rng) -> None:
-    """`frames` garbage frames, each from a fresh identity (never a session)."""
-    socks = [dealer(ctx, endpoint) for _ in range(64)]
-    try:
-        for i in range(frames):
-            await socks[i % len(socks)].send(rng.bytes(int(rng.integers(1, 120))))
-            if i % len(socks) == len(socks) - 1:  # new identities for the next round
-                for s in socks:
-                    s.close(0)
-                socks = [dealer(ctx, endpoint) for _ in range(64)]
-                await asyncio.sleep(0)
-    finally:
-        for s in socks:
-            s.close(0)
+    """`frames` garbage frames, each from a fresh routing identity (never a session):
+    rounds of 64 sockets, each round's sockets closed before the next opens."""
+    sent = 0
+    while sent < frames:
+        socks = []
+        for _ in range(min(64, frames - sent)):
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.ROUTING_ID, rng.bytes(16))
+            sock.connect(endpoint)
+            socks.append(sock)
+        for sock in socks:
+            await sock.send(rng.bytes(int(rng.integers(1, 120))))
+            sent += 1
+        await asyncio.sleep(0.02)  # let the frames leave before the sockets close
+        for sock in socks:
+            sock.close(0)
 
 
 async def hello_then_garbage(ctx, endpoint: str, garbage: int, rng) -> int:
@@ -149,6 +153,8 @@ async def flood(endpoint: str, args, n: int) -> tuple[list[float], list[float], 
 
 
 def main() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # many short-lived peers
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenario", default="hospital")
     parser.add_argument("--hellos", type=int, default=1000)
