@@ -50,8 +50,13 @@ class Problem:
 def dataset_digest(problem: Problem) -> str:
     """SHA-256 of the prepared X and f (shape, dtype and bytes): what a journal, a
     resumed session and an audit check the curator's data against."""
+    return arrays_digest(problem.X, problem.f)
+
+
+def arrays_digest(X: np.ndarray, f: np.ndarray) -> str:
+    """`dataset_digest` of the arrays X and f (what `pobo audit --data` checks a file by)."""
     h = hashlib.sha256()
-    for a in (problem.X, problem.f):
+    for a in (X, f):
         a = np.ascontiguousarray(a, dtype=np.float64)
         h.update(repr(a.shape).encode())
         h.update(a.tobytes())

@@ -12,6 +12,7 @@ from parties.modeler import HyperFit, Modeler
 from parties.strategies import Strategy, declaration, for_release
 from protocol.channel import Channel
 from protocol.codec import decode
+from protocol.signing import body_of
 from protocol.transcript import read_transcript
 from protocol.errors import ErrorCode, PeerError, PeerTimeout, ProtocolError
 from protocol.messages import (
@@ -39,7 +40,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
         await receive_hello(channel)
-    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params))
+    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key))
     await channel.send(Dataset(release))
     if asked:
         channel.boundary.restore_queries(asked)
@@ -115,7 +116,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         strategy = for_release(strategy, release.algorithm, release.delta)
     declared, release_delta = declaration(strategy)
     await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else "",
-                             declared, release_delta))
+                             declared, release_delta, channel.sign_key))
     welcome = _expect(await channel.recv(), Welcome)
     dataset = _expect(await channel.recv(), Dataset)
     modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)
@@ -178,7 +179,7 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     for record in read_transcript(transcript, blobs):
         if record.kind not in ("welcome", "dataset", "query", "reward"):
             continue
-        message = decode(record.frame)
+        message = decode(body_of(record.frame))
         if isinstance(message, Welcome):
             if welcome is not None and message.session != welcome.session:
                 raise ValueError(f"{transcript} holds more than one session")

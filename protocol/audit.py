@@ -1,5 +1,19 @@
 """Audit of a party's transcript, from the transcript alone (and the peer's, if given).
 
+First the signatures and links of protocol version 2 (`check_signatures`): given the
+parties' public signing keys (never the keys the transcript itself announces), every
+frame the party sent must carry its valid signature and every frame it received the
+peer's, and the Hello and Welcome must announce those keys. With or without keys: each
+frame the party sent is signed as its own record (seq and the hash of the record before:
+so rehashing an edited chain contradicts the party's own signatures) and acknowledges the
+last frame it had received; each frame it received names the session, acknowledges only
+frames this transcript records sending on that connection, never going back, and the
+peer's record numbers never go back. So one transcript holds the peer's signed receipts
+for what the party sent: an edit to a frame sent, or its removal, shows against them.
+The result is `signatures`: verified, unsigned, unverified (signed, no keys given) or
+FAILED at record N (why). With both transcripts, a frame one party acknowledged must be
+in its transcript (it cannot pass for a frame lost in flight).
+
 Checks, in order: the hash chain (each record's `prev` is the SHA-256 of the exact
 bytes of the record before; sequence numbers count from 0; no torn tail; the head
 matches the count and hash the party anchored in its result, when given); that every
@@ -48,6 +62,7 @@ from protocol.codec import decode
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
 from protocol.messages import Dataset, Error, Hello, Release, Reward, Welcome
+from protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
 from protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
 from protocol.transcript import (
     GENESIS, REFUSED, REFUSED_SUMMARY, Record, TranscriptError, blob_dirs, raw_records, resolve,
@@ -69,6 +84,7 @@ class AuditReport:
     session: str | None = None
     refused: dict | None = None  # refused frames: recorded (by code), counted past the cap
     unacknowledged: dict | None = None  # paired audit: frames sent, never received
+    signatures: str = "unsigned"  # verified | unsigned | unverified (...) | FAILED at record N (...)
 
     @property
     def ok(self) -> bool:
@@ -80,12 +96,13 @@ class AuditReport:
         return {"path": self.path, "role": self.role, "records": self.records, "ok": self.ok,
                 "session": self.session, "violations": self.violations, "notes": self.notes,
                 "ledger": self.ledger, "refused": self.refused,
-                "unacknowledged": self.unacknowledged}
+                "unacknowledged": self.unacknowledged, "signatures": self.signatures}
 
     def text(self) -> str:
         """The human report."""
         lines = [f"{self.path}: {self.role} transcript, {self.records} records, session "
                  f"{self.session}: {'OK' if self.ok else 'VIOLATIONS'}"]
+        lines.append(f"  signatures: {self.signatures}")
         lines += [f"  violation: {v}" for v in self.violations]
         lines += [f"  note: {n}" for n in self.notes]
         if self.ledger is not None:
@@ -125,9 +142,13 @@ def chain(path: str | Path, report: AuditReport, anchor: dict | None = None) -> 
 
 def audit_transcript(path: str | Path, anchor: dict | None = None,
                      X: np.ndarray | None = None, f: np.ndarray | None = None,
-                     blobs: str | Path | None = None) -> AuditReport:
+                     blobs: str | Path | None = None,
+                     keys: dict[str, str] | None = None) -> AuditReport:
     """Audit one party's transcript (its blob references read from `blobs`, or the
-    defaults of `protocol.transcript.blob_dirs`); see the module docstring."""
+    defaults of `protocol.transcript.blob_dirs`); see the module docstring. `keys` are
+    the parties' public signing keys (hex, by role) as the auditor knows them: every
+    signature and link is checked against them (never against the keys the transcript
+    itself announces)."""
     report = AuditReport(str(path))
     records = chain(path, report, anchor)
     dirs, cache = blob_dirs(path, blobs), {}
@@ -143,7 +164,7 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
             messages.append((r, None))
             continue
         try:
-            messages.append((r, decode(r.frame)))
+            messages.append((r, decode(body_of(r.frame))))
         except ProtocolError as exc:
             if r.dir == "sent":
                 report.violations.append(f"record {r.seq}: the party sent an undecodable "
@@ -153,6 +174,7 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
             messages.append((r, None))
     role = _role(messages)
     report.role = role
+    check_signatures(messages, role, keys, report)
     _count_refused(messages, report)
     welcome = next((m for _, m in messages if isinstance(m, Welcome)), None)
     if welcome is None:
@@ -536,6 +558,43 @@ def compare(curator: list[Record], modeler: list[Record]) -> Comparison:
     return out
 
 
+def _link_of(record: Record):
+    """The link of the envelope a record holds (a split envelope keeps it in the record),
+    or None."""
+    if record.link is not None:
+        peer = record.link.get("peer")
+        return peer if isinstance(peer, bytes) and len(peer) == 32 else None
+    if not record.frame:
+        return None
+    try:
+        env = open_frame(record.frame)
+    except ProtocolError:
+        return None
+    return None if env.link is None else env.link.peer
+
+
+def _unheld_receipts(receiver: str, rrecords: list[Record], sender: str,
+                     srecords: list[Record]) -> list[str]:
+    """Frames the `receiver` acknowledged (the receipts in its frames, as the sender's
+    transcript holds them) that the receiver's own transcript does not record receiving:
+    a frame acknowledged was received, so it cannot pass for one lost in flight."""
+    held = {r.digest for r in rrecords if r.dir == "recv" and r.kind != REFUSED_SUMMARY}
+    sent = {r.digest: r.seq for r in srecords if r.dir == "sent" and r.kind != REFUSED_SUMMARY}
+    out = []
+    for r in srecords:
+        if r.dir != "recv" or r.kind in (REFUSED, REFUSED_SUMMARY):
+            continue
+        peer = _link_of(r)
+        if peer is None or peer == ZERO:
+            continue
+        digest = peer.hex()
+        if digest in sent and digest not in held:
+            out.append(f"the {receiver} acknowledged receiving {sender} record {sent[digest]} "
+                       f"(in the frame at {sender} record {r.seq}), which the {receiver}'s "
+                       "transcript does not hold (cut or edited)")
+    return out[:20]
+
+
 def readable_records(path: str | Path) -> list[Record]:
     """The records of a transcript up to the first unreadable byte."""
     out = []
@@ -549,19 +608,140 @@ def readable_records(path: str | Path) -> list[Record]:
 
 def audit_session(curator_path: str | Path, modeler_path: str | Path,
                   anchors: dict | None = None, X=None, f=None,
-                  blobs: str | Path | None = None) -> list[AuditReport]:
+                  blobs: str | Path | None = None,
+                  keys: dict[str, str] | None = None) -> list[AuditReport]:
     """Audit both transcripts of one session and check that they agree (unacknowledged
     frames are a note on both reports, with their counts per direction)."""
     anchors = anchors or {}
-    reports = [audit_transcript(curator_path, anchors.get(CURATOR), X, f, blobs),
-               audit_transcript(modeler_path, anchors.get(MODELER), blobs=blobs)]
+    reports = [audit_transcript(curator_path, anchors.get(CURATOR), X, f, blobs, keys),
+               audit_transcript(modeler_path, anchors.get(MODELER), blobs=blobs, keys=keys)]
     comparison = compare(readable_records(curator_path), readable_records(modeler_path))
     for problem in comparison.violations:
         reports[0].violations.append(f"transcripts disagree: {problem}")
     for report in reports:
         report.notes += comparison.notes
         report.unacknowledged = comparison.unacknowledged
+    curator, modeler = readable_records(curator_path), readable_records(modeler_path)
+    for receiver, rrecords, sender, srecords, report in (
+            (MODELER, modeler, CURATOR, curator, reports[1]),  # on the cut transcript's report
+            (CURATOR, curator, MODELER, modeler, reports[0])):
+        for problem in _unheld_receipts(receiver, rrecords, sender, srecords):
+            report.violations.append(f"transcripts disagree: {problem}")
     if reports[0].session != reports[1].session:
         reports[0].violations.append(f"the transcripts are of different sessions "
                                      f"({reports[0].session} vs {reports[1].session})")
     return reports
+
+
+def check_signatures(messages: list, role: str, keys: dict[str, str] | None,
+                     report: AuditReport) -> None:
+    """Verify the envelopes of every frame recorded (protocol.signing): with `keys`, the
+    signature of each frame the party sent (its key) and received (the peer's key), and
+    that the handshake announced those keys; with or without them, the links: each frame
+    the party sent names its own record (seq and previous hash: the chain the party
+    signed) and the last frame it had accepted on that connection; each frame it received
+    names its session, acknowledges only a frame this transcript records sending on that
+    connection (never going back), and the peer's record numbers never go back (one
+    number, one previous hash). Sets `report.signatures`; every failure is a violation,
+    the first one named in `signatures`."""
+    peer_role = MODELER if role == CURATOR else CURATOR
+    vks = {}
+    if keys is not None:
+        try:
+            vks = {r: verify_key(keys[r]) for r in (CURATOR, MODELER)}
+        except (KeyError, ProtocolError) as exc:
+            report.violations.append(f"signing keys: {exc}")
+            report.signatures = f"FAILED ({exc})"
+            return
+    failures: list[tuple[int, str]] = []
+    opening = "recv" if role == CURATOR else "sent"
+    counted_replies = any(r.kind == REFUSED_SUMMARY and r.replies for r, _ in messages)
+    sent: dict[str, int] = {}  # this connection: frame digest -> order sent
+    acked, last_recv = -1, ZERO
+    peer_prev: dict[int, bytes] = {}
+    peer_seq = -1
+    session = ""
+    signed = bare = 0
+    for r, m in messages:
+        if r.kind in (REFUSED, REFUSED_SUMMARY) or not r.frame:
+            continue
+        if r.kind == "hello" and r.dir == opening:  # a new connection
+            sent, acked, last_recv, peer_seq = {}, -1, ZERO, -1
+        try:
+            env = open_frame(r.frame)
+        except ProtocolError as exc:
+            failures.append((r.seq, f"its envelope is malformed ({exc})"))
+            continue
+        if isinstance(m, Hello):
+            session = m.resume
+        elif isinstance(m, Welcome):
+            session = m.session
+        who = role if r.dir == "sent" else peer_role
+        if env.bare:
+            bare += 1
+            if vks:
+                failures.append((r.seq, f"the {r.kind} {r.dir} is not signed"))
+            if r.dir == "recv":
+                last_recv = hashlib.sha256(r.frame).digest()
+            continue
+        link = env.link
+        signed += bool(env.sig)
+        if vks:
+            if isinstance(m, (Hello, Welcome)):
+                owner = MODELER if isinstance(m, Hello) else CURATOR
+                if m.sign_key != keys[owner]:
+                    failures.append((r.seq, f"the {r.kind} announces the {owner} signing key "
+                                     f"{key_id(m.sign_key)}, the auditor's is "
+                                     f"{key_id(keys[owner])}"))
+            if not verify(env, vks[who]):
+                failures.append((r.seq, f"the {who}'s signature on the {r.kind} {r.dir} "
+                                 "does not verify with its key"))
+        if link.session != session:
+            failures.append((r.seq, f"the {r.kind} {r.dir} is linked to session "
+                             f"{link.session[:40]!r}, not {session[:40]!r}"))
+        if r.dir == "sent":
+            if link.seq != r.seq or link.prev.hex() != r.prev:
+                failures.append((r.seq, f"the {role} signed this {r.kind} as its record "
+                                 f"{link.seq} after {link.prev.hex()[:16]}...; the transcript "
+                                 f"has it as record {r.seq} after {r.prev[:16]}... (records "
+                                 "edited, removed or inserted before it)"))
+            if link.peer != last_recv:
+                failures.append((r.seq, f"the {r.kind} sent acknowledges another frame than "
+                                 "the last one this transcript records receiving"))
+            sent[hashlib.sha256(r.frame).hexdigest()] = len(sent)
+            continue
+        if link.seq < peer_seq or peer_prev.get(link.seq, link.prev) != link.prev:
+            failures.append((r.seq, f"the {peer_role}'s signed record number {link.seq} "
+                             f"goes back (after {peer_seq}) or names two previous records"))
+        peer_seq = max(peer_seq, link.seq)
+        peer_prev[link.seq] = link.prev
+        if link.peer != ZERO:
+            at = sent.get(link.peer.hex())
+            if at is None:
+                if counted_replies:
+                    report.notes.append(f"record {r.seq}: acknowledges a frame not recorded "
+                                        "(an Error reply counted past the refused cap?)")
+                else:
+                    failures.append((r.seq, f"the {peer_role} acknowledges a frame this "
+                                     "transcript never recorded sending (frames sent were "
+                                     "removed or edited)"))
+            elif at < acked:
+                failures.append((r.seq, f"the {peer_role} acknowledges an older frame than "
+                                 "before"))
+            else:
+                acked = at
+        elif acked >= 0:
+            failures.append((r.seq, f"the {peer_role} acknowledges nothing after it "
+                             "acknowledged a frame"))
+        last_recv = hashlib.sha256(r.frame).digest()
+    for seq, text in failures:
+        report.violations.append(f"record {seq}: signatures: {text}")
+    if failures:
+        seq, text = failures[0]
+        report.signatures = f"FAILED at record {seq} ({text})"
+    elif vks:
+        report.signatures = "verified"
+    elif signed:
+        report.signatures = "unverified (signed, but no public keys were given to check them)"
+    else:
+        report.signatures = "unsigned"

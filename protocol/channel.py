@@ -9,11 +9,15 @@ it has.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Protocol
 
 from protocol.codec import DEFAULT_MAX_FRAME, decode, encode
-from protocol.errors import ProtocolError
-from protocol.messages import Message, kind_of
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.messages import PROTOCOL_VERSION, Error, Hello, Message, Welcome, kind_of
+from protocol.signing import (
+    SIGNED, UNSIGNED, ZERO, Link, Signer, key_id, open_frame, seal, verify, verify_key,
+)
 from protocol.policy import Boundary
 from protocol.transcript import Transcript
 
@@ -32,19 +36,54 @@ class FramePipe(Protocol):
 
 
 class Channel:
-    """Policy-checked, transcribed message exchange with one peer."""
+    """Policy-checked, signed, transcribed message exchange with one peer.
+
+    Every frame sent is a `protocol.signing` envelope: the encoded message, its link
+    (session, this side's transcript position, the hash of the last frame received) and,
+    with a `signer`, an Ed25519 signature over both. Every frame received is opened, its
+    signature checked with the key the peer announced in its Hello or Welcome (which must
+    be in `peer_keys` when that is given: '' = unsigned is then refused too) and its links
+    checked (the session; a receipt only for a frame this side sent, never going back)
+    BEFORE the policy sees it; a frame that fails is refused with a typed ProtocolError
+    (bad_signature, wrong_key) and recorded as refused. A peer whose first frame is bare
+    (no envelope: version-1 framing) is answered bare, and only if it need not sign.
+    """
 
     def __init__(self, pipe: FramePipe, boundary: Boundary,
                  transcript: Transcript | None = None, *,
-                 max_frame: int = DEFAULT_MAX_FRAME, timeout: float = 30.0) -> None:
+                 max_frame: int = DEFAULT_MAX_FRAME, timeout: float = 30.0,
+                 signer: Signer | None = None, peer_keys: frozenset[str] | None = None) -> None:
         self.pipe = pipe
         self.boundary = boundary
         self.transcript = transcript
         self.max_frame = max_frame
         self.timeout = timeout
+        self.signer = signer
+        self.peer_keys = peer_keys  # None: any key the peer announces (or none)
+        self.peer_key: str | None = None  # the key the peer announced (None: not yet)
+        self._peer_vk = None
+        self.session_id = ""
+        self.bare: bool | None = None  # the peer's framing, from its first frame accepted
+        self._last_bare = False  # the framing of the last frame received (refused or not)
         self.last_frame: bytes | None = None
         self.answered = False  # whether an Error has been sent on this channel
         self._counted_refusal = False  # the last frame refused was only counted
+        self._sent: dict[bytes, int] = {}  # SHA-256 of each frame sent -> its order
+        self._acked = -1  # the latest frame sent that the peer acknowledged
+        self._peer_seq = -1  # the peer's record number in its last frame
+        self._last_recv = ZERO  # SHA-256 of the last frame accepted from the peer
+        self._sends = 0
+
+    @property
+    def sign_key(self) -> str:
+        """This side's public signing key (hex), '' when it signs nothing."""
+        return self.signer.public_hex if self.signer is not None else ""
+
+    @property
+    def signatures(self) -> str:
+        """'signed' when both sides sign their frames, else 'unsigned'."""
+        return SIGNED if self.signer is not None and self.peer_key and not self.bare \
+            else UNSIGNED
 
     def settle(self, boundary: Boundary, transcript: Transcript | None) -> None:
         """Adopt the session's boundary and transcript once the opening message has
@@ -52,14 +91,24 @@ class Channel:
         self.boundary = boundary
         self.transcript = transcript
         if transcript is not None and self.last_frame is not None:
-            transcript.append("recv", kind_of(decode(self.last_frame, self.max_frame)),
-                              self.last_frame)
+            body = open_frame(self.last_frame).body
+            transcript.append("recv", kind_of(decode(body, self.max_frame)), self.last_frame)
 
     async def send(self, message: Message) -> None:
-        """Check `message` against the policy, encode, record and send it."""
+        """Check `message` against the policy, encode, seal, record and send it."""
         self.boundary.outgoing(message)
-        frame = encode(message)
+        body = encode(message)
         kind = kind_of(message)
+        if isinstance(message, Hello):
+            self.session_id = message.resume
+        elif isinstance(message, Welcome):
+            self.session_id = message.session
+        if self.bare if self.bare is not None else self._last_bare:
+            frame = body  # a peer that spoke bare frames gets bare answers
+        else:
+            seq, prev = (self.transcript.position if self.transcript is not None
+                         else (self._sends, ZERO))
+            frame = seal(body, Link(self.session_id, seq, prev, self._last_recv), self.signer)
         self.answered = self.answered or kind == "error"
         if self.transcript is not None:
             if self._counted_refusal and kind == "error":  # the reply to a counted refusal
@@ -67,24 +116,117 @@ class Channel:
             else:
                 self.transcript.append("sent", kind, frame)
         self._counted_refusal = False
+        if frame is not body:  # an envelope: the peer may acknowledge it
+            self._sent[hashlib.sha256(frame).digest()] = self._sends
+        self._sends += 1
         await self.pipe.send(frame)
 
     async def recv(self, timeout: float | None = None) -> Message:
-        """The next message from the peer, decoded and admitted by the policy."""
+        """The next message from the peer: opened, verified, decoded and admitted by the
+        policy."""
         frame = await self.pipe.recv(self.timeout if timeout is None else timeout)
         self.last_frame = frame
         self._counted_refusal = False
         try:
-            message = decode(frame, self.max_frame)
+            message, commit = self._open(frame)
             self.boundary.incoming(message)  # refuses without changing the boundary's state
         except ProtocolError as exc:
             if self.transcript is not None:
                 self._counted_refusal = not self.transcript.refuse(frame, exc.code.value,
                                                                    str(exc))
             raise
+        commit()
         if self.transcript is not None:
             self.transcript.append("recv", kind_of(message), frame)
         return message
+
+    def _open(self, frame: bytes):
+        """(the message in `frame`, a function that commits what accepting it changes);
+        ProtocolError if the frame is malformed, unsigned where it must be signed, badly
+        signed or badly linked. Nothing changes before the commit."""
+        self._last_bare = True  # until the frame is known to be an envelope
+        envelope = open_frame(frame, self.max_frame)
+        self._last_bare = envelope.bare
+        bare = self.bare if self.bare is not None else envelope.bare
+        if envelope.bare:
+            message = decode(envelope.body, self.max_frame)
+            if isinstance(message, Hello) and message.version != PROTOCOL_VERSION:
+                self.boundary.incoming(message)  # the typed version_mismatch, answered bare
+            if self.peer_keys is not None or self.peer_key or self.bare is False:
+                raise ProtocolError("an unsigned bare frame where every frame must be a "
+                                    "signed envelope", ErrorCode.BAD_SIGNATURE)
+            handshake = self._handshake_key(message)
+            if handshake is not None and handshake[0]:
+                raise ProtocolError("a bare frame announcing a signing key",
+                                    ErrorCode.BAD_SIGNATURE)
+
+            def commit_bare() -> None:
+                self.bare = bare
+                if handshake is not None:
+                    self.peer_key = ""
+            return message, commit_bare
+        if self.bare:
+            raise ProtocolError("an envelope from a peer that spoke bare frames",
+                                ErrorCode.BAD_SIGNATURE)
+        link = envelope.link
+        assert link is not None
+        if self._peer_vk is not None and not verify(envelope, self._peer_vk):
+            raise ProtocolError(f"bad signature on a frame claiming record {link.seq} of "
+                                f"the peer", ErrorCode.BAD_SIGNATURE)
+        message = decode(envelope.body, self.max_frame)
+        handshake = self._handshake_key(message)
+        session = self.session_id
+        if handshake is not None:
+            announced, session, vk = handshake
+            if vk is not None and not verify(envelope, vk):
+                raise ProtocolError("bad signature on the handshake for the key it announces",
+                                    ErrorCode.BAD_SIGNATURE)
+        elif self.peer_key is None and not isinstance(message, Error):
+            raise ProtocolError(f"a {kind_of(message)} before the peer's handshake",
+                                ErrorCode.SEQUENCE)
+        if link.session != session and not (  # a refusal before any session was settled
+                isinstance(message, Error) and self.peer_key is None and link.session == ""):
+            raise ProtocolError(f"the frame is linked to session {link.session[:40]!r}, this "
+                                f"is {session[:40]!r}", ErrorCode.BAD_SIGNATURE)
+        if link.seq < self._peer_seq:
+            raise ProtocolError(f"the peer's record number went back from {self._peer_seq} "
+                                f"to {link.seq}", ErrorCode.BAD_SIGNATURE)
+        acked = self._acked
+        if link.peer != ZERO:
+            acked = self._sent.get(link.peer, -2)
+            if acked == -2:
+                raise ProtocolError("the frame acknowledges a frame this side never sent",
+                                    ErrorCode.BAD_SIGNATURE)
+            if acked < self._acked:
+                raise ProtocolError("the frame acknowledges an older frame than the peer "
+                                    "did before", ErrorCode.BAD_SIGNATURE)
+        elif self._acked >= 0:
+            raise ProtocolError("the frame acknowledges nothing after the peer acknowledged "
+                                "a frame", ErrorCode.BAD_SIGNATURE)
+
+        def commit() -> None:
+            self.bare = False
+            if acked > self._acked:  # frames before the one acknowledged can never be again
+                for digest in [d for d, i in self._sent.items() if i < acked]:
+                    del self._sent[digest]
+            self._acked, self._peer_seq = acked, link.seq
+            self._last_recv = hashlib.sha256(frame).digest()
+            if handshake is not None:
+                self.peer_key, self.session_id, self._peer_vk = handshake
+        return message, commit
+
+    def _handshake_key(self, message: Message):
+        """For the peer's Hello or Welcome (the first one on this channel): (the key it
+        announces, the session it names, its verify key or None); WRONG_KEY for a key
+        other than the expected one. None for any other message."""
+        if self.peer_key is not None or not isinstance(message, (Hello, Welcome)):
+            return None
+        announced = message.sign_key
+        if self.peer_keys is not None and announced not in self.peer_keys:
+            raise ProtocolError(f"the peer signs with key {key_id(announced)}, not one this "
+                                "side expects", ErrorCode.WRONG_KEY)
+        session = message.resume if isinstance(message, Hello) else message.session
+        return announced, session, verify_key(announced) if announced else None
 
     def close(self) -> None:
         """Close the pipe and the transcript."""

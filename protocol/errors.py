@@ -22,6 +22,8 @@ class ErrorCode(str, Enum):
     SESSION_CLOSED = "session_closed"  # a finished or failed session cannot be resumed
     SUPERSEDED = "superseded"  # a resume took this connection's session over
     BUSY = "busy"  # the curator serves as many sessions as it may
+    BAD_SIGNATURE = "bad_signature"  # a frame whose signature or links do not verify
+    WRONG_KEY = "wrong_key"  # a peer signing key other than the one expected (or none)
     INTERNAL = "internal"
 
 
@@ -42,7 +44,8 @@ class ProtocolError(PoboError):
         return self.code in (ErrorCode.MALFORMED, ErrorCode.UNKNOWN_KIND,
                              ErrorCode.INDEX_OUT_OF_RANGE, ErrorCode.BUDGET_EXHAUSTED,
                              ErrorCode.SEQUENCE, ErrorCode.OVERSIZED, ErrorCode.POLICY,
-                             ErrorCode.PRIVACY_BUDGET, ErrorCode.DUPLICATE)
+                             ErrorCode.PRIVACY_BUDGET, ErrorCode.DUPLICATE,
+                             ErrorCode.BAD_SIGNATURE)
 
 
 class PolicyViolation(ProtocolError):

@@ -11,7 +11,7 @@ from typing import Union
 
 import numpy as np
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: every frame a signed, cross-linked envelope (protocol.signing)
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,15 @@ class Hello:
     id of a session to resume ('' for a new one), and the acquisition it declares:
     `strategy` its registered name ('' undeclared) and `release_delta` > 0 when it is
     GP-UCB with Kusner et al.'s beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) at that delta
-    (Algorithm 1 line 3; 0 for any other beta)."""
+    (Algorithm 1 line 3; 0 for any other beta). `sign_key` is the key that signs every
+    frame the modeler sends ('' when it signs none)."""
 
     version: int
     client: str
     resume: str = ""
     strategy: str = ""
     release_delta: float = 0.0
+    sign_key: str = ""  # the modeler's Ed25519 public key (hex); '' = an unsigned modeler
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,7 @@ class Welcome:
     version: int
     session: str
     params: SessionParams
+    sign_key: str = ""  # the curator's Ed25519 public key (hex); '' = an unsigned curator
 
 
 @dataclass(frozen=True)

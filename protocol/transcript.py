@@ -11,6 +11,10 @@ before held 64 hex characters; both read back as hex). By kind:
   (atomically) and the record carries `ref` (its SHA-256, 32 bytes) and `size` instead
   of `frame`: every session's transcript shares the one copy of the dataset, and the
   record's own hash covers the digest, so the chain still fixes the frame's bytes.
+  A signed envelope (protocol.signing) is split: its body (the message: the same bytes in
+  every session, so one copy of Z for all of them) goes to the blob store under `ref`, and
+  the record keeps `link` and `sig` (the envelope without its body) and `fsha`, the
+  SHA-256 of the whole envelope frame, which reading it back rebuilds and checks.
 - `refused`: a received frame the party refused (undecodable, or refused by the boundary
   policy), as `sha256` (32 bytes), `size`, `code` (the ErrorCode) and `error` (a short
   message), never the frame: a record is at most REFUSED_RECORD_BYTES. At most
@@ -36,6 +40,8 @@ from typing import BinaryIO
 
 import msgpack
 
+from protocol.signing import rebuild, split_envelope
+
 GENESIS = "0" * 64
 REFUSED = "refused"
 REFUSED_SUMMARY = "refused-summary"
@@ -43,7 +49,7 @@ REFUSED_RECORD_BYTES = 200  # a refused record's message is trimmed to keep it w
 REFUSED_MESSAGE_CHARS = 80
 DEFAULT_MAX_REFUSED = 1000
 DEFAULT_BLOB_THRESHOLD = 1 << 16
-_DIGESTS = ("prev", "ref", "sha256", "replies_sha256")  # 32 raw bytes on disk, hex in Record
+_DIGESTS = ("prev", "ref", "sha256", "replies_sha256", "fsha")  # 32 raw bytes on disk, hex in Record
 log = logging.getLogger("pobo.transcript")
 
 
@@ -65,10 +71,15 @@ class Record:
     count: int = 0  # summary: refused frames counted, not recorded one by one
     replies: int = 0  # summary: Error replies to them, counted likewise
     replies_sha256: str = ""
+    fsha: str = ""  # a split envelope: the SHA-256 of the whole frame (its body is `ref`)
+    link: dict | None = None  # a split envelope: its link map ...
+    sig: bytes = b""  # ... and its signature
 
     @property
     def digest(self) -> str:
         """The SHA-256 (hex) of the frame this record stands for, without reading a blob."""
+        if self.fsha:
+            return self.fsha
         if self.ref:
             return self.ref
         if self.kind == REFUSED:
@@ -148,6 +159,11 @@ def resolve(record: Record, dirs: list[Path], cache: dict[str, bytes] | None = N
         frame = load_blob(record.ref, dirs)
         if cache is not None:
             cache[record.ref] = frame
+    if record.link is not None:  # a split envelope: rebuild it around its body
+        frame = rebuild(frame, record.link, record.sig)
+        if hashlib.sha256(frame).hexdigest() != record.fsha:
+            raise TranscriptError(f"record {record.seq}: the envelope rebuilt around blob "
+                                  f"{record.ref} does not hash to the record's {record.fsha}")
     return dataclasses.replace(record, frame=frame)
 
 
@@ -185,6 +201,12 @@ class Transcript:
         return {"records": self._seq, "last": self._prev.hex()}
 
     @property
+    def position(self) -> tuple[int, bytes]:
+        """(the seq the next record gets, the SHA-256 of the last record): what a signed
+        frame's link commits to."""
+        return self._seq, self._prev
+
+    @property
     def refused(self) -> dict:
         """Refused frames so far: recorded one by one in the file, and counted past the cap."""
         return {"recorded": self._refused, "counted": self._counted, "replies": self._replies}
@@ -194,7 +216,16 @@ class Transcript:
         referenced by digest), and flush it to the OS."""
         frame = bytes(frame)
         item: dict = {"seq": self._seq, "time": time.time(), "dir": direction, "kind": kind}
-        if self.blobs is not None and len(frame) > self.blob_threshold:
+        split = (split_envelope(frame) if self.blobs is not None
+                 and len(frame) > self.blob_threshold else None)
+        if split is not None:  # the body apart, shared by every session that sends it
+            body, link, sig = split
+            digest = hashlib.sha256(body).digest()
+            self._check_open()
+            self.blobs.put(body, digest.hex())  # before the record that names it
+            item.update(ref=digest, size=len(body), fsha=hashlib.sha256(frame).digest(),
+                        link=link, sig=sig)
+        elif self.blobs is not None and len(frame) > self.blob_threshold:
             digest = hashlib.sha256(frame).digest()
             self._check_open()
             self.blobs.put(frame, digest.hex())  # before the record that names it
@@ -328,4 +359,8 @@ def _record(item: object) -> Record:
         raise ValueError(f"direction {record.dir!r}")
     if record.ref and (len(record.ref) != 64 or record.frame):
         raise ValueError("a blob reference with a frame")
+    if record.link is not None and not (isinstance(record.link, dict) and record.ref
+                                        and len(record.fsha) == 64
+                                        and isinstance(record.sig, bytes)):
+        raise ValueError("a split envelope without its blob reference and digest")
     return record

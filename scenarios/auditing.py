@@ -6,8 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
+from parties.dataset import arrays_digest
 from protocol.audit import AuditReport, audit_session, audit_transcript, readable_records
 from protocol.policy import CURATOR, MODELER
+from protocol.signing import load_verify_key
 
 
 def anchor_for(transcript: Path, role: str) -> dict | None:
@@ -55,28 +57,80 @@ def check_recorded_ledger(report: AuditReport, transcript: Path) -> None:
             f"{a['central']['epsilon']:.6g} and {a['local']['reports']} reports")
 
 
+def signing_keys(curator_key: Path | None = None, modeler_key: Path | None = None,
+                 keys_dir: Path | None = None) -> dict[str, str] | None:
+    """The parties' public signing keys (hex, by role) from sign_public files, or from a
+    `pobo keys` folder (DIR/curator.sign_public, DIR/modeler.sign_public); None if none
+    are given. Both are needed: ValueError for one alone."""
+    if keys_dir is not None:
+        curator_key = curator_key or keys_dir / "curator.sign_public"
+        modeler_key = modeler_key or keys_dir / "modeler.sign_public"
+    if curator_key is None and modeler_key is None:
+        return None
+    if curator_key is None or modeler_key is None:
+        raise ValueError("verifying signatures needs both --curator-key and --modeler-key "
+                         "(or --keys DIR)")
+    return {CURATOR: load_verify_key(curator_key), MODELER: load_verify_key(modeler_key)}
+
+
+def check_data_digest(report: AuditReport, transcript: Path, X: np.ndarray,
+                      f: np.ndarray | None) -> None:
+    """That the data given are the session's: their digest is the one the curator recorded
+    (curator.json or result.json beside the transcript); anything else is a violation."""
+    recorded = None
+    for name in ("curator.json", "result.json"):
+        path = transcript.parent / name
+        if path.exists():
+            try:
+                recorded = json.loads(path.read_text()).get("dataset_digest")
+            except ValueError:
+                continue
+            if recorded:
+                break
+    if not recorded:
+        report.violations.append("the data given cannot be tied to this session: no curator "
+                                 "record (curator.json) with its dataset_digest beside the "
+                                 "transcript")
+        return
+    if f is None:
+        report.violations.append("the data given hold X only: the curator's digest covers X "
+                                 "and f, so they cannot be tied to this session (give the "
+                                 "export-data .npz)")
+        return
+    actual = arrays_digest(np.asarray(X, float), np.asarray(f, float))
+    if actual != recorded:
+        report.violations.append(f"the data given are not this session's: X {tuple(X.shape)} "
+                                 f"and f hash to {actual[:16]}..., the curator recorded "
+                                 f"{recorded[:16]}...")
+
+
 def audit_files(paths: list[Path], data: Path | None = None,
-                blobs: Path | None = None) -> list[AuditReport]:
+                blobs: Path | None = None, keys: dict[str, str] | None = None) -> list[AuditReport]:
     """Audit one transcript, or a curator's and a modeler's of one session (any order);
-    blob references are read from `blobs`, or beside each transcript (./blobs, ../blobs)."""
-    reports = _audit(paths, data, blobs)
+    blob references are read from `blobs`, or beside each transcript (./blobs, ../blobs);
+    signatures are verified against `keys` (see signing_keys); `data` must be the
+    session's (its digest the curator's record)."""
+    X, f = load_data(data) if data is not None else (None, None)
+    reports = _audit(paths, X, f, blobs, keys)
     for report in reports:
         check_recorded_ledger(report, Path(report.path))
+    if X is not None:
+        check_data_digest(reports[0], Path(reports[0].path), X, f)
     return reports
 
 
-def _audit(paths: list[Path], data: Path | None, blobs: Path | None) -> list[AuditReport]:
-    X, f = load_data(data) if data is not None else (None, None)
+def _audit(paths: list[Path], X, f, blobs: Path | None,
+           keys: dict[str, str] | None) -> list[AuditReport]:
     if len(paths) == 1:
         role = CURATOR if paths[0].name.startswith(CURATOR) else MODELER
-        return [audit_transcript(paths[0], anchor_for(paths[0], role), X, f, blobs)]
+        return [audit_transcript(paths[0], anchor_for(paths[0], role), X, f, blobs, keys)]
     if len(paths) != 2:
         raise ValueError("give one transcript, or the curator's and the modeler's of a session")
     if _role_of(paths[0]) == MODELER:
         paths = paths[::-1]
     return audit_session(paths[0], paths[1],
                          {CURATOR: anchor_for(paths[0], CURATOR),
-                          MODELER: anchor_for(paths[1], MODELER)}, X, f, blobs)
+                          MODELER: anchor_for(paths[1], MODELER)}, X, f, blobs, keys)
 
 
 def _role_of(path: Path) -> str:

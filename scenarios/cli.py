@@ -31,13 +31,14 @@ from parties.strategies import STRATEGIES
 from protocol.errors import PoboError
 from protocol.ledger import describe_ledger
 from protocol.messages import ReleaseRequest
-from scenarios.auditing import audit_files
+from protocol.signing import load_allowed_keys, load_signing_key, load_verify_key
+from scenarios.auditing import audit_files, signing_keys
 from scenarios.launch import TRANSPORTS, LaunchError, run
 from scenarios.presets import PRESETS, Preset
 from scenarios.registry import SCENARIOS, build_problem
 from scenarios.report import write_report
 from scenarios.remote import connect_modeler, serve_curator
-from scenarios.session import RunConfig, prepare_service
+from scenarios.session import RunConfig, Signing, prepare_service
 from scenarios.sweep import SweepSpec, dask_executor, run_sweep
 from transport.security import CurveClient, CurveServer, make_keys
 
@@ -115,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blobs", type=Path,
                    help="folder of the shared frames the transcripts reference (default: "
                         "blobs/ beside the transcript or its parent)")
+    p.add_argument("--curator-key", type=Path, metavar="FILE",
+                   help="the curator's public signing key (curator.sign_public): verify "
+                        "every signature it made")
+    p.add_argument("--modeler-key", type=Path, metavar="FILE",
+                   help="the modeler's public signing key (modeler.sign_public)")
+    p.add_argument("--keys", type=Path, metavar="DIR",
+                   help="a `pobo keys` folder holding both public signing keys")
     p.set_defaults(handler=_cmd_audit)
 
     p = sub.add_parser("export-data", help="write a scenario's preprocessed X and f (.npz), "
@@ -147,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve-secret", type=Path, help="CURVE: the curator's secret key file")
     p.add_argument("--curve-allow", type=Path,
                    help="CURVE: directory of the modeler public keys to admit")
+    p.add_argument("--sign-secret", type=Path, metavar="FILE",
+                   help="the curator's signing key (curator.sign_secret): sign every frame")
+    p.add_argument("--sign-allow", type=Path, metavar="DIR",
+                   help="admit only modelers signing with a key in DIR/*.sign_public")
     p.add_argument("--out", type=Path, default=Path("runs/curator"))
     p.set_defaults(handler=_cmd_curator)
 
@@ -156,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print it as JSON")
     p.set_defaults(handler=_cmd_ledger)
 
-    p = sub.add_parser("keys", help="make CURVE key pairs for a curator and a modeler")
+    p = sub.add_parser("keys", help="make CURVE and Ed25519 signing key pairs for a curator "
+                                    "and a modeler")
     p.add_argument("directory", type=Path)
     p.add_argument("--force", action="store_true",
                    help="overwrite key pairs already in DIRECTORY")
@@ -173,6 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the session recorded in OUT/modeler.transcript")
     p.add_argument("--curve-secret", type=Path, help="CURVE: the modeler's secret key file")
     p.add_argument("--curve-server", type=Path, help="CURVE: the curator's public key file")
+    p.add_argument("--sign-secret", type=Path, metavar="FILE",
+                   help="the modeler's signing key (modeler.sign_secret): sign every frame")
+    p.add_argument("--curator-sign-key", type=Path, metavar="FILE",
+                   help="the curator's public signing key (curator.sign_public): refuse a "
+                        "curator that signs with another key or none")
     p.add_argument("--out", type=Path, default=Path("runs/modeler"))
     p.add_argument("--verbose", action="store_true", help="print one line per query")
     p.set_defaults(handler=_cmd_modeler)
@@ -362,7 +380,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    reports = audit_files(args.transcripts, args.data, args.blobs)
+    keys = signing_keys(args.curator_key, args.modeler_key, args.keys)
+    reports = audit_files(args.transcripts, args.data, args.blobs, keys)
     if args.json:
         print(json.dumps([r.to_dict() for r in reports], indent=1))
     else:
@@ -384,6 +403,10 @@ def _cmd_keys(args: argparse.Namespace) -> int:
           f"{paths['curator_public']} (public, give it to the modeler)")
     print(f"modeler: {paths['modeler_secret']} (secret, stays on the modeler) and "
           f"{paths['modeler_public']} (public, copied to {paths['allowed']}/ for the curator)")
+    print(f"signing (Ed25519): {paths['curator_sign_secret']}, {paths['modeler_sign_secret']} "
+          f"(secret, each stays with its party); {paths['curator_sign_public']}, "
+          f"{paths['modeler_sign_public']} (public: for the peer and the auditor, "
+          f"`pobo audit --keys {args.directory}`)")
     return 0
 
 
@@ -399,6 +422,9 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         raise ValueError("--sessions and --max-sessions must be >= 0")
     secret, allowed = _curve_pair(args.curve_secret, args.curve_allow, "allow")
     curve = CurveServer(secret, allowed) if secret else None
+    signing = Signing(curator=load_signing_key(args.sign_secret) if args.sign_secret else None,
+                      modeler_keys=load_allowed_keys(args.sign_allow) if args.sign_allow
+                      else None)
     writable(args.out)  # refused now, not after a modeler's Hello
     if config.seed is not None:
         print(f"pobo curator: warning: --seed {config.seed} draws the projection, the noise "
@@ -410,7 +436,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                            max_sessions=args.max_sessions,
                                            accept_timeout=args.accept_timeout, curve=curve,
-                                           insecure=args.insecure))
+                                           insecure=args.insecure, signing=signing))
     finally:
         if journal is not None:
             journal.close()
@@ -449,7 +475,11 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
                                              args.curve_secret, args.curve_server, "server"))
                                          if args.curve_secret else None,
                                          timeout=args.timeout, resume=args.resume,
-                                         verbose=args.verbose))
+                                         verbose=args.verbose, signing=Signing(
+                                             modeler=load_signing_key(args.sign_secret)
+                                             if args.sign_secret else None,
+                                             curator_key=load_verify_key(args.curator_sign_key)
+                                             if args.curator_sign_key else None)))
     print(f"[modeler] {len(result['queries'])} queries; best reward {result['best_reward']} "
           f"at row {result['best_index']}", flush=True)
     return 0 if result["status"] == "ok" else 1

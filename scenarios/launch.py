@@ -19,8 +19,9 @@ from pathlib import Path
 
 from protocol.errors import PoboError
 from scenarios.remote import LISTENING
-from scenarios.session import RunConfig, merge_results, run_inproc
-from transport.security import make_keys
+from protocol.signing import load_verify_key
+from scenarios.session import RunConfig, Signing, merge_results, run_inproc
+from transport.security import make_keys, make_signing_keys
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
 
@@ -85,7 +86,9 @@ def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
         curve_dir: Path | None = None) -> dict:
     """Run one session over `transport` (two processes for tcp/ipc); return result.json."""
     if transport == "inproc":
-        return asyncio.run(run_inproc(config, out, verbose=verbose))
+        signing = Signing.throwaway()
+        publish_keys(signing.curator.public_hex, signing.modeler.public_hex, Path(out))
+        return asyncio.run(run_inproc(config, out, verbose=verbose, signing=signing))
     return run_processes(config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
                          curve_dir=curve_dir)
 
@@ -103,6 +106,32 @@ def curve_argv(curve_dir: Path | None) -> tuple[list[str], list[str]]:
              "--curve-server", str(curve_dir / "curator.key")])
 
 
+def publish_keys(curator: str, modeler: str, out: Path) -> Path:
+    """Write a run's public signing keys to out/keys/ (for `pobo audit --keys`)."""
+    folder = Path(out) / "keys"
+    folder.mkdir(parents=True, exist_ok=True)
+    for role, key in (("curator", curator), ("modeler", modeler)):
+        (folder / f"{role}.sign_public").write_text(key + "\n")
+    return folder
+
+
+def signing_argv(curve_dir: Path | None, scratch: Path,
+                 out: Path) -> tuple[list[str], list[str]]:
+    """(curator, modeler) signing options: the keys of `curve_dir` if it holds signing
+    keys, else throw-away keys made in `scratch` (deleted after the run); the public
+    halves are copied to out/keys/ either way."""
+    folder = Path(curve_dir) if curve_dir is not None else None
+    if folder is None or not (folder / "curator.sign_secret").exists():
+        folder = scratch / "sign"
+        make_signing_keys(folder)
+    publish_keys(load_verify_key(folder / "curator.sign_public"),
+                 load_verify_key(folder / "modeler.sign_public"), out)
+    return (["--sign-secret", str(folder / "curator.sign_secret"),
+             "--sign-allow", str(folder / "allowed")],
+            ["--sign-secret", str(folder / "modeler.sign_secret"),
+             "--curator-sign-key", str(folder / "curator.sign_public")])
+
+
 def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                   verbose: bool = True, wall_timeout: float | None = None,
                   start_timeout: float = 60.0, curve_dir: Path | None = None) -> dict:
@@ -114,6 +143,9 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pobo-") as sockdir:
+        curator_sign, modeler_sign = signing_argv(curve_dir, Path(sockdir), out)
+        curator_curve, modeler_curve = (curator_curve + curator_sign,
+                                        modeler_curve + modeler_sign)
         bind = "tcp://127.0.0.1:0" if transport == "tcp" else f"ipc://{sockdir}/curator.sock"
         endpoint_ready = threading.Event()
         endpoint: list[str] = []

@@ -22,7 +22,7 @@ from protocol.errors import ErrorCode, PeerGone, PeerTimeout, ProtocolError
 from protocol.messages import Error, ReleaseRequest
 from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from protocol.transcript import Transcript
-from scenarios.session import curate, open_channel, optimise
+from scenarios.session import Signing, curate, open_channel, optimise
 from transport.security import CurveClient, CurveServer, start_authenticator
 from transport.sockets import DealerPipe, RouterHub
 
@@ -65,7 +65,8 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
                         sessions: int = 1, max_sessions: int = 0,
                         accept_timeout: float = 120.0, curve: CurveServer | None = None,
                         verbose: bool = True, insecure: bool = False,
-                        on_bound: Callable[[str], None] | None = None) -> dict | list[dict]:
+                        on_bound: Callable[[str], None] | None = None,
+                        signing: Signing | None = None) -> dict | list[dict]:
     """Bind a ROUTER at `bind` and serve modeler sessions of `service`; return the result(s).
 
     A peer takes a session slot only with a valid Hello: a garbage frame, a deeply
@@ -78,7 +79,9 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
     journaled session resumes it only for the key that opened it and only while it is
     resumable; the resumed connection supersedes any older one (which then writes
     nothing). With `curve` only modelers whose keys are in the allowlist get in, and
-    each result names its peer's key. Prints `[curator] listening on ENDPOINT`
+    each result names its peer's key. With `signing` (its `curator` key, and the
+    `modeler_keys` it admits if given) every frame is signed and every modeler frame
+    verified (protocol.signing). Prints `[curator] listening on ENDPOINT`
     (`pobo run` reads it). SIGINT and SIGTERM stop the curator after every open session
     has written its record.
     """
@@ -114,7 +117,8 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
                     continue  # sessions are running: keep serving them
                 raise
             task = asyncio.ensure_future(_connection(pipe, service, out, sessions != 1,
-                                                     hub.security, verbose, slots))
+                                                     hub.security, verbose, slots,
+                                                     signing or Signing()))
             handshakes.add(task)
             task.add_done_callback(handshakes.discard)
         running = [t for t in (*slots.live.values(), *handshakes) if not t.done()]
@@ -137,11 +141,12 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
 
 async def _connection(pipe, service: CuratorService, out: Path | None,
                       per_session_folder: bool, security: str, verbose: bool,
-                      slots: Admissions) -> None:
+                      slots: Admissions, signing: Signing) -> None:
     """One peer connection: its Hello, then a new or resumed session. A peer that never
     gets past the handshake (refused, or it sent something other than a Hello) takes no
     slot and stops nothing; a session that fails leaves its record and is logged."""
-    channel = open_channel(pipe, CURATOR, False, None, 60.0)
+    channel = open_channel(pipe, CURATOR, False, None, 60.0, signer=signing.curator,
+                           peer_key=signing.modeler_keys)
     try:
         try:
             hello = await receive_hello(channel)  # answers a bad first frame with an Error
@@ -217,18 +222,22 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
                           beta_scale: float | None = None, release: ReleaseRequest | None = None,
                           non_private: bool = False, curve: CurveClient | None = None,
                           timeout: float = 60.0, resume: bool = False,
-                          verbose: bool = False) -> dict:
+                          verbose: bool = False, signing: Signing | None = None) -> dict:
     """Connect a DEALER to the curator at `connect` (CURVE-encrypted to its key when
     `curve` is given) and run one session as the modeler; with `resume`, continue the
-    session recorded in out/modeler.transcript (same seed and options as before)."""
+    session recorded in out/modeler.transcript (same seed and options as before). With
+    `signing` (its `modeler` key, and the `curator_key` it expects if given) every frame
+    is signed and every curator frame verified."""
     state = None
     if resume:
         if out is None:
             raise ValueError("resuming needs the output folder holding the modeler's transcript")
         state = resume_state(out / "modeler.transcript")
     ctx = zmq.asyncio.Context()
+    signing = signing or Signing()
     channel = open_channel(DealerPipe.connect(ctx, connect, curve=curve), MODELER, non_private,
-                           out, timeout, resume=resume)
+                           out, timeout, resume=resume, signer=signing.modeler,
+                           peer_key=signing.curator_key)
     try:
         return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
                               release=release, resume=state, verbose=verbose)

@@ -28,10 +28,28 @@ from protocol.errors import PeerGone, PeerTimeout
 from protocol.ledger import Budget
 from protocol.messages import Hello, ReleaseRequest
 from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from protocol.signing import Signer
 from protocol.transcript import Transcript
 from scenarios.problem import Problem, rng_for
 from scenarios.registry import PUBLIC_INPUTS, build_problem
 from scenarios.releases import release_handler
+
+
+@dataclass(frozen=True)
+class Signing:
+    """Signing keys of a run: each side's own, and what it expects of its peer (None:
+    unsigned / any)."""
+
+    curator: Signer | None = None  # the curator's signing key
+    modeler: Signer | None = None
+    curator_key: str | None = None  # the curator key the modeler expects
+    modeler_keys: frozenset[str] | None = None  # the modeler keys the curator accepts
+
+    @classmethod
+    def throwaway(cls) -> "Signing":
+        """Fresh keys for both sides, each expecting the other's."""
+        c, m = Signer.generate(), Signer.generate()
+        return cls(c, m, c.public_hex, frozenset([m.public_hex]))
 
 
 @dataclass(frozen=True)
@@ -113,12 +131,16 @@ def journal_config(config: RunConfig) -> dict:
 
 
 def open_channel(pipe, role: str, non_private: bool, out: Path | None,
-                 timeout: float, resume: bool = False) -> Channel:
+                 timeout: float, resume: bool = False, *, signer: Signer | None = None,
+                 peer_key: str | frozenset[str] | None = None) -> Channel:
     """A channel for `role` over `pipe`, transcribed to out/<role>.transcript (continuing
-    that transcript's chain when `resume`)."""
+    that transcript's chain when `resume`), signing every frame with `signer` and
+    accepting only a peer that signs with `peer_key` (a key, or a set of keys) if given."""
     policy = NON_PRIVATE if non_private else PRIVATE
     transcript = Transcript(out / f"{role}.transcript", resume) if out is not None else None
-    return Channel(pipe, Boundary(policy, role), transcript, timeout=timeout)
+    keys = frozenset([peer_key]) if isinstance(peer_key, str) else peer_key
+    return Channel(pipe, Boundary(policy, role), transcript, timeout=timeout, signer=signer,
+                   peer_keys=keys)
 
 
 async def curate(channel: Channel, session: CuratorSession, out: Path | None = None, *,
@@ -174,6 +196,8 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         result["release"] = released[0] if released else None
         result["transcript_head"] = channel.transcript.head if channel.transcript else None
         result["security"], result["peer"] = session.params.security, peer
+        result["signatures"] = channel.signatures
+        result["sign_keys"] = {CURATOR: channel.sign_key, MODELER: channel.peer_key or ""}
         if session.current:  # a superseded connection writes nothing: the new one owns it
             service.journal.set_status(sid, session.generation, status)
             if out is not None:
@@ -254,7 +278,9 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                   "best_index": None if best is None else queries[best],
                   "best_reward": None if best is None else rewards[best],
                   **released, "seconds": time.perf_counter() - started,
-                  "transcript_head": channel.transcript.head if channel.transcript else None}
+                  "transcript_head": channel.transcript.head if channel.transcript else None,
+                  "signatures": channel.signatures,
+                  "sign_keys": {CURATOR: channel.peer_key or "", MODELER: channel.sign_key}}
         if out is not None:
             write_json(out / "modeler.json", result)
     return result
@@ -281,7 +307,8 @@ def write_json(path: Path, data: dict) -> None:
 
 
 async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = False,
-                     problem: Problem | None = None, transcripts: bool = True) -> dict:
+                     problem: Problem | None = None, transcripts: bool = True,
+                     signing: "Signing | None" = None) -> dict:
     """Run curator and modeler in this process over an in-process pipe; write result.json.
 
     `problem` reuses an already built dataset (sweeps share one per seed); without
@@ -293,8 +320,11 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     session = prepare_curator(config, problem)
     cpipe, mpipe = pipe_pair()
     where = out if transcripts else None
-    cchan = open_channel(cpipe, CURATOR, config.non_private, where, config.timeout)
-    mchan = open_channel(mpipe, MODELER, config.non_private, where, config.timeout)
+    s = signing or Signing()
+    cchan = open_channel(cpipe, CURATOR, config.non_private, where, config.timeout,
+                         signer=s.curator, peer_key=s.modeler_keys)
+    mchan = open_channel(mpipe, MODELER, config.non_private, where, config.timeout,
+                         signer=s.modeler, peer_key=s.curator_key)
     try:
         cres, mres = await asyncio.gather(
             curate(cchan, session, out, verbose=verbose),

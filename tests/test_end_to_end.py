@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from protocol.signing import body_of
 from protocol.codec import decode, encode
 from protocol.errors import ErrorCode, PeerTimeout, ProtocolError
 from protocol.messages import PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Reward, Welcome
@@ -43,6 +44,14 @@ def test_pobo_run_synthetic_over_tcp_in_two_processes(tmp_path):
     progress = [line for line in done.stdout.splitlines() if line.startswith("[curator] t=")]
     assert len(progress) == 6  # one line per iteration
     result = json.loads((out / "result.json").read_text())
+    # pobo run signs with throw-away keys and leaves their public halves for the auditor
+    assert result["signatures"] == result["modeler"]["signatures"] == "signed"
+    audited = subprocess.run([*_pobo(), "audit", str(out / "curator.transcript"),
+                              str(out / "modeler.transcript"), "--keys", str(out / "keys"),
+                              "--json"], capture_output=True, text=True, timeout=60)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert [r["signatures"] for r in json.loads(audited.stdout)] == ["verified", "verified"]
+    assert not list(out.glob("**/*.sign_secret"))  # the secret halves are gone with the run
     for key in ("scenario", "seed", "n", "d", "r", "epsilon", "delta", "omega", "sigma_min",
                 "lifted", "T", "queries", "rewards", "simple_regret", "cumulative_regret",
                 "f_star", "sigma_f", "transcripts"):
@@ -57,8 +66,8 @@ def test_pobo_run_synthetic_over_tcp_in_two_processes(tmp_path):
     kinds = [r.kind for r in read_transcript(result["transcripts"]["modeler"])]
     assert kinds[:3] == ["hello", "welcome", "dataset"] and kinds[-1] == "end"
     assert kinds.count("reward") == 6
-    dataset = decode(next(r.frame for r in read_transcript(result["transcripts"]["modeler"])
-                          if r.kind == "dataset"))
+    dataset = decode(body_of(next(r.frame for r in read_transcript(result["transcripts"]["modeler"])
+                          if r.kind == "dataset")))
     assert dataset.release.mechanism == "po-gp-ucb-projection" and dataset.release.Z.shape == (144, 4)
 
 

@@ -39,6 +39,7 @@ from protocol.messages import PROTOCOL_VERSION, Hello, Reward
 from scenarios.cli import main as pobo_main
 from scenarios.remote import LISTENING
 from scenarios.session import RunConfig, run_inproc
+from transport.security import make_signing_keys
 
 POBO = [sys.executable, "-m", "scenarios.cli"]
 T, SEED, TRIALS = 8, 4, 10
@@ -110,7 +111,9 @@ def test_anything_but_a_lost_tail_is_a_violation(records, edit):
         del modeler[rewards[1]]
     elif edit == "alter":
         r = modeler[rewards[2]]
-        modeler[rewards[2]] = dataclasses.replace(r, frame=r.frame[:-1] + b"\x00")
+        k = len(r.frame) // 2  # a byte inside the envelope's body
+        modeler[rewards[2]] = dataclasses.replace(
+            r, frame=r.frame[:k] + bytes([r.frame[k] ^ 1]) + r.frame[k + 1:])
     elif edit == "extra":  # received, never sent
         modeler.insert(rewards[2], modeler[rewards[1]])
     elif edit == "swap":
@@ -128,16 +131,34 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+KEYS: list[Path] = []  # the signing keys of every party process (set by `signing_keys`)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def signing_keys(tmp_path_factory) -> Path:
+    """One pair of Ed25519 signing keys for every curator and modeler of this module: every
+    session is signed, and its audit must say `signatures: verified`."""
+    folder = tmp_path_factory.mktemp("signing") / "keys"
+    make_signing_keys(folder)
+    KEYS[:] = [folder]
+    yield folder
+    KEYS.clear()
+
+
 def _curator(where: Path, port: int, stdout) -> subprocess.Popen:
     return subprocess.Popen([*POBO, "curator", *SCENARIO, "--bind", f"tcp://127.0.0.1:{port}",
                              "--journal", str(where / "journal.db"), "--sessions", "0",
-                             "--timeout", "5", "--out", str(where / "c")],
+                             "--timeout", "5", "--out", str(where / "c"),
+                             "--sign-secret", str(KEYS[0] / "curator.sign_secret"),
+                             "--sign-allow", str(KEYS[0] / "allowed")],
                             stdout=stdout, stderr=subprocess.DEVNULL)
 
 
 def _modeler(where: Path, port: int, stdout, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([*POBO, "modeler", "--connect", f"tcp://127.0.0.1:{port}",
                              "--seed", str(SEED), "--timeout", "1", "--out", str(where / "m"),
+                             "--sign-secret", str(KEYS[0] / "modeler.sign_secret"),
+                             "--curator-sign-key", str(KEYS[0] / "curator.sign_public"),
                              "--verbose", *extra], stdout=stdout, stderr=subprocess.DEVNULL)
 
 
@@ -303,8 +324,9 @@ def test_kill_9_and_resume_ends_with_T_evaluations_the_same_ledger_and_a_passing
     paths = [str(folder / "curator.transcript"), str(tmp_path / "m" / "modeler.transcript")]
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        status = pobo_main(["audit", *paths])
+        status = pobo_main(["audit", *paths, "--keys", str(KEYS[0])])
     assert status == 0, text.getvalue()
+    assert text.getvalue().count("signatures: verified") == 2, text.getvalue()
     reports = audit_session(*paths)
     print(f"\n{side} killed after {k} answers (+{delay * 1000:.0f} ms): unacknowledged "
           f"{reports[0].unacknowledged}")

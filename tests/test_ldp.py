@@ -21,6 +21,7 @@ from protocol.messages import (
 )
 from protocol.policy import CURATOR, DP_PROJECTION, LDP_REWARD, MODELER, PRIVATE, Boundary
 from protocol.transcript import read_transcript
+from protocol.signing import body_of
 from protocol.codec import decode
 from scenarios.session import RunConfig, run_inproc
 
@@ -110,7 +111,7 @@ def test_an_ldp_session_end_to_end_records_the_mechanism_and_randomness(tmp_path
     from scenarios.ldp_synthetic import DECLARED_B
     # B is the scenario's declared constant, never max |f| of the instance
     assert result["ldp_scale"] == pytest.approx(2 * (DECLARED_B + 1.0) / 1.0)
-    frames = [decode(r.frame) for r in read_transcript(tmp_path / "modeler.transcript")]
+    frames = [decode(body_of(r.frame)) for r in read_transcript(tmp_path / "modeler.transcript")]
     welcome = next(m for m in frames if isinstance(m, Welcome))
     assert any(m.name == LDP_REWARD for m in welcome.params.mechanisms)
     rewards = [m for m in frames if isinstance(m, Reward)]

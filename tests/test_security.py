@@ -241,9 +241,13 @@ def test_key_files_have_private_modes(tmp_path):
     for role in ("curator", "modeler"):
         assert _mode(paths[f"{role}_secret"]) == 0o600
         assert _mode(paths[f"{role}_public"]) == 0o644
+        assert _mode(paths[f"{role}_sign_secret"]) == 0o600
+        assert _mode(paths[f"{role}_sign_public"]) == 0o644
     assert _mode(paths["allowed"] / "modeler.key") == 0o644
     assert sorted(p.name for p in (tmp_path / "new" / "keys").iterdir()) == [
-        "allowed", "curator.key", "curator.key_secret", "modeler.key", "modeler.key_secret"]
+        "allowed", "curator.key", "curator.key_secret", "curator.sign_public",
+        "curator.sign_secret", "modeler.key", "modeler.key_secret", "modeler.sign_public",
+        "modeler.sign_secret"]
     assert zmq.auth.load_certificate(paths["curator_secret"])[1] is not None
 
 

@@ -103,7 +103,9 @@ def make_keys(directory: str | Path, force: bool = False) -> dict[str, Path]:
     directory = Path(directory)
     paths = _key_paths(directory)
     if not force:
-        for path in paths.values():
+        signing = [directory / f"{name}.sign_{half}" for name in _ROLES
+                   for half in ("secret", "public")]
+        for path in (*paths.values(), *signing):
             if path.exists():
                 raise FileExistsError(f"{path} already exists: pass --force to overwrite it")
     with _umask(0o077):
@@ -127,7 +129,51 @@ def make_keys(directory: str | Path, force: bool = False) -> dict[str, Path]:
             shutil.rmtree(staging, ignore_errors=True)
     result = {key: path for key, path in paths.items() if key != "allowed_key"}
     result["allowed"] = allowed
+    result.update(make_signing_keys(directory, force))
     return result
+
+
+def make_signing_keys(directory: str | Path, force: bool = False) -> dict[str, Path]:
+    """Ed25519 signing pairs for a curator and a modeler in `directory`:
+    `<role>.sign_secret` (32 raw bytes, 0600) and `<role>.sign_public` (hex, 0644), and
+    the modeler's public half in `allowed/` (the curator's --sign-allow folder). The same
+    rules as the CURVE keys: umask 077, staged and moved into place, never overwritten
+    without `force`."""
+    from protocol.signing import Signer  # transport may use protocol, never the reverse
+
+    directory = Path(directory)
+    paths: dict[str, Path] = {}
+    for name in _ROLES:
+        paths[f"{name}_sign_secret"] = directory / f"{name}.sign_secret"
+        paths[f"{name}_sign_public"] = directory / f"{name}.sign_public"
+    allowed_sign = directory / "allowed" / "modeler.sign_public"
+    if not force:
+        for path in (*paths.values(), allowed_sign):
+            if path.exists():
+                raise FileExistsError(f"{path} already exists: pass --force to overwrite it")
+    with _umask(0o077):
+        if not directory.is_dir():
+            directory.mkdir(parents=True, mode=_DIR_MODE)
+            os.chmod(directory, _DIR_MODE)
+        allowed = directory / "allowed"
+        if not allowed.is_dir():
+            allowed.mkdir(mode=0o755)
+            os.chmod(allowed, 0o755)
+        staging = Path(tempfile.mkdtemp(prefix=".pobo-sign-", dir=directory))
+        try:
+            for name in _ROLES:
+                signer = Signer.generate()
+                secret, public = staging / f"{name}.sign_secret", staging / f"{name}.sign_public"
+                secret.write_bytes(signer.secret_bytes())
+                public.write_text(signer.public_hex + "\n")
+                if name == "modeler":
+                    shutil.copyfile(public, staging / "allowed.sign_public")
+                    _place(staging / "allowed.sign_public", allowed_sign, _PUBLIC_MODE, force)
+                _place(secret, paths[f"{name}_sign_secret"], _SECRET_MODE, force)
+                _place(public, paths[f"{name}_sign_public"], _PUBLIC_MODE, force)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return paths
 
 
 def _load_secret(path: Path) -> tuple[bytes, bytes]:

@@ -1,0 +1,214 @@
+"""Signed, cross-linked envelopes: what every frame of protocol version 2 is.
+
+A frame is a msgpack map {"body": <the encoded message, exactly as `codec.encode` makes
+it>, "link": {"session", "seq", "prev", "peer"}, "sig": <64 bytes, or b"" unsigned>}:
+
+- `session`: the session id (a Hello: the id it resumes, '' for a new session);
+- `seq`: the sender's transcript record number of this send (the record that holds it);
+- `prev`: the SHA-256 of the sender's previous transcript record (32 zero bytes if none);
+- `peer`: the SHA-256 of the last frame the sender received from the peer on this
+  connection (zeros if none): a receipt for everything up to that frame.
+
+`sig` is Ed25519 (the `cryptography` library) over DOMAIN + a fixed-layout encoding of
+the link and the SHA-256 of the body, so one signature fixes the message and where it
+stands in the sender's chain and in the conversation. A frame that is not such a map is
+a bare message (protocol version 1 framing): a channel accepts it only in an unsigned
+session, and answers it bare (so a version-1 peer can read its version_mismatch error).
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgpack
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey, Ed25519PublicKey,
+)
+
+from protocol.errors import ErrorCode, ProtocolError
+
+DOMAIN = b"pobo-v2 signed frame\x00"
+ZERO = bytes(32)
+SIGNED, UNSIGNED = "signed", "unsigned"
+
+
+@dataclass(frozen=True)
+class Link:
+    """Where a frame stands: its session, the sender's record number and previous record
+    hash, and the hash of the last frame the sender received."""
+
+    session: str
+    seq: int
+    prev: bytes
+    peer: bytes
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """An opened frame: the message body, its link (None for a bare frame) and signature."""
+
+    body: bytes
+    link: Link | None
+    sig: bytes
+
+    @property
+    def bare(self) -> bool:
+        return self.link is None
+
+
+def signed_bytes(body: bytes, link: Link) -> bytes:
+    """What the signature covers: the domain, the link and the body's SHA-256."""
+    session = link.session.encode()
+    return b"".join((DOMAIN, struct.pack(">I", len(session)), session,
+                     struct.pack(">q", link.seq), link.prev, link.peer,
+                     hashlib.sha256(body).digest()))
+
+
+def seal(body: bytes, link: Link, signer: "Signer | None") -> bytes:
+    """The frame of `body` at `link`, signed by `signer` (empty sig without one)."""
+    sig = signer.sign(signed_bytes(body, link)) if signer is not None else b""
+    return msgpack.packb({"body": body, "link": {"session": link.session, "seq": link.seq,
+                                                 "prev": link.prev, "peer": link.peer},
+                          "sig": sig}, use_bin_type=True)
+
+
+def open_frame(frame: bytes, max_frame: int | None = None) -> Envelope:
+    """The envelope in `frame` (a bare message frame comes back with link None); a
+    ProtocolError for an envelope that is malformed."""
+    frame = bytes(frame)
+    if max_frame is not None and len(frame) > max_frame:
+        raise ProtocolError(f"frame of {len(frame)} bytes exceeds the limit of {max_frame}",
+                            ErrorCode.OVERSIZED)
+    try:  # only the outer map: the body stays bytes, decoded by the codec
+        item = msgpack.unpackb(frame, raw=False, strict_map_key=True, max_map_len=8,
+                               max_array_len=0, max_str_len=1 << 16,
+                               max_bin_len=max(len(frame), 1), max_ext_len=0)
+    except Exception:
+        return Envelope(frame, None, b"")  # not an envelope: the codec judges the bytes
+    if not (isinstance(item, dict) and "body" in item):
+        return Envelope(frame, None, b"")
+    link, body, sig = item.get("link"), item.get("body"), item.get("sig", b"")
+    if set(item) != {"body", "link", "sig"} or not isinstance(body, bytes) \
+            or not isinstance(sig, bytes) or not isinstance(link, dict) \
+            or set(link) != {"session", "seq", "prev", "peer"}:
+        raise ProtocolError("malformed envelope")
+    session, seq, prev, peer = (link["session"], link["seq"], link["prev"], link["peer"])
+    if not (isinstance(session, str) and type(seq) is int and isinstance(prev, bytes)
+            and len(prev) == 32 and isinstance(peer, bytes) and len(peer) == 32
+            and len(sig) in (0, 64)):
+        raise ProtocolError("malformed envelope link")
+    return Envelope(body, Link(session, seq, prev, peer), sig)
+
+
+def split_envelope(frame: bytes) -> tuple[bytes, dict, bytes] | None:
+    """(body, link map, sig) of an envelope frame that `rebuild` gives back byte for byte
+    (what a transcript stores apart: the body, large and shared, in its blob store), or
+    None for any other frame."""
+    try:
+        item = msgpack.unpackb(frame, raw=False, strict_map_key=True, max_map_len=8,
+                               max_array_len=0, max_ext_len=0, max_bin_len=max(len(frame), 1))
+    except Exception:
+        return None
+    if not (isinstance(item, dict) and list(item) == ["body", "link", "sig"]
+            and isinstance(item["body"], bytes) and isinstance(item["link"], dict)
+            and isinstance(item["sig"], bytes)):
+        return None
+    if rebuild(item["body"], item["link"], item["sig"]) != frame:
+        return None
+    return item["body"], item["link"], item["sig"]
+
+
+def rebuild(body: bytes, link: dict, sig: bytes) -> bytes:
+    """The envelope frame of a body, a link map and a signature (see split_envelope)."""
+    return msgpack.packb({"body": body, "link": link, "sig": sig}, use_bin_type=True)
+
+
+def body_of(frame: bytes) -> bytes:
+    """The message bytes of a frame, enveloped or bare (no verification)."""
+    return open_frame(frame).body
+
+
+class Signer:
+    """An Ed25519 signing key."""
+
+    def __init__(self, key: Ed25519PrivateKey) -> None:
+        self.key = key
+        self.public = key.public_key()
+        self.public_hex = self.public.public_bytes(serialization.Encoding.Raw,
+                                                   serialization.PublicFormat.Raw).hex()
+
+    @classmethod
+    def generate(cls) -> "Signer":
+        return cls(Ed25519PrivateKey.generate())
+
+    def sign(self, data: bytes) -> bytes:
+        return self.key.sign(data)
+
+    def secret_bytes(self) -> bytes:
+        return self.key.private_bytes(serialization.Encoding.Raw,
+                                      serialization.PrivateFormat.Raw,
+                                      serialization.NoEncryption())
+
+
+def verify_key(public_hex: str) -> Ed25519PublicKey:
+    """The Ed25519 public key of a 64-hex-digit string; ProtocolError if it is not one."""
+    try:
+        raw = bytes.fromhex(public_hex)
+        if len(raw) != 32:
+            raise ValueError
+        return Ed25519PublicKey.from_public_bytes(raw)
+    except ValueError:
+        raise ProtocolError(f"{public_hex[:80]!r} is not an Ed25519 public key (64 hex digits)",
+                            ErrorCode.WRONG_KEY) from None
+
+
+def verify(envelope: Envelope, key: Ed25519PublicKey) -> bool:
+    """Whether the envelope's signature is the key's over its body and link."""
+    if envelope.link is None or len(envelope.sig) != 64:
+        return False
+    try:
+        key.verify(envelope.sig, signed_bytes(envelope.body, envelope.link))
+        return True
+    except InvalidSignature:
+        return False
+
+
+def load_signing_key(path: str | Path) -> Signer:
+    """A signing key from a file: 32 raw bytes, 64 hex digits, or PEM (PKCS#8)."""
+    data = Path(path).read_bytes()
+    if len(data) == 32:
+        return Signer(Ed25519PrivateKey.from_private_bytes(data))
+    text = data.strip()
+    if len(text) == 64:
+        try:
+            return Signer(Ed25519PrivateKey.from_private_bytes(bytes.fromhex(text.decode())))
+        except ValueError:
+            pass
+    key = serialization.load_pem_private_key(data, password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path} is not an Ed25519 secret key")
+    return Signer(key)
+
+
+def load_verify_key(path: str | Path) -> str:
+    """The hex Ed25519 public key in a sign_public file (checked)."""
+    text = Path(path).read_text().strip()
+    verify_key(text)
+    return text
+
+
+def load_allowed_keys(directory: str | Path) -> frozenset[str]:
+    """The public signing keys in the *.sign_public files of a folder (an allowlist)."""
+    keys = frozenset(load_verify_key(p) for p in sorted(Path(directory).glob("*.sign_public")))
+    if not keys:
+        raise ValueError(f"{directory} holds no *.sign_public key")
+    return keys
+
+
+def key_id(public_hex: str) -> str:
+    """A short name for a public key in messages."""
+    return public_hex[:16] + "..." if public_hex else "(none)"
