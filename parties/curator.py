@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from parties.budget import DatasetLedger
-from parties.journal import Journal, Superseded
+from parties.journal import Journal
 from parties.ldp import ConvertToLaplace
 from parties.noise import NoiseSource
 from protocol.errors import ErrorCode, ProtocolError
@@ -114,15 +114,16 @@ class Curator:
                                 ErrorCode.BUDGET_EXHAUSTED)
         entries = ([] if self.ldp is None else
                    [Entry(LDP_REWARD, self.ldp.epsilon, self.ldp.delta, LOCAL, int(index))])
-        self.ledger.check(entries)
-        journal, session, generation = (self.ledger.journal, self.ledger.session,
-                                        self.ledger.generation)
-        if generation is not None and not journal.current(session, generation):
-            raise Superseded(session)  # a resumed connection owns the session: evaluate nothing
-        measured = self.oracle.measure(index, self.rng)
-        value = measured if self.ldp is None else self.ldp.privatise(measured, self.source)
-        journal.record_answer(session, generation, seq, int(index), measured, value, entries,
-                              self.ledger.budget)
+        self.ledger.check(entries)  # a cheap early refusal; the journal checks again
+
+        def evaluate() -> tuple[float, float]:
+            measured = self.oracle.measure(index, self.rng)
+            return measured, (measured if self.ldp is None
+                              else self.ldp.privatise(measured, self.source))
+
+        measured, value = self.ledger.journal.record_answer(
+            self.ledger.session, self.ledger.generation, seq, int(index), entries,
+            self.ledger.budget, evaluate)
         self._keep(seq, index, measured, value)
         return value
 

@@ -21,6 +21,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,13 +99,14 @@ class JournaledSession:
 class Journal:
     """A curator's journal; one per curator process, shared by all of its sessions."""
 
-    def __init__(self, path: str | Path = ":memory:") -> None:
+    def __init__(self, path: str | Path = ":memory:", busy_timeout: float = 5.0) -> None:
         self.path = str(path)
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self.fault: str | None = None  # the cause of the first failed write, if any
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=busy_timeout)  # how long to wait for another writer
         (version,) = self._db.execute("PRAGMA user_version").fetchone()
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
         if version != SCHEMA_VERSION and tables:
@@ -118,16 +120,17 @@ class Journal:
 
     # -- transactions -------------------------------------------------------------------
 
-    def _transaction(self, statements: list[tuple[str, tuple]], session: str = "",
-                     entries: list[Entry] = (), budget: Budget | None = None,
-                     generation: int | None = None) -> None:
+    def _transaction(self, statements: list[tuple[str, tuple]] | Callable[[], list],
+                     session: str = "", entries: list[Entry] = (),
+                     budget: Budget | None = None, generation: int | None = None) -> None:
         """Run `statements` and charge `entries` in one transaction; with a `budget`,
         check every entry against what is spent inside the transaction first; with a
-        `generation`, refuse (Superseded) unless it is still the session's current one."""
+        `generation`, refuse (Superseded) unless it is still the session's current one.
+        `statements` may be a callable, called only once every check has passed."""
         with self._lock:
             cur = self._db.cursor()
-            cur.execute("BEGIN IMMEDIATE")
             try:
+                cur.execute("BEGIN IMMEDIATE")  # waits up to busy_timeout for another writer
                 if generation is not None and self._generation(cur, session) != generation:
                     raise Superseded(session)
                 now = time.time()
@@ -144,13 +147,16 @@ class Journal:
                                     "DO UPDATE SET epsilon = epsilon + excluded.epsilon, "
                                     "delta = delta + excluded.delta, reports = reports + 1",
                                     (e.row, e.epsilon, e.delta))
-                for sql, args in statements:
+                for sql, args in (statements() if callable(statements) else statements):
                     cur.execute(sql, args)
                 cur.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback(cur)
                 if isinstance(exc, sqlite3.IntegrityError):
                     raise
+                if "locked" in str(exc) or "busy" in str(exc):  # another process writes
+                    raise ProtocolError(f"the curator's journal is busy ({exc}): try again",
+                                        ErrorCode.BUSY) from exc
                 self.fault = self.fault or f"{type(exc).__name__}: {exc}"
                 log.error("journal %s: write failed: %s", self.path, self.fault)
                 raise JournalFault(self.fault) from exc
@@ -225,10 +231,14 @@ class Journal:
     def claim(self, session: str, owner: str) -> int:
         """Take a resumable session over for a new connection of its owner: its generation
         goes up by one, so that every write of an older connection is refused. Raises a
-        typed ProtocolError for an unknown session, another owner or a finished one."""
-        with self._lock:
-            row = self._db.execute("SELECT owner, status, generation FROM sessions WHERE id = ?",
-                                   (session,)).fetchone()
+        typed ProtocolError for an unknown session, another owner or a finished one. The
+        check and the increment are one transaction: two processes sharing the journal
+        cannot both claim the same generation."""
+        claimed: list[int] = []
+
+        def take() -> list[tuple[str, tuple]]:
+            row = self._db.execute("SELECT owner, status, generation FROM sessions "
+                                   "WHERE id = ?", (session,)).fetchone()
             if row is None:
                 raise ProtocolError(f"no session {session[:40]!r} in this curator's journal",
                                     ErrorCode.SEQUENCE)
@@ -239,22 +249,33 @@ class Journal:
             if status not in RESUMABLE:
                 raise ProtocolError(f"session {session[:12]}... is {status}: a finished "
                                     "session cannot be resumed", ErrorCode.SESSION_CLOSED)
-            self._transaction([("UPDATE sessions SET generation = ?, status = 'open' "
-                                "WHERE id = ?", (generation + 1, session))])
-            return generation + 1
+            claimed.append(generation + 1)
+            return [("UPDATE sessions SET generation = ?, status = 'open' WHERE id = ?",
+                     (generation + 1, session))]
+
+        self._transaction(take)
+        return claimed[0]
 
     def current(self, session: str, generation: int) -> bool:
         """Whether `generation` still owns the session (a fencing check before work)."""
         return self._generation(self._db.cursor(), session) == generation
 
-    def record_answer(self, session: str, generation: int, seq: int, row: int,
-                      measured: float, value: float, entries: list[Entry],
-                      budget: Budget) -> None:
-        """One answered query and its ledger entries, in one committed transaction, by
-        the session's current connection only."""
-        self._transaction([("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
-                            (session, seq, row, measured, value))], session, entries, budget,
-                          generation)
+    def record_answer(self, session: str, generation: int | None, seq: int, row: int,
+                      entries: list[Entry], budget: Budget,
+                      evaluate: Callable[[], tuple[float, float]]) -> tuple[float, float]:
+        """Evaluate one query and commit it with its ledger entries in one transaction,
+        by the session's current connection only: `evaluate` (the measurement and the
+        released value) runs inside the write lock, after the generation and the budget
+        were checked, so neither a superseded connection (even in another process sharing
+        the journal) nor a row past its budget ever evaluates f or draws noise."""
+        done: list[tuple[float, float]] = []
+
+        def insert() -> list[tuple[str, tuple]]:
+            done.append(evaluate())
+            return [("INSERT INTO answers VALUES (?, ?, ?, ?, ?)", (session, seq, row, *done[0]))]
+
+        self._transaction(insert, session, entries, budget, generation)
+        return done[0]
 
     def charge(self, session: str, entries: list[Entry], budget: Budget,
                generation: int | None = None) -> None:

@@ -10,6 +10,7 @@ dataset's (DESIGN.md, threat model: the dataset, not the session, owns the budge
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import secrets
@@ -169,13 +170,23 @@ class CuratorService:
         """'seeded' (simulation) or 'os-csprng' (deployment)."""
         return SECURE if self.settings.seed is None else SEEDED
 
+    @property
+    def randomness_id(self) -> str:
+        """Which randomness drew a projection: 'os-csprng', or 'seeded:' + SHA-256 of the
+        seed. Part of the projection's key, so that a deployed curator never serves a Z
+        that a seeded run left in its journal (the seed would give M and G away)."""
+        if self.settings.seed is None:
+            return SECURE
+        return f"{SEEDED}:{hashlib.sha256(str(int(self.settings.seed)).encode()).hexdigest()}"
+
     def _prepare_projection(self) -> tuple[str, ProjectedDataset, dict]:
         """The projection for the settings: from the journal, or drawn and charged once."""
         s = self.settings
         key = json.dumps({"mechanism": "identity"} if s.non_private else
                          {"mechanism": DP_PROJECTION, "epsilon": s.epsilon, "delta": s.delta,
                           "r": s.r, "lift": s.lift, "test_epsilon": self.test_epsilon,
-                          "test_delta": self.test_delta}, sort_keys=True)
+                          "test_delta": self.test_delta, "randomness": self.randomness_id},
+                         sort_keys=True)
         stored = self.journal.projection(key)
         if stored is not None:
             frame, report = stored

@@ -61,7 +61,7 @@ import numpy as np
 from protocol.codec import decode
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
-from protocol.messages import Dataset, Error, Hello, Release, Reward, Welcome
+from protocol.messages import Dataset, End, Error, Hello, Release, Reward, Welcome
 from protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
 from protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
 from protocol.transcript import (
@@ -85,6 +85,7 @@ class AuditReport:
     refused: dict | None = None  # refused frames: recorded (by code), counted past the cap
     unacknowledged: dict | None = None  # paired audit: frames sent, never received
     signatures: str = "unsigned"  # verified | unsigned | unverified (...) | FAILED at record N (...)
+    complete: bool = True  # False when the transcript holds no End (cut, or still running)
 
     @property
     def ok(self) -> bool:
@@ -96,7 +97,8 @@ class AuditReport:
         return {"path": self.path, "role": self.role, "records": self.records, "ok": self.ok,
                 "session": self.session, "violations": self.violations, "notes": self.notes,
                 "ledger": self.ledger, "refused": self.refused,
-                "unacknowledged": self.unacknowledged, "signatures": self.signatures}
+                "unacknowledged": self.unacknowledged, "signatures": self.signatures,
+                "complete": self.complete}
 
     def text(self) -> str:
         """The human report."""
@@ -186,6 +188,12 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
         report.violations.append(f"unknown policy {welcome.params.policy!r} in the welcome")
         return report
     _replay(messages, Boundary(policy, role), report)
+    if not any(isinstance(m, End) for _, m in messages):
+        last = messages[-1][0] if messages else None
+        report.notes.append("session incomplete: no End in this transcript" + (
+            f" (it stops at record {last.seq}, {last.kind})" if last is not None else "")
+            + "; whatever it does not hold (a later release, say) the audit cannot see")
+        report.complete = False
     report.ledger = recompute_ledger(messages, welcome).to_dict()
     if X is not None:
         _check_data(messages, welcome, np.asarray(X, float), f, report)

@@ -106,6 +106,12 @@ def check_noisy(request: ReleaseRequest, hello: Hello | None, Z: np.ndarray, kp:
     if hello.release_delta != request.delta:
         raise refuse(f"{rule}; the Hello declared beta_t at delta {hello.release_delta:g}, "
                      f"the request asks for delta {request.delta:g}")
+    overridden = ((request.kernel or kp.kernel, request.lengthscale or kp.lengthscale,
+                   request.signal_var or kp.signal_var)
+                  != (kp.kernel, kp.lengthscale, kp.signal_var))
+    if kp.status == "public" and overridden:  # (a larger noise variance only adds noise)
+        raise refuse("the curator declared its kernel public: the release is sized with it, "
+                     "and a session that used another kernel gets no noisy release")
     kernel, noise_var = session_kernel(request, kp, Z.shape[1])
     if not (noise_var > 0 and noise_var >= kp.noise_var):
         raise refuse(f"Algorithm 1 needs the GP's noise variance ({noise_var:g}) positive and at "
@@ -159,7 +165,11 @@ def compute(request: ReleaseRequest, problem: Problem, Z: np.ndarray, kp: Kernel
         gp = IncrementalGP(Z, kernel, noise_var, T)
         for i, y in zip(curator.queries, observed):
             gp.add(i, float(y))
-        gamma = gamma_bound(Z, kernel, noise_var, T)
+        declared = kernel_by_name(kp.kernel, kp.lengthscale, kp.signal_var, dims=Z.shape[1])
+        # the information gain sets the noise: never below the declared kernel's, so that
+        # hyperparameters a modeler fitted (or chose) cannot shrink it
+        gamma = max(gamma_bound(Z, kernel, noise_var, T),
+                    gamma_bound(Z, declared, noise_var, T))
         return noisy_release(gp.mean, observed, T, request.epsilon, request.delta, gamma,
                              math.sqrt(noise_var), source, similarity)
     if request.algorithm == "noise-free":

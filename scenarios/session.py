@@ -95,9 +95,16 @@ def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
         non_private=bool(config.non_private), lift=config.lift,
         lift_epsilon=config.lift_epsilon, lift_delta=config.lift_delta,
         ldp_epsilon=config.ldp_epsilon,
-        budget=Budget(pick(config.budget_epsilon, math.inf), pick(config.budget_delta, 1.0),
+        budget=Budget(pick(config.budget_epsilon, math.inf),
+                      pick(config.budget_delta, default_budget_delta(config, problem)),
                       pick(config.ldp_row_budget, math.inf)),
         seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound)
+
+
+def default_budget_delta(config: RunConfig, problem: Problem) -> float:
+    """The dataset's delta budget when only --budget-eps is given: 1/n (delta < 1/n is
+    the usual rule, and n is public), not 1, which would let a release spend any delta."""
+    return 1.0 if config.budget_epsilon is None else 1.0 / problem.X.shape[0]
 
 
 def prepare_service(config: RunConfig, problem: Problem | None = None,

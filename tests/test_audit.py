@@ -119,3 +119,23 @@ def test_data_check_and_cli_exit_status(tmp_path):
                           str(tmp_path / "x.transcript"), "--data", str(data)],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "rows of X appear verbatim" in bad.stdout
+
+
+def test_a_transcript_cut_before_its_end_is_reported_incomplete(session, tmp_path):
+    """Cutting the last records (a release, the End) and rehashing leaves a valid chain,
+    but the audit says the session is incomplete instead of a plain OK."""
+    import shutil
+
+    from protocol.audit import audit_transcript
+    whole = audit_transcript(session / "curator.transcript")
+    assert whole.complete and whole.to_dict()["complete"] is True
+    cut = tmp_path / "cut" / "curator.transcript"
+    cut.parent.mkdir()
+    if (session / "blobs").exists():
+        shutil.copytree(session / "blobs", cut.parent / "blobs")
+    pairs = list(raw_records((session / "curator.transcript").read_bytes()))
+    last_end = max(i for i, (_, r) in enumerate(pairs) if r.kind == "end")
+    cut.write_bytes(b"".join(raw for raw, _ in pairs[:last_end - 1]))  # a prefix: valid chain
+    report = audit_transcript(cut)
+    assert not report.complete
+    assert any("session incomplete" in n for n in report.notes)

@@ -319,3 +319,15 @@ def test_a_private_lift_on_a_tall_dataset_charges_no_test():
     service = prepare_service(cfg(lift="private"))
     assert service.report["lifted"] and service.test_epsilon == 0.0
     assert "no test is run" in service.privacy_unit()["dataset"]["branch"]
+
+
+def test_a_budget_eps_alone_caps_delta_at_one_over_n(tmp_path):
+    """--budget-eps without --budget-delta: a release asking for delta = 0.49 is refused
+    (the delta budget is 1/n, not 1)."""
+    config = cfg(T=4, epsilon=3.0, budget_epsilon=25.0, release="noisy", release_epsilon=0.5,
+                 release_delta=0.49)
+    service = prepare_service(config)
+    assert service.settings.budget.delta == pytest.approx(1 / 64)
+    cres, mres = asyncio.run(_session(service, tmp_path, release=_request(config)))
+    assert mres["release"] is None and mres["release_error"].startswith("privacy_budget")
+    assert cres["ledger"]["central"]["delta"] <= 1 / 64

@@ -326,10 +326,34 @@ def test_a_request_kernel_other_than_the_sessions_fails_the_replay_or_the_noise_
     # a GP noise below the declared measurement noise would shrink q: refused
     assert "q = sigma" in _refused(problem, curator, _kusner_hello(),
                                    replace(request, noise_var=1e-9))
-    # another length-scale (25, not the session's 6.25) makes other rows the UCB
-    # maximisers: the replay refuses
-    assert "was not a maximiser" in _refused(problem, curator, _kusner_hello(),
+    # a declared public kernel cannot be swapped for the release (a tiny signal variance
+    # would shrink the information gain and with it the noise)
+    assert "declared its kernel public" in _refused(problem, curator, _kusner_hello(),
+                                                    replace(request, signal_var=1e-8))
+    # with initial hyperparameters another length-scale (25, not the session's 6.25)
+    # makes other rows the UCB maximisers: the replay refuses
+    initial = replace(problem, kernel=replace(problem.kernel, status="initial"))
+    assert "was not a maximiser" in _refused(initial, curator, _kusner_hello(),
                                              replace(request, lengthscale=25.0))
+
+
+def test_fitted_hyperparameters_never_shrink_the_release_noise():
+    """With initial hyperparameters the modeler may send the ones it used; the noise is
+    then sized with the larger information gain of its kernel and the declared one."""
+    from dataclasses import replace
+    problem, T = _problem(), 8
+    curator, modeler = _kusner_record(problem, T)
+    from parties.noise import NoiseSource
+    from scenarios.releases import compute
+    request = modeler.with_kernel(ReleaseRequest("noisy", 1.0, DELTA))
+    Z, kp = problem.X, replace(problem.kernel, status="initial")
+
+    def scale(req):
+        return compute(req, problem, Z, kp, curator, NoiseSource(np.random.default_rng(0)),
+                       0.9).laplace_scale
+
+    assert scale(replace(request, signal_var=1e-8)) >= scale(request) * (1 - 1e-9)
+    assert scale(replace(request, lengthscale=1e3)) >= scale(request) * (1 - 1e-9)
 
 
 def test_ucb_replay_accepts_ties_and_refuses_a_dominated_row_within_the_tolerance():

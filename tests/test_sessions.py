@@ -8,6 +8,8 @@ import asyncio
 import json
 import shutil
 
+import numpy as np
+
 import msgpack
 import pytest
 import zmq
@@ -253,4 +255,53 @@ def test_a_seeded_curator_restarts_on_its_own_journal(tmp_path):
     assert len(set(ids)) == 3  # ids are never derived from the seed
     journal = Journal(tmp_path / "j.db")
     assert len(journal.sessions()) == 3
+    journal.close()
+
+
+def test_two_processes_sharing_a_journal_never_evaluate_f_twice(tmp_path):
+    """A resume that lands on a second curator while the first is evaluating f waits for
+    the first's transaction (typed busy, no fault), so f is evaluated once."""
+    from parties.journal import Journal
+    config = RunConfig(T=3, seed=3, options={"grid": 8})
+    a = prepare_service(config, journal=Journal(tmp_path / "j.db"))
+    b = prepare_service(config, journal=Journal(tmp_path / "j.db", busy_timeout=0.2))
+    session = a.new_session(owner="K")
+    curator = session.curator()
+    evaluations, takeover = [], []
+    measure = curator.oracle.measure
+
+    def racing(index, rng):
+        evaluations.append(index)
+        try:  # the modeler's reconnect reaches the other curator mid-evaluation
+            takeover.append(b.resume(session.session_id, owner="K"))
+        except Exception as exc:
+            takeover.append(exc)
+        return measure(index, rng)
+
+    object.__setattr__(curator.oracle, "measure", racing)
+    curator.respond(1, 7)
+    busy = takeover[0]
+    assert getattr(busy, "code", None) is ErrorCode.BUSY and b.journal.fault is None
+    resumed = b.resume(session.session_id, owner="K").curator()  # after the commit: fine
+    assert resumed.respond(1, 7) == curator.rewards[0]  # answered from the record
+    assert evaluations == [7]
+
+
+def test_a_deployed_curator_never_serves_a_seeded_projection_from_its_journal(tmp_path):
+    """A seeded trial run and a deployment on the same journal: the deployment draws
+    (and pays for) its own Z from the OS CSPRNG instead of serving the seeded one, whose
+    seed would give M and G away."""
+    from parties.journal import Journal
+    seeded = RunConfig(T=3, seed=0, options={"grid": 8})
+    journal = Journal(tmp_path / "j.db")
+    z_seeded = prepare_service(seeded, journal=journal).release.Z
+    journal.close()
+    journal = Journal(tmp_path / "j.db")
+    deployed = prepare_service(RunConfig(T=3, seed=0, options={"grid": 8}), journal=journal)
+    assert np.array_equal(deployed.release.Z, z_seeded)  # the same seed: the same record
+    object.__setattr__(deployed.settings, "seed", None)  # now the deployment, same data
+    again = type(deployed)(deployed.problem, deployed.settings, journal, deployed.config)
+    assert again.params.randomness == "os-csprng"
+    assert not np.array_equal(again.release.Z, z_seeded)
+    assert [e["mechanism"] for e in journal.central_entries()] == ["po-gp-ucb-projection"] * 2
     journal.close()
