@@ -97,7 +97,8 @@ def open_frame(frame: bytes, max_frame: int | None = None) -> Envelope:
             or set(link) != {"session", "seq", "prev", "peer"}:
         raise ProtocolError("malformed envelope")
     session, seq, prev, peer = (link["session"], link["seq"], link["prev"], link["peer"])
-    if not (isinstance(session, str) and type(seq) is int and isinstance(prev, bytes)
+    if not (isinstance(session, str) and type(seq) is int and 0 <= seq < 1 << 63
+            and isinstance(prev, bytes)
             and len(prev) == 32 and isinstance(peer, bytes) and len(peer) == 32
             and len(sig) in (0, 64)):
         raise ProtocolError("malformed envelope link")

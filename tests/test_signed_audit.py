@@ -339,3 +339,19 @@ def test_a_modeler_cutting_a_frame_it_acknowledged_is_caught_by_the_paired_audit
                             keys=keys)
     assert any("acknowledged receiving curator record" in v for v in reports[1].violations), \
         reports[1].violations
+
+
+@pytest.mark.parametrize("seq", [-1, 1 << 63, (1 << 64) - 1])  # msgpack carries <= 64 bits
+def test_an_envelope_with_an_out_of_range_record_number_is_malformed(seq):
+    """A hostile link.seq outside int64 is a typed refusal, not a struct.error that would
+    escape the handlers (found while writing PROTOCOL.md)."""
+    import msgpack
+
+    from protocol.errors import ErrorCode, ProtocolError
+    from protocol.signing import open_frame
+    frame = msgpack.packb({"body": b"x", "link": {"session": "", "seq": seq, "prev": bytes(32),
+                                                  "peer": bytes(32)}, "sig": b""},
+                          use_bin_type=True)
+    with pytest.raises(ProtocolError) as refused:
+        open_frame(frame)
+    assert refused.value.code is ErrorCode.MALFORMED

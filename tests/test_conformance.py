@@ -1,0 +1,376 @@
+"""The conformance vectors of PROTOCOL.md (tests/conformance/vectors.json) against the codec.
+
+The JSON file is the contract: each vector is a frame (hex) and what a receiver must make
+of it -- the message kind and fields, or the ErrorCode it must refuse it with. This test
+decodes every committed frame with `protocol.codec.decode` (and, for envelope vectors,
+`protocol.signing.open_frame` and `verify` first) and re-encodes each valid canonical one
+byte for byte. `generate()` is how the file was made; regenerate it (only when the
+protocol changes on purpose) with
+
+    python tests/test_conformance.py --regenerate
+
+The Ed25519 key in the file is a TEST KEY, derived from a fixed public seed: never use it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from protocol.codec import decode, encode  # noqa: E402
+from protocol.errors import ErrorCode, ProtocolError  # noqa: E402
+from protocol.messages import (  # noqa: E402
+    KINDS, Dataset, End, Error, Hello, KernelParams, Mechanism, ProjectedDataset, Query,
+    Release, ReleaseRequest, Reward, SessionParams, Welcome, kind_of,
+)
+from protocol.signing import ZERO, Link, Signer, open_frame, seal, verify, verify_key  # noqa: E402
+
+VECTORS = Path(__file__).parent / "conformance" / "vectors.json"
+TEST_SEED = bytes(range(32))  # the TEST KEY's secret: 00 01 02 ... 1f, public by design
+
+
+# --------------------------------------------------------------------------- JSON form
+
+def to_json(value):
+    """A decoded message as JSON data: dataclasses as maps (with 'kind' dropped -- it is
+    the vector's), tuples as lists, arrays as {dtype, shape, data}."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, np.ndarray):
+        return {"dtype": value.dtype.newbyteorder("<").str, "shape": list(value.shape),
+                "data": value.ravel().tolist()}
+    if isinstance(value, tuple):
+        return [to_json(v) for v in value]
+    return value
+
+
+# --------------------------------------------------------------------------- generation
+
+def _pack(obj) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _ext(code: int, ndim: int, shape, raw: bytes, ext: int = 1) -> msgpack.ExtType:
+    return msgpack.ExtType(ext, struct.pack(f"<BB{len(shape)}Q", code, ndim, *shape) + raw)
+
+
+def _dataset_body(Z_ext) -> bytes:
+    return _pack({"release": {"mechanism": "po-gp-ucb-projection", "epsilon": 1.0,
+                              "delta": 1e-05, "omega": 3.5, "Z": Z_ext}, "kind": "dataset"})
+
+
+def _params() -> SessionParams:
+    return SessionParams(
+        "synthetic", 3, 2, 5, "private",
+        (Mechanism("po-gp-ucb-projection", 3.0, 1e-05), Mechanism("ctl-laplace", 1.0, 0.0)),
+        KernelParams("se", 6.25, 1.0, 1e-05, "public"), "os-csprng", reward_bound=4.0,
+        noise_bound=0.5, noise="gaussian", budget_epsilon=10.0, budget_delta=1e-3,
+        security="curve")
+
+
+def _valid_messages() -> list[tuple[str, object]]:
+    Z = np.array([[0.5, -1.25], [2.0, 0.0], [1e-3, 7.5]], dtype="<f8")
+    return [
+        ("hello-new", Hello(2, "spec-client", "", "gp-ucb", 0.001, "")),
+        ("hello-resume-signed-key", Hello(2, "c", "0123456789abcdef0123456789abcdef", "", 0.0,
+                                          Signer(Ed25519PrivateKey.from_private_bytes(
+                                              TEST_SEED)).public_hex)),
+        ("welcome", Welcome(2, "0123456789abcdef0123456789abcdef", _params(), "")),
+        ("welcome-non-private-initial-kernel", Welcome(2, "s", SessionParams(
+            "tuning", 2, 2, 1, "non-private", (), KernelParams("matern52", 0.5, 0.01, 1e-06,
+                                                               "initial"), "seeded"))),
+        ("dataset-f8", Dataset(ProjectedDataset("po-gp-ucb-projection", 3.0, 1e-05, 976.0, Z))),
+        ("dataset-f4", Dataset(ProjectedDataset("po-gp-ucb-projection", 1.0, 1e-05, 3.5,
+                                                Z.astype("<f4")))),
+        ("dataset-i8-identity", Dataset(ProjectedDataset("identity", 0.0, 0.0, 0.0,
+                                                         np.arange(6, dtype="<i8").reshape(3, 2)))),
+        ("query", Query(1, 2)),
+        ("query-large-index", Query(70000, 4_000_000_000)),
+        ("reward", Reward(1, 2, -0.4421021965429601, "")),
+        ("reward-ldp", Reward(3, 0, 12.5, "ctl-laplace")),
+        ("release-request", ReleaseRequest("noisy", 1.0, 0.001, "se", 6.25, 1.0, 1e-05)),
+        ("release-request-defaults", ReleaseRequest("lipschitz", 0.5, 0.0)),
+        ("release", Release("noisy", 1.0, 0.001, 17, 1.375, 0.25)),
+        ("release-no-row", Release("noise-free", 1.0, 0.0, -1, 0.0, 2.0)),
+        ("end", End("done")),
+        ("error", Error("index_out_of_range", "row index 64 out of range [0, 64)")),
+    ]
+
+
+def _malformed() -> list[tuple[str, bytes, str]]:
+    """(name, frame, error code) of body frames a receiver must refuse."""
+    hello = encode(Hello(2, "x"))
+    f8 = np.array([1.0, 2.0], "<f8").tobytes()
+    # {"reason": [[[...2000 levels...[0]...]]], "kind": "end"}, packed by hand (msgpack's
+    # own packer refuses such depth)
+    deep = (b"\x82" + _pack("reason") + b"\x91" * 2000 + b"\x00" + _pack("kind")
+            + _pack("end"))
+    return [
+        ("empty-frame", b"", "malformed"),
+        ("truncated-hello", hello[:-3], "malformed"),
+        ("trailing-bytes", hello + b"\x00", "malformed"),
+        ("not-a-map", _pack([1, 2, 3]), "malformed"),
+        ("no-kind", _pack({"seq": 1, "index": 2}), "malformed"),
+        ("kind-not-a-string", _pack({"seq": 1, "index": 2, "kind": 3}), "malformed"),
+        ("unknown-kind", _pack({"seq": 1, "kind": "hack"}), "unknown_kind"),
+        ("query-seq-string", _pack({"seq": "1", "index": 2, "kind": "query"}), "malformed"),
+        ("query-index-float", _pack({"seq": 1, "index": 2.0, "kind": "query"}), "malformed"),
+        ("query-seq-bool", _pack({"seq": True, "index": 2, "kind": "query"}), "malformed"),
+        ("query-index-nil", _pack({"seq": 1, "index": None, "kind": "query"}), "malformed"),
+        ("query-index-uint64", _pack({"seq": 1, "index": 1 << 63, "kind": "query"}),
+         "malformed"),
+        ("reward-value-string", _pack({"seq": 1, "index": 2, "value": "0.5", "noise": "",
+                                       "kind": "reward"}), "malformed"),
+        ("reward-value-bool", _pack({"seq": 1, "index": 2, "value": False, "noise": "",
+                                     "kind": "reward"}), "malformed"),
+        ("reward-value-nan", _pack({"seq": 1, "index": 2, "value": float("nan"), "noise": "",
+                                    "kind": "reward"}), "malformed"),
+        ("reward-value-inf", _pack({"seq": 1, "index": 2, "value": float("-inf"),
+                                    "noise": "", "kind": "reward"}), "malformed"),
+        ("end-reason-bytes", _pack({"reason": b"done", "kind": "end"}), "malformed"),
+        ("hello-version-bool", _pack({"version": True, "client": "x", "kind": "hello"}),
+         "malformed"),
+        ("query-extra-field", _pack({"seq": 1, "index": 2, "urgent": True, "kind": "query"}),
+         "malformed"),
+        ("query-missing-field", _pack({"seq": 1, "kind": "query"}), "malformed"),
+        ("welcome-params-missing-n", _pack({
+            "version": 2, "session": "s", "kind": "welcome", "params": {
+                "scenario": "x", "r": 1, "T": 1, "policy": "private", "mechanisms": [],
+                "kernel": {"kernel": "se", "lengthscale": 1.0, "signal_var": 1.0,
+                           "noise_var": 0.1}, "randomness": "seeded"}}), "malformed"),
+        ("welcome-mechanisms-not-array", _pack({
+            "version": 2, "session": "s", "kind": "welcome", "params": {
+                "scenario": "x", "n": 1, "r": 1, "T": 1, "policy": "private",
+                "mechanisms": {"name": "identity"},
+                "kernel": {"kernel": "se", "lengthscale": 1.0, "signal_var": 1.0,
+                           "noise_var": 0.1}, "randomness": "seeded"}}), "malformed"),
+        ("dataset-z-not-ext", _dataset_body([[1.0, 2.0]]), "malformed"),
+        ("array-nan", _dataset_body(_ext(1, 1, [2], struct.pack("<2d", 1.0, math.nan))),
+         "malformed"),
+        ("array-object-dtype", _dataset_body(_ext(17, 1, [2], f8)), "malformed"),
+        ("array-dtype-code-0", _dataset_body(_ext(0, 1, [2], f8)), "malformed"),
+        ("array-unknown-ext-type", _dataset_body(_ext(1, 1, [2], f8, ext=2)), "malformed"),
+        ("array-ndim-5", _dataset_body(_ext(1, 5, [1, 1, 1, 1, 2], f8)), "malformed"),
+        ("array-header-truncated", _dataset_body(msgpack.ExtType(1, b"\x01\x02" + bytes(8))),
+         "malformed"),
+        ("array-header-1-byte", _dataset_body(msgpack.ExtType(1, b"\x01")), "malformed"),
+        ("array-oversized-shape", _dataset_body(_ext(1, 2, [1 << 40, 1 << 40], f8)),
+         "malformed"),
+        ("array-shape-bytes-mismatch", _dataset_body(_ext(1, 2, [2, 2], f8)), "malformed"),
+        ("ext-at-top-level", _pack(msgpack.ExtType(1, b"\x01\x00" + f8[:8])), "malformed"),
+        ("deeply-nested", deep, "malformed"),
+        ("map-over-64-entries", _pack({**{f"k{i}": i for i in range(70)}, "kind": "end"}),
+         "malformed"),
+        ("string-over-64KiB", _pack({"reason": "x" * 65537, "kind": "end"}), "malformed"),
+        ("integer-map-key", _pack({1: "done", "kind": "end"}), "malformed"),
+    ]
+
+
+def _signer() -> Signer:
+    return Signer(Ed25519PrivateKey.from_private_bytes(TEST_SEED))
+
+
+def _envelopes() -> list[dict]:
+    """Envelope vectors: open_frame, then (with verify_key) the signature, then the body."""
+    signer = _signer()
+    sid = "0123456789abcdef0123456789abcdef"
+    q = encode(Query(1, 2))
+    link = Link(sid, 4, bytes([0xAA]) * 32, bytes([0xBB]) * 32)
+    signed = seal(q, link, signer)
+    hello_link = Link("", 0, ZERO, ZERO)
+    out = [
+        {"name": "envelope-signed-query", "frame": signed, "verify_key": signer.public_hex},
+        {"name": "envelope-signed-hello", "verify_key": signer.public_hex,
+         "frame": seal(encode(Hello(2, "spec", "", "", 0.0, signer.public_hex)), hello_link,
+                       signer)},
+        {"name": "envelope-unsigned-hello", "frame": seal(encode(Hello(2, "spec")), hello_link,
+                                                          None)},
+        {"name": "envelope-unsigned-end", "frame": seal(encode(End("done")),
+                                                        Link(sid, 9, ZERO, bytes([1]) * 32),
+                                                        None)},
+    ]
+    tampered_body = bytearray(signed)
+    tampered_body[tampered_body.index(q) + len(q) - 1] ^= 0x01  # one body byte flipped
+    tampered_link = msgpack.packb({"body": q, "link": {"session": sid, "seq": 5,
+                                                       "prev": link.prev, "peer": link.peer},
+                                   "sig": signer.sign(b"not the signed bytes")},
+                                  use_bin_type=True)
+    env = {"body": q, "link": {"session": sid, "seq": 1, "prev": ZERO, "peer": ZERO}, "sig": b""}
+    out += [
+        {"name": "envelope-tampered-body", "frame": bytes(tampered_body),
+         "verify_key": signer.public_hex, "error": "bad_signature"},
+        {"name": "envelope-wrong-signature", "frame": tampered_link,
+         "verify_key": signer.public_hex, "error": "bad_signature"},
+        {"name": "envelope-unsigned-where-key-known", "frame": _pack(env),
+         "verify_key": signer.public_hex, "error": "bad_signature"},
+        {"name": "envelope-extra-key", "frame": _pack({**env, "x": 1}), "error": "malformed"},
+        {"name": "envelope-link-missing-peer", "frame": _pack({**env, "link": {
+            k: v for k, v in env["link"].items() if k != "peer"}}), "error": "malformed"},
+        {"name": "envelope-prev-31-bytes", "frame": _pack({**env, "link": {
+            **env["link"], "prev": bytes(31)}}), "error": "malformed"},
+        {"name": "envelope-seq-not-int", "frame": _pack({**env, "link": {
+            **env["link"], "seq": 1.0}}), "error": "malformed"},
+        {"name": "envelope-sig-10-bytes", "frame": _pack({**env, "sig": bytes(10)}),
+         "error": "malformed"},
+        {"name": "envelope-body-not-bytes", "frame": _pack({**env, "body": "query"}),
+         "error": "malformed"},
+        {"name": "envelope-no-sig-key", "frame": _pack({"body": q, "link": env["link"]}),
+         "error": "malformed"},
+        {"name": "envelope-body-unknown-kind", "frame": _pack({**env, "body": _pack(
+            {"kind": "hack"})}), "error": "unknown_kind"},
+    ]
+    return out
+
+
+def generate() -> dict:
+    """The vector file's content (see the module docstring)."""
+    signer = _signer()
+    vectors = []
+    for name, message in _valid_messages():
+        vectors.append({"name": name, "layer": "body", "frame_hex": encode(message).hex(),
+                        "canonical": True,
+                        "expect": {"kind": kind_of(message), "fields": to_json(message)}})
+    # valid but not canonical: a decoder must accept them, an encoder never makes them
+    for name, frame, message in [
+        ("hello-defaults-absent", _pack({"version": 2, "client": "old", "kind": "hello"}),
+         Hello(2, "old")),
+        ("query-kind-first", _pack({"kind": "query", "seq": 1, "index": 2}), Query(1, 2)),
+        ("reward-value-int", _pack({"seq": 1, "index": 0, "value": 3, "kind": "reward"}),
+         Reward(1, 0, 3.0)),
+        ("reward-value-float32", msgpack.packb({"seq": 1, "index": 0, "value": 0.5,
+                                                "kind": "reward"}, use_single_float=True),
+         Reward(1, 0, 0.5)),
+    ]:
+        vectors.append({"name": name, "layer": "body", "frame_hex": frame.hex(),
+                        "canonical": False,
+                        "expect": {"kind": kind_of(message), "fields": to_json(message)}})
+    for name, frame, code in _malformed():
+        vectors.append({"name": name, "layer": "body", "frame_hex": frame.hex(),
+                        "expect": {"error": code}})
+    big = encode(End("done"))
+    vectors.append({"name": "frame-over-max-frame", "layer": "body", "frame_hex": big.hex(),
+                    "max_frame": len(big) - 1, "expect": {"error": "oversized"}})
+    for v in _envelopes():
+        entry = {"name": v["name"], "layer": "envelope", "frame_hex": v["frame"].hex()}
+        if "verify_key" in v:
+            entry["verify_key"] = v["verify_key"]
+        if "error" in v:
+            entry["expect"] = {"error": v["error"]}
+        else:
+            env = open_frame(v["frame"])
+            message = decode(env.body)
+            entry["canonical"] = True
+            entry["expect"] = {"kind": kind_of(message), "fields": to_json(message),
+                               "link": {"session": env.link.session, "seq": env.link.seq,
+                                        "prev": env.link.prev.hex(),
+                                        "peer": env.link.peer.hex()},
+                               "body_hex": env.body.hex(), "sig_hex": env.sig.hex()}
+        vectors.append(entry)
+    return {
+        "about": "pobo protocol version 2 conformance vectors; see PROTOCOL.md section 11",
+        "test_key": {
+            "WARNING": "TEST KEY ONLY -- public by design, never use it to sign anything real",
+            "ed25519_secret_hex": TEST_SEED.hex(),
+            "ed25519_public_hex": signer.public_hex,
+        },
+        "vectors": vectors,
+    }
+
+
+# --------------------------------------------------------------------------- checking
+
+def _load() -> dict:
+    return json.loads(VECTORS.read_text())
+
+
+def _check(v: dict) -> None:
+    """Receive v's frame as PROTOCOL.md says a receiver must; assert the stated outcome."""
+    frame = bytes.fromhex(v["frame_hex"])
+    expect = v["expect"]
+    try:
+        if v["layer"] == "envelope":
+            env = open_frame(frame)
+            assert not env.bare, "an envelope vector must open as an envelope"
+            if "verify_key" in v and not verify(env, verify_key(v["verify_key"])):
+                raise ProtocolError("bad signature", ErrorCode.BAD_SIGNATURE)
+            message = decode(env.body)
+        else:
+            env = None
+            message = decode(frame, v.get("max_frame", 1 << 30))
+    except ProtocolError as exc:
+        assert "error" in expect, f"{v['name']}: refused with {exc.code.value}: {exc}"
+        assert exc.code.value == expect["error"], f"{v['name']}: {exc.code.value}: {exc}"
+        return
+    assert "error" not in expect, f"{v['name']}: decoded, expected {expect['error']}"
+    assert kind_of(message) == expect["kind"]
+    assert to_json(message) == expect["fields"], v["name"]
+    if env is not None:
+        link = expect["link"]
+        assert env.link == Link(link["session"], link["seq"], bytes.fromhex(link["prev"]),
+                                bytes.fromhex(link["peer"]))
+        assert env.body.hex() == expect["body_hex"] and env.sig.hex() == expect["sig_hex"]
+    if v.get("canonical"):
+        body = encode(message)
+        if env is None:
+            assert body == frame, f"{v['name']}: re-encoding differs"
+        else:
+            assert body == env.body
+            signer = _signer() if env.sig else None
+            assert seal(body, env.link, signer) == frame, f"{v['name']}: reseal differs"
+
+
+_DATA = _load() if VECTORS.exists() else {"vectors": []}
+
+
+@pytest.mark.parametrize("vector", _DATA["vectors"], ids=lambda v: v["name"])
+def test_vector(vector):
+    _check(vector)
+
+
+def test_vectors_cover_every_kind_and_error():
+    vectors = _DATA["vectors"]
+    assert vectors, f"no vectors in {VECTORS}"
+    kinds = {v["expect"]["kind"] for v in vectors if "kind" in v["expect"]}
+    assert kinds == set(KINDS)
+    bare_kinds = {v["expect"]["kind"] for v in vectors
+                  if v["layer"] == "body" and v.get("canonical")}
+    assert bare_kinds == set(KINDS)
+    errors = {v["expect"]["error"] for v in vectors if "error" in v["expect"]}
+    assert {"malformed", "unknown_kind", "oversized", "bad_signature"} <= errors
+    assert any(v["layer"] == "envelope" and "verify_key" in v and "kind" in v["expect"]
+               for v in vectors)
+    assert len({v["name"] for v in vectors}) == len(vectors)
+
+
+def test_test_key_is_the_declared_one():
+    key = _DATA["test_key"]
+    assert "TEST KEY" in key["WARNING"]
+    signer = Signer(Ed25519PrivateKey.from_private_bytes(bytes.fromhex(
+        key["ed25519_secret_hex"])))
+    assert signer.public_hex == key["ed25519_public_hex"]
+
+
+def test_committed_vectors_match_the_generator():
+    """The generator still makes the committed file (a change to either is deliberate)."""
+    assert generate() == _DATA
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--regenerate"]:
+        VECTORS.parent.mkdir(parents=True, exist_ok=True)
+        VECTORS.write_text(json.dumps(generate(), indent=1) + "\n")
+        print(f"wrote {VECTORS}")
+    else:
+        print(__doc__)
