@@ -42,7 +42,8 @@ from scenarios.session import RunConfig, Signing, prepare_service
 from scenarios.sweep import SweepSpec, dask_executor, run_sweep
 from transport.security import CurveClient, CurveServer, make_keys
 
-SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise")
+SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objective",
+                    "minimise")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,6 +214,11 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--data", help="hospital, bank, realestate: the public CSV (.csv or .csv.gz); "
                                   "default: an embedded dataset generated from the seed")
     p.add_argument("--n", type=int, help="hospital, bank, realestate: use n random rows")
+    p.add_argument("--features", metavar="A,B,C",
+                   help="table: the CSV columns that are the inputs X")
+    p.add_argument("--objective", metavar="COLUMN", help="table: the CSV column that is f")
+    p.add_argument("--minimise", action="store_true", default=None,
+                   help="table: minimise the objective (default: maximise)")
     _ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=float,
                    help="make every reward eps-LDP with the CTL Laplace mechanism (Zhou & Tan)")
@@ -354,7 +360,7 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
         epsilons = tuple(args.eps or ()) + tuple(math.exp(x) for x in args.log_eps or ())
     else:
         epsilons = preset.epsilons if preset else (None,)
-    options = {k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k) is not None}
+    options = {k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k, None) is not None}
     spec = SweepSpec(
         scenario, epsilons, tuple(args.r) if args.r else (preset.rs if preset else (None,)),
         seeds=args.seeds or (preset.seeds if preset else 10),

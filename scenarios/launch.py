@@ -57,7 +57,9 @@ def scenario_argv(config: RunConfig) -> list[str]:
     if config.non_private:
         argv.append("--non-private")
     for key, value in sorted(config.options.items()):
-        if value is not None:
+        if value is True:  # a switch (--minimise)
+            argv.append("--" + key.replace("_", "-"))
+        elif value is not None and value is not False:
             argv += ["--" + key.replace("_", "-"), str(value)]
     return argv
 

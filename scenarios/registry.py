@@ -3,14 +3,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scenarios import bank, branin, hospital, ldp_synthetic, realestate, synthetic, tuning
+from scenarios import (
+    bank, branin, hospital, ldp_synthetic, realestate, synthetic, table, tuning,
+)
 from scenarios.problem import Problem
 
 PUBLIC_INPUTS = frozenset({"ldp-synthetic", "tuning"})  # inputs are a public grid: no projection by default
 SCENARIOS: dict[str, Callable[..., Problem]] = {
     "synthetic": synthetic.build, "branin": branin.build, "hospital": hospital.build,
     "bank": bank.build, "realestate": realestate.build, "ldp-synthetic": ldp_synthetic.build,
-    "tuning": tuning.build,
+    "tuning": tuning.build, "table": table.build,
 }
 
 

@@ -122,7 +122,7 @@ def test_unknown_options_are_a_clear_error():
     with pytest.raises(ValueError, match="does not take"):
         build_problem("bank", 0, grid=10)
     assert set(SCENARIOS) == {"synthetic", "branin", "hospital", "bank", "realestate",
-                              "ldp-synthetic", "tuning"}
+                              "ldp-synthetic", "tuning", "table"}
 
 
 REAL = {"hospital": "diabetic_data.csv.gz", "bank": "lending-club-sample.csv",

@@ -1,0 +1,46 @@
+"""Tabular data without code: any CSV, the feature columns and the objective column named.
+
+`pobo run table --data FILE.csv --features a,b,c --objective y [--minimise]` (and the
+same for `pobo curator`): the curator reads the named columns with the messy-CSV
+loader (missing cells, percent signs, thousands separators, duplicates: dropped and
+counted), prepares X as the paper does (length-scales fitted on its own rows, centring,
+max norm 25) and serves the objective column as a tabulated f. The objective is exact
+(noise 0); the modeler fits its kernel (declared as initial values only). No bound B on
+|f| is computed from the data: LDP rewards need `--reward-bound B`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from scenarios.loaders import read_columns
+from scenarios.problem import Problem, data_problem
+
+
+def columns(names: str | list[str] | tuple[str, ...]) -> list[str]:
+    """Column names from 'a,b,c' or a list; a one-line error for an empty list."""
+    parts = names.split(",") if isinstance(names, str) else list(names)
+    parts = [p.strip() for p in parts if p.strip()]
+    if not parts:
+        raise ValueError("--features names no column (give them as a,b,c)")
+    return parts
+
+
+def build(seed: int | None, data: str | None = None, features: str | None = None,
+          objective: str | None = None, minimise: bool = False,
+          n: int | None = None) -> Problem:
+    """The Problem of a CSV file's `features` columns and its `objective` column."""
+    if data is None or features is None or objective is None:
+        raise ValueError("the table scenario needs --data FILE.csv, --features a,b,c and "
+                         "--objective COLUMN")
+    names = columns(features)
+    if objective in names:
+        raise ValueError(f"--objective {objective!r} is also a feature")
+    table = read_columns(data, [*names, objective])
+    if table.n < 2:
+        raise ValueError(f"{data}: fewer than 2 usable rows ({table.describe()})")
+    c = table.columns
+    return data_problem("table", np.column_stack([c[name] for name in names]), c[objective], seed,
+                        sense="minimise" if minimise else "maximise", n=n,
+                        source=f"{table.describe()}; features {names}, objective {objective!r}",
+                        dropped=table.dropped, epsilon=1.0, delta=min(1e-5, 0.1 / table.n),
+                        r=10, T=50, noise_var=0.0, B=None)
