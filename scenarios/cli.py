@@ -35,7 +35,7 @@ from protocol.signing import load_allowed_keys, load_signing_key, load_verify_ke
 from scenarios.auditing import audit_files, signing_keys
 from scenarios.launch import TRANSPORTS, LaunchError, run
 from scenarios.presets import PRESETS, Preset
-from scenarios.registry import SCENARIOS, build_problem
+from scenarios.registry import build_problem, is_script, scenario_names
 from scenarios.report import write_report
 from scenarios.remote import connect_modeler, serve_curator
 from scenarios.session import RunConfig, Signing, prepare_service
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_run)
 
     p = sub.add_parser("sweep", help="run every combination of eps, r, strategy and seed")
-    p.add_argument("scenario", nargs="?", choices=sorted(SCENARIOS),
+    p.add_argument("scenario", nargs="?", type=scenario_arg, metavar="SCENARIO",
                    help="the scenario (optional with --preset)")
     p.add_argument("--preset", choices=sorted(PRESETS), help="one of the paper's experiments")
     p.add_argument("--eps", type=float, nargs="+", help="epsilons")
@@ -199,7 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) -> None:
-    p.add_argument("scenario", choices=sorted(SCENARIOS))
+    p.add_argument("scenario", type=scenario_arg, metavar="SCENARIO",
+                   help=f"one of {', '.join(scenario_names())}, or a path to a scenario script "
+                        "(.py defining build(seed, **options) -> Problem; see examples/)")
     p.add_argument("--eps", type=float, help="DP epsilon of the projection")
     p.add_argument("--delta", type=float, help="DP delta of the projection")
     p.add_argument("--r", type=r_value, help="projection dimension, or 'auto': the largest r "
@@ -296,6 +298,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      ldp_row_budget=args.ldp_row_budget, lift=args.lift,
                      lift_epsilon=args.lift_eps, lift_delta=args.lift_delta,
                      reward_bound=args.reward_bound, noise_bound=args.noise_bound, **modeler)
+
+
+def scenario_arg(text: str) -> str:
+    """A scenario name or script path that resolves (one-line argparse error otherwise)."""
+    if is_script(text):
+        if not Path(text).is_file():
+            raise argparse.ArgumentTypeError(f"no scenario script at {text}")
+        return str(Path(text).resolve())  # absolute: a curator process may run elsewhere
+    if text not in scenario_names():
+        raise argparse.ArgumentTypeError(f"unknown scenario {text!r}; choose from "
+                                         f"{', '.join(scenario_names())} or a .py script")
+    return text
 
 
 def r_value(text: str) -> int | str:

@@ -1,13 +1,26 @@
-"""The scenarios `pobo` knows, by name."""
+"""The scenarios `pobo` knows: built in, installed by other packages, or a script.
+
+A scenario is a function `build(seed, **options) -> Problem` (scenarios.problem:
+the private dataset X, the objective f, its sense and the public defaults). The
+built-in ones below use exactly that API; an installed distribution registers more
+under the entry-point group `pobo.scenarios` (name = "module:function"); and
+`pobo run path/to/my_scenario.py` loads the file and calls its `build`
+(examples/my_scenario.py is one). A script or entry point may set `PUBLIC_INPUTS =
+True` beside its `build` when its inputs are public (no projection by default).
+"""
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
+from importlib.metadata import entry_points
+from pathlib import Path
 
 from scenarios import (
     bank, branin, hospital, ldp_synthetic, realestate, synthetic, table, tuning,
 )
 from scenarios.problem import Problem
 
+ENTRY_POINTS = "pobo.scenarios"
 PUBLIC_INPUTS = frozenset({"ldp-synthetic", "tuning"})  # inputs are a public grid: no projection by default
 SCENARIOS: dict[str, Callable[..., Problem]] = {
     "synthetic": synthetic.build, "branin": branin.build, "hospital": hospital.build,
@@ -16,14 +29,73 @@ SCENARIOS: dict[str, Callable[..., Problem]] = {
 }
 
 
-def build_problem(name: str, seed: int | None, **options) -> Problem:
-    """The Problem of scenario `name` for `seed`, with scenario-specific options."""
+def installed() -> dict[str, object]:
+    """Scenarios other distributions register under `pobo.scenarios` (not loaded yet)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINTS)}
+
+
+def scenario_names() -> list[str]:
+    """Every scenario name: built in, then installed."""
+    return sorted(SCENARIOS) + sorted(set(installed()) - set(SCENARIOS))
+
+
+def is_script(name: str) -> bool:
+    """Whether `name` names a scenario script (a .py file) rather than a registered name."""
+    return name.endswith(".py")
+
+
+def resolve(name: str) -> Callable[..., Problem]:
+    """The `build` function of scenario `name` (a name or a path to a .py script);
+    ValueError, one line, for anything else."""
+    if is_script(name):
+        module = _load_script(Path(name))
+        return module.build
+    if name in SCENARIOS:
+        return SCENARIOS[name]
+    found = installed().get(name)
+    if found is None:
+        raise ValueError(f"unknown scenario {name!r}; choose from {scenario_names()} or give "
+                         "a path to a scenario script (.py)")
+    builder = found.load()
+    if not callable(builder):
+        raise ValueError(f"the {ENTRY_POINTS} entry point {name!r} is not a function")
+    return builder
+
+
+def public_inputs(name: str) -> bool:
+    """Whether scenario `name` declares its inputs public (no projection by default)."""
+    if name in PUBLIC_INPUTS:
+        return True
+    if is_script(name) and Path(name).is_file():
+        return bool(getattr(_load_script(Path(name)), "PUBLIC_INPUTS", False))
+    return False
+
+
+def _load_script(path: Path):
+    """Import a scenario script by path (a new module each time: no global state)."""
+    if not path.is_file():
+        raise ValueError(f"no scenario script at {path}")
+    spec = importlib.util.spec_from_file_location(f"pobo_scenario_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
     try:
-        builder = SCENARIOS[name]
-    except KeyError:
-        raise ValueError(f"unknown scenario {name!r}; choose from {sorted(SCENARIOS)}") from None
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ValueError(f"scenario script {path} failed to load: {type(exc).__name__}: "
+                         f"{exc}") from None
+    if not callable(getattr(module, "build", None)):
+        raise ValueError(f"scenario script {path} defines no build(seed, **options) function")
+    return module
+
+
+def build_problem(name: str, seed: int | None, **options) -> Problem:
+    """The Problem of scenario `name` (a name or a script path) for `seed`, with
+    scenario-specific options."""
+    builder = resolve(name)
     options = {k: v for k, v in options.items() if v is not None}
     try:
-        return builder(seed, **options)
+        problem = builder(seed, **options)
     except TypeError as exc:
         raise ValueError(f"scenario {name!r} does not take options {sorted(options)}: {exc}") from None
+    if not isinstance(problem, Problem):
+        raise ValueError(f"scenario {name!r} returned {type(problem).__name__}, not a Problem")
+    return problem

@@ -31,7 +31,7 @@ from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from protocol.signing import Signer
 from protocol.transcript import Transcript
 from scenarios.problem import Problem, rng_for
-from scenarios.registry import PUBLIC_INPUTS, build_problem
+from scenarios.registry import build_problem, public_inputs
 from scenarios.releases import release_handler
 
 
@@ -83,7 +83,7 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.non_private is None:
-            object.__setattr__(self, "non_private", self.scenario in PUBLIC_INPUTS)
+            object.__setattr__(self, "non_private", public_inputs(self.scenario))
 
 
 def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from parties.modeler import HyperFit
-from scenarios.registry import PUBLIC_INPUTS, build_problem
+from scenarios.registry import build_problem, public_inputs
 from parties.service import DEFAULT_LIFT
 from scenarios.session import RunConfig, run_inproc
 
@@ -47,7 +47,7 @@ class SweepSpec:
 
         A scenario with public inputs (no projection) runs only its non-private release.
         """
-        if self.scenario in PUBLIC_INPUTS:
+        if public_inputs(self.scenario):
             releases = [(None, None, True)]
         else:
             releases = [(e, r, False) for e in self.epsilons for r in self.rs]
