@@ -103,19 +103,10 @@ def make_keys(directory: str | Path, force: bool = False) -> dict[str, Path]:
     directory = Path(directory)
     paths = _key_paths(directory)
     if not force:
-        signing = [directory / f"{name}.sign_{half}" for name in _ROLES
-                   for half in ("secret", "public")]
-        for path in (*paths.values(), *signing):
-            if path.exists():
-                raise FileExistsError(f"{path} already exists: pass --force to overwrite it")
+        _refuse_existing([*paths.values(), *(directory / f"{name}.sign_{half}"
+                                             for name in _ROLES for half in ("secret", "public"))])
     with _umask(0o077):
-        if not directory.is_dir():
-            directory.mkdir(parents=True, mode=_DIR_MODE)
-            os.chmod(directory, _DIR_MODE)
-        allowed = directory / "allowed"
-        if not allowed.is_dir():
-            allowed.mkdir(mode=0o755)
-            os.chmod(allowed, 0o755)  # holds public keys only
+        allowed = _key_folder(directory)
         staging = Path(tempfile.mkdtemp(prefix=".pobo-keys-", dir=directory))
         try:
             for name in _ROLES:
@@ -133,6 +124,26 @@ def make_keys(directory: str | Path, force: bool = False) -> dict[str, Path]:
     return result
 
 
+def _refuse_existing(paths: list[Path]) -> None:
+    """FileExistsError (one line, naming the file) if any key file is already there."""
+    for path in paths:
+        if path.exists():
+            raise FileExistsError(f"{path} already exists: pass --force to overwrite it")
+
+
+def _key_folder(directory: Path) -> Path:
+    """Create the key folder (0700) and its allowed/ (0755: public keys only) if
+    missing; call under a 077 umask. Returns allowed/."""
+    if not directory.is_dir():
+        directory.mkdir(parents=True, mode=_DIR_MODE)
+        os.chmod(directory, _DIR_MODE)
+    allowed = directory / "allowed"
+    if not allowed.is_dir():
+        allowed.mkdir(mode=0o755)
+        os.chmod(allowed, 0o755)
+    return allowed
+
+
 def make_signing_keys(directory: str | Path, force: bool = False) -> dict[str, Path]:
     """Ed25519 signing pairs for a curator and a modeler in `directory`:
     `<role>.sign_secret` (32 raw bytes, 0600) and `<role>.sign_public` (hex, 0644), and
@@ -148,17 +159,9 @@ def make_signing_keys(directory: str | Path, force: bool = False) -> dict[str, P
         paths[f"{name}_sign_public"] = directory / f"{name}.sign_public"
     allowed_sign = directory / "allowed" / "modeler.sign_public"
     if not force:
-        for path in (*paths.values(), allowed_sign):
-            if path.exists():
-                raise FileExistsError(f"{path} already exists: pass --force to overwrite it")
+        _refuse_existing([*paths.values(), allowed_sign])
     with _umask(0o077):
-        if not directory.is_dir():
-            directory.mkdir(parents=True, mode=_DIR_MODE)
-            os.chmod(directory, _DIR_MODE)
-        allowed = directory / "allowed"
-        if not allowed.is_dir():
-            allowed.mkdir(mode=0o755)
-            os.chmod(allowed, 0o755)
+        _key_folder(directory)
         staging = Path(tempfile.mkdtemp(prefix=".pobo-sign-", dir=directory))
         try:
             for name in _ROLES:
