@@ -18,7 +18,6 @@ import sqlite3
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

@@ -7,11 +7,10 @@ in scenarios.launch for two OS processes.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np

@@ -16,7 +16,7 @@ from protocol.signing import body_of
 from protocol.codec import decode, encode
 from protocol.errors import ErrorCode, PeerTimeout, ProtocolError
 from protocol.messages import PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Reward, Welcome
-from protocol.policy import CURATOR, MODELER
+from protocol.policy import CURATOR
 from protocol.transcript import read_transcript
 from scenarios.remote import LISTENING, connect_modeler
 from scenarios.session import RunConfig, curate, open_channel, prepare_curator, run_inproc

@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from protocol.codec import decode, encode
 from protocol.messages import PROTOCOL_VERSION, End, Hello, Query, Reward

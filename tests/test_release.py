@@ -15,7 +15,7 @@ from parties.release import (
     lipschitz_sensitivity, noise_free_release, noisy_release, similarity_term, ucb_replay,
 )
 from protocol.errors import ErrorCode, PolicyViolation, ProtocolError
-from protocol.ledger import CENTRAL, LOCAL, Budget, Entry, Ledger, PrivacyBudgetExceeded
+from protocol.ledger import LOCAL, Budget, Entry, Ledger, PrivacyBudgetExceeded
 from protocol.messages import (
     PROTOCOL_VERSION, Dataset, Hello, Query, Release, ReleaseRequest, Reward, Welcome,
 )
