@@ -117,8 +117,8 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
     declared, release_delta = declaration(strategy)
     await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else "",
                              declared, release_delta, channel.sign_key))
-    welcome = _expect(await channel.recv(), Welcome)
-    dataset = _expect(await channel.recv(), Dataset)
+    welcome = expect(await channel.recv(), Welcome)
+    dataset = expect(await channel.recv(), Dataset)
     modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)
     first = 1
     if resume is not None:
@@ -134,7 +134,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         index = modeler.next_index()
         if resume is not None and seq in resume.asked:
             index = resume.asked[seq]  # the query in flight when we stopped, retried as it was
-        reward = await _ask(channel, Query(seq, index), retries)
+        reward = await ask(channel, Query(seq, index), retries)
         modeler.observe(reward.index, reward.value)
         if on_step is not None:
             on_step(seq, reward.index, reward.value)
@@ -144,7 +144,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         if isinstance(reply, Error):
             modeler.release_error = f"{reply.code}: {reply.message}"
         else:
-            modeler.release = _expect(reply, Release)
+            modeler.release = expect(reply, Release)
     await channel.send(End("done"))
     return modeler
 
@@ -198,7 +198,7 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     return ResumeState(welcome.session, welcome.params, dataset.release.Z, done, asked)
 
 
-async def _ask(channel: Channel, query: Query, retries: int) -> Reward:
+async def ask(channel: Channel, query: Query, retries: int) -> Reward:
     """Send a query and wait for its reward; on a timeout resend the same query (same
     sequence number: the curator answers it from its record) up to `retries` times.
     A late duplicate of an earlier reward is skipped."""
@@ -206,7 +206,7 @@ async def _ask(channel: Channel, query: Query, retries: int) -> Reward:
         await channel.send(query)
         while True:
             try:
-                return _expect(await channel.recv(), Reward)
+                return expect(await channel.recv(), Reward)
             except PeerTimeout:
                 if attempt == retries:
                     raise
@@ -217,7 +217,9 @@ async def _ask(channel: Channel, query: Query, retries: int) -> Reward:
     raise AssertionError("unreachable")
 
 
-def _expect(message: object, kind: type):
+def expect(message: object, kind: type):
+    """`message` if it is a `kind`; the peer's Error as PeerError, anything else a typed
+    sequence error."""
     if isinstance(message, Error):
         raise PeerError(message.code, message.message)
     if not isinstance(message, kind):

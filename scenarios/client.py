@@ -1,0 +1,331 @@
+"""An ask/tell modeler client: drive the modeler side of a session from any optimizer.
+
+```python
+from scenarios.client import ModelerClient
+
+with ModelerClient.connect("tcp://127.0.0.1:5555", out="runs/m") as client:
+    Z = client.Z                                   # the released n x r matrix (read-only)
+    for t in range(client.params.T):
+        i = my_optimizer_choose(Z, client.history)  # your code: any row in [0, n)
+        y = client.query(i)                        # the curator's reward for row i
+# leaving the block sends End and writes runs/m/modeler.json and runs/m/modeler.transcript
+```
+
+The client goes through exactly what `pobo modeler` goes through
+(`scenarios.remote.connect_modeler`): a `transport.sockets.DealerPipe` (CURVE-encrypted
+to the curator's key when `curve` is given) wrapped by `scenarios.session.open_channel`,
+so every message passes the same codec and boundary policy, every frame is signed with
+`signing.modeler` (and every curator frame verified against `signing.curator_key`) and
+recorded in the same chained transcript that `pobo audit` checks.
+
+It runs its own asyncio event loop on a background thread, and each call blocks on that
+loop with the channel's deadline, so it works from plain scripts and from inside a
+running event loop alike (a Jupyter cell, a coroutine): it never touches the caller's
+loop. A query that times out is resent with the same sequence number (the curator
+answers a retry from its record: no new evaluation) up to `retries` times.
+
+Releases. `release(algorithm, epsilon, delta)` asks, once and after the T-th query, for
+a DP release of the result. The curator grants 'noisy' (Kusner et al. Algorithm 1) only
+to a modeler whose Hello declared GP-UCB at Kusner's beta_t and whose every query it can
+replay as a UCB maximiser (scenarios.releases.check_noisy). This client drives an
+arbitrary optimizer, so its Hello declares no strategy: `release("noisy")` is refused
+with a typed `policy` error (raised as `protocol.errors.PeerError` with code 'policy').
+Use `pobo modeler --release noisy` for that release. 'lipschitz' (Algorithm 3) holds for
+any acquisition and is granted where the scenario declares its constants.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections.abc import Coroutine
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zmq.asyncio
+
+from parties.runners import ask, expect
+from protocol.errors import PeerError, PeerTimeout
+from protocol.messages import (
+    PROTOCOL_VERSION,
+    Dataset,
+    End,
+    Hello,
+    Query,
+    Release,
+    ReleaseRequest,
+    SessionParams,
+    Welcome,
+)
+from protocol.policy import CURATOR, MODELER, RELEASE_ALGORITHMS
+from scenarios.session import Signing, open_channel, write_json
+from transport.security import CurveClient
+from transport.sockets import DealerPipe
+
+CLIENT_NAME = "pobo-client"
+
+
+class ClientError(ValueError):
+    """A call the client refuses before anything is sent (a one-line message)."""
+
+
+class ModelerClient:
+    """A synchronous modeler session: `params`, `Z`, `query(i)`, `release(...)`, `close()`.
+
+    Build one with `ModelerClient.connect(...)`; use it as a context manager (or call
+    `close()`) so that the session ends and the record is written.
+    """
+
+    def __init__(self) -> None:  # use connect()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ctx: zmq.asyncio.Context | None = None
+        self._channel = None
+        self._out: Path | None = None
+        self._retries = 2
+        self._started = time.perf_counter()
+        self.params: SessionParams | None = None
+        self.session: str = ""
+        self.Z: np.ndarray | None = None
+        self.dataset = None  # the ProjectedDataset (Z with its mechanism and privacy)
+        self.queries: list[int] = []
+        self.rewards: list[float] = []
+        self.released: Release | None = None
+        self.release_error: str | None = None
+        self._pending: tuple[int, int] | None = None  # (seq, row) of a query left unanswered
+        self._release_asked = False
+        self._closed = False
+        self._failed: str | None = None
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def connect(cls, endpoint: str, out: str | Path | None = None, *,
+                curve: CurveClient | None = None, signing: Signing | None = None,
+                timeout: float = 30.0, non_private: bool = False, retries: int = 2,
+                client: str = CLIENT_NAME) -> ModelerClient:
+        """Connect to the curator at `endpoint` and complete the handshake (Hello,
+        Welcome, Dataset); the session's parameters and Z are then available.
+
+        `out` is the folder for modeler.transcript and modeler.json (None: no record);
+        `curve` encrypts to the curator's CURVE key; `signing` carries the modeler's
+        signing key (`signing.modeler`) and the curator key it expects
+        (`signing.curator_key`); `timeout` is the channel's deadline in seconds for each
+        reply; `non_private` accepts the curator's non-private identity release of X.
+        """
+        if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+            raise ClientError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        if not (isinstance(retries, int) and retries >= 0):
+            raise ClientError(f"retries must be an integer >= 0, not {retries!r}")
+        self = cls()
+        self._out = Path(out) if out is not None else None
+        self._retries = retries
+        self._timeout = float(timeout)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever,
+                                        name="pobo-modeler-client", daemon=True)
+        self._thread.start()
+        try:
+            self._run(self._open(endpoint, curve, signing or Signing(), non_private, client),
+                      2)  # the handshake: Welcome and Dataset
+        except BaseException:
+            self._failed = "handshake failed"
+            self._shutdown(send_end=False)
+            raise
+        return self
+
+    async def _open(self, endpoint: str, curve: CurveClient | None, signing: Signing,
+                    non_private: bool, client: str) -> None:
+        # the context and socket are made on the client's own loop, like connect_modeler
+        self._ctx = zmq.asyncio.Context()
+        self._channel = open_channel(DealerPipe.connect(self._ctx, endpoint, curve=curve),
+                                     MODELER, non_private, self._out, self._timeout,
+                                     signer=signing.modeler, peer_key=signing.curator_key)
+        channel = self._channel
+        # an external optimizer declares no acquisition: no claim to Kusner's beta_t
+        await channel.send(Hello(PROTOCOL_VERSION, client, "", "", 0.0, channel.sign_key))
+        welcome = expect(await channel.recv(), Welcome)
+        dataset = expect(await channel.recv(), Dataset)
+        self.params, self.session = welcome.params, welcome.session
+        self.Z = dataset.release.Z  # read-only (ProjectedDataset freezes it)
+        self.dataset = dataset.release
+
+    # ------------------------------------------------------------------ the session
+
+    @property
+    def history(self) -> list[tuple[int, float]]:
+        """(row, reward) of every answered query, in order."""
+        return list(zip(self.queries, self.rewards))
+
+    @property
+    def remaining(self) -> int:
+        """Queries left in the session's budget T."""
+        return self.params.T - len(self.queries)
+
+    def query(self, index: int) -> float:
+        """Ask for the reward of row `index` of Z; blocks until the curator answers.
+
+        ClientError (one line) for a row outside [0, n), past T queries, or after close;
+        PeerError when the curator refuses the query, PeerTimeout when no answer came
+        after `retries` resends. A query that timed out is retried by calling query()
+        again with the same row (same sequence number)."""
+        self._check_open("query")
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise ClientError(f"the row index must be an integer, not {type(index).__name__}")
+        index, n, T = int(index), self.params.n, self.params.T
+        if not 0 <= index < n:
+            raise ClientError(f"row index {index} out of range [0, {n})")
+        if len(self.queries) >= T:
+            raise ClientError(f"the session's budget of T={T} queries is spent")
+        seq = len(self.queries) + 1
+        if self._pending is not None and self._pending[1] != index:
+            raise ClientError(f"query {seq} (row {self._pending[1]}) is still unanswered: "
+                              f"retry query({self._pending[1]}) first")
+        self._pending = (seq, index)
+        reward = self._run(ask(self._channel, Query(seq, index), self._retries),
+                           self._retries + 1)
+        self._pending = None
+        self.queries.append(reward.index)
+        self.rewards.append(reward.value)
+        return reward.value
+
+    def release(self, algorithm: str, epsilon: float = 1.0, delta: float = 1e-3, *,
+                kernel: str = "", lengthscale: float = 0.0, signal_var: float = 0.0,
+                noise_var: float = 0.0) -> Release:
+        """Ask once, after the T-th query, for a DP release of the result ('noisy',
+        'noise-free' or 'lipschitz'; the kernel fields: the one your GP used, '' and 0 for
+        the curator's declared one). Returns the Release; a refusal raises PeerError with
+        the curator's code ('policy' for a release whose proof does not hold here:
+        'noisy' always, for this client -- see the module docstring; 'privacy_budget'
+        past the dataset's budget)."""
+        self._check_open("release")
+        if algorithm not in RELEASE_ALGORITHMS:
+            raise ClientError(f"unknown release algorithm {algorithm!r} (one of "
+                              f"{', '.join(sorted(RELEASE_ALGORITHMS))})")
+        if self._release_asked:
+            raise ClientError("a session has at most one release, and it was asked for")
+        if len(self.queries) < self.params.T:
+            raise ClientError(f"a release comes after the last query ({len(self.queries)} of "
+                              f"T={self.params.T} asked)")
+        self._release_asked = True
+        request = ReleaseRequest(algorithm, float(epsilon), float(delta), kernel,
+                                 float(lengthscale), float(signal_var), float(noise_var))
+        try:
+            reply = self._run(self._release(request), 1)
+        except PeerError as exc:
+            self.release_error = f"{exc.code}: {exc.peer_message}"
+            raise
+        self.released = reply
+        return reply
+
+    async def _release(self, request: ReleaseRequest) -> Release:
+        await self._channel.send(request)
+        return expect(await self._channel.recv(), Release)
+
+    # ------------------------------------------------------------------ closing
+
+    def close(self, reason: str = "done") -> dict | None:
+        """End the session (End), write modeler.json, close the transcript and the
+        socket, stop the client's loop. Idempotent; returns the record (None if already
+        closed)."""
+        if self._closed:
+            return None
+        return self._shutdown(send_end=self._channel is not None, reason=reason)
+
+    def __enter__(self) -> ModelerClient:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is not None and not self._closed:
+            self._failed = f"{kind.__name__}: {exc}"
+        self.close()
+
+    def __del__(self) -> None:  # a forgotten client must not keep its thread alive
+        try:
+            if not self._closed and self._loop is not None:
+                self._shutdown(send_end=False)
+        except Exception:
+            pass
+
+    def _shutdown(self, send_end: bool, reason: str = "done") -> dict | None:
+        self._closed = True
+        record = None
+        try:
+            if send_end:
+                if self._failed is None and len(self.queries) < (self.params.T if self.params
+                                                                 else 0):
+                    reason = reason if reason != "done" else "closed early"
+                try:
+                    self._run(self._channel.send(End(reason[:200])), 0)
+                except Exception as exc:  # the record is still written
+                    self._failed = self._failed or f"{type(exc).__name__}: {exc}"
+            record = self._record()
+            if self._out is not None and self._channel is not None:
+                write_json(self._out / "modeler.json", record)
+        finally:
+            if self._loop is not None and self._loop.is_running():
+                try:
+                    self._call(self._close_transport(), 10.0)
+                except Exception:
+                    pass
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                if self._thread is not None and self._thread is not threading.current_thread():
+                    self._thread.join(10.0)
+            if self._loop is not None and not self._loop.is_running():
+                self._loop.close()
+        return record
+
+    async def _close_transport(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+        if self._ctx is not None:
+            self._ctx.term()
+
+    def _record(self) -> dict:
+        """modeler.json: the same fields as `pobo modeler`'s record."""
+        channel = self._channel
+        done = self.params is not None and len(self.queries) == self.params.T
+        status = "ok" if self._failed is None and done else (
+            "incomplete" if self._failed is None else "error")
+        best = int(np.argmax(self.rewards)) if self.rewards else None
+        return {"seed": None, "strategy": "external", "client": CLIENT_NAME,
+                "session": self.session, "status": status, "error": self._failed,
+                "queries": list(self.queries), "rewards": list(self.rewards),
+                "best_index": None if best is None else self.queries[best],
+                "best_reward": None if best is None else self.rewards[best],
+                "release": None if self.released is None else asdict(self.released),
+                "release_error": self.release_error,
+                "seconds": time.perf_counter() - self._started,
+                "transcript_head": channel.transcript.head if channel and channel.transcript
+                else None,
+                "signatures": channel.signatures if channel else "unsigned",
+                "sign_keys": {CURATOR: (channel.peer_key or "") if channel else "",
+                              MODELER: channel.sign_key if channel else ""}}
+
+    # ------------------------------------------------------------------ the loop
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise ClientError(f"{what} after close(): the session has ended")
+
+    def _run(self, coro: Coroutine, replies: int) -> Any:
+        """Run `coro` on the client's loop and wait for it: the channel raises PeerTimeout
+        after its own deadline per reply; this wait only guards against a stuck loop."""
+        return self._call(coro, self._timeout * max(replies, 1) + 10.0)
+
+    def _call(self, coro: Coroutine, wait: float) -> Any:
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("ModelerClient called from its own loop's thread")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(wait)
+        except TimeoutError:  # concurrent.futures.TimeoutError is TimeoutError (3.11+)
+            future.cancel()
+            raise PeerTimeout(f"no answer from the client's loop within {wait:g} s") from None
+
+
+__all__ = ["ClientError", "ModelerClient"]
