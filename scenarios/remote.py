@@ -145,7 +145,8 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
     """One peer connection: its Hello, then a new or resumed session. A peer that never
     gets past the handshake (refused, or it sent something other than a Hello) takes no
     slot and stops nothing; a session that fails leaves its record and is logged."""
-    channel = open_channel(pipe, CURATOR, False, None, 60.0, signer=signing.curator,
+    timeout = float(service.config.get("timeout", 60.0))  # --timeout, for the Hello too
+    channel = open_channel(pipe, CURATOR, False, None, timeout, signer=signing.curator,
                            peer_key=signing.modeler_keys)
     try:
         try:
@@ -175,7 +176,6 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
                                      blobs=out / "blobs" if per_session_folder else None)
                           if where is not None else None)  # one Z for every session
             channel.settle(boundary, transcript)
-            channel.timeout = float(service.config.get("timeout", 60.0))
             await curate(channel, session, where, verbose=verbose, peer=pipe.peer,
                          hello=hello, raise_errors=False, keep=kept)
         finally:

@@ -305,3 +305,4 @@ def test_a_deployed_curator_never_serves_a_seeded_projection_from_its_journal(tm
     assert not np.array_equal(again.release.Z, z_seeded)
     assert [e["mechanism"] for e in journal.central_entries()] == ["po-gp-ucb-projection"] * 2
     journal.close()
+
