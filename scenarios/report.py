@@ -46,7 +46,9 @@ def _num(value) -> str:
 def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "") -> str:
     """The scenario's metric (S_T/sigma_f, hits or R_T) as mean +- standard error per
     strategy, beta scale, LDP epsilon, projection epsilon and r, the non-private
-    release below, with the paper's value beside each r when given."""
+    release below, with the paper's value beside each r when given. "unlifted" counts
+    the runs whose release was not lifted: under --lift paper that is sigma_min >= omega
+    (the paper's guideline); under always/private a lifted release is the DP one."""
     metric, name = METRICS[rows[0].get("metric", "simple_regret")]
     cells: dict[tuple, list[float]] = defaultdict(list)
     lifted: dict[tuple, list[bool]] = defaultdict(list)
@@ -57,7 +59,7 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
         lifted[key].append(bool(row["lifted"]))
     lines = [f"### {title}" if title else "", "",
              f"{name}, mean ± standard error over seeds (n = {rows[0]['n']}, T = {rows[0]['T']})",
-             "", "| strategy | β scale | LDP ε | ε | r | " + name + " | runs | σ_min ≥ ω |"
+             "", "| strategy | β scale | LDP ε | ε | r | " + name + " | runs | unlifted |"
              + (" paper S_T |" if paper else ""),
              "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if paper else "")]
     order = lambda kv: tuple((v is None, v or 0) if not isinstance(v, str) else (False, v)  # noqa: E731
