@@ -33,8 +33,9 @@ class DatasetLedger:
         return DatasetLedger(self.journal, self.budget, session, generation)
 
     def check(self, entries: list[Entry]) -> None:
-        """Raise PrivacyBudgetExceeded unless all of `entries` fit the budget now."""
-        central = self.central()
+        """Raise PrivacyBudgetExceeded unless all of `entries` fit the budget now (reads
+        only what the entries touch: an answer without LDP reads nothing)."""
+        central = self.central() if any(e.scope == CENTRAL for e in entries) else (0.0, 0.0)
         rows: dict[int, tuple[float, float]] = {}
         for e in entries:
             if e.scope == CENTRAL:

@@ -5,9 +5,6 @@ the one-line refusals. Every wait is bounded; every process is killed in a final
 from __future__ import annotations
 
 import json
-import os
-import select
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from curator_process import CuratorProcess, free_port  # test helper: runs the CLI
 
 from protocol.errors import PeerError, PeerTimeout
 from protocol.signing import load_signing_key, load_verify_key
@@ -31,45 +30,6 @@ N = 64  # synthetic --grid 8
 def _pobo() -> list[str]:
     script = Path(sys.executable).with_name("pobo")
     return [str(script)] if script.exists() else [sys.executable, "-m", "scenarios.cli"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Curator:
-    """`pobo curator synthetic --grid 8 --T T` on a free loopback port."""
-
-    def __init__(self, out: Path, T: int, extra: list[str] = ()) -> None:
-        self.endpoint = f"tcp://127.0.0.1:{_free_port()}"
-        self.out = out
-        cmd = [*_pobo(), "curator", "synthetic", "--grid", "8", "--T", str(T), "--bind",
-               self.endpoint, "--out", str(out), "--accept-timeout", "60", "--timeout", "30",
-               *extra]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-
-    def wait_listening(self, timeout: float = 60.0) -> None:
-        deadline, line = time.monotonic() + timeout, ""
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            if select.select([self.proc.stdout], [], [], 0.5)[0]:
-                line = self.proc.stdout.readline()
-                if "listening on" in line or not line:
-                    break
-        assert "listening on" in line, (line, self.proc.poll())
-
-    def finish(self, timeout: float = 60.0) -> dict:
-        _, stderr = self.proc.communicate(timeout=timeout)
-        assert self.proc.returncode == 0, stderr[-2000:]
-        return json.loads((self.out / "curator.json").read_text())
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
 
 
 def _ucb_choice(Z: np.ndarray, history: list[tuple[int, float]], rng) -> int:
@@ -97,7 +57,7 @@ def test_client_sklearn_gp_signed_curve_session_audits(tmp_path):
                           text=True, timeout=60)
     assert made.returncode == 0, made.stderr
     T = 8
-    curator = Curator(tmp_path / "curator", T, [
+    curator = CuratorProcess(tmp_path / "curator", T, [
         "--curve-secret", str(keys / "curator.key_secret"),
         "--curve-allow", str(keys / "allowed"),
         "--sign-secret", str(keys / "curator.sign_secret"),
@@ -147,7 +107,7 @@ async def test_client_sync_calls_inside_a_running_loop(tmp_path):
     """The sync API called directly in a coroutine (as in a Jupyter cell): the client's own
     loop runs on its thread, so blocking this loop does not deadlock it."""
     T = 4
-    curator = Curator(tmp_path / "curator", T)
+    curator = CuratorProcess(tmp_path / "curator", T)
     try:
         curator.wait_listening()
         client = ModelerClient.connect(curator.endpoint, out=tmp_path / "modeler", timeout=20.0)
@@ -165,7 +125,7 @@ async def test_client_sync_calls_inside_a_running_loop(tmp_path):
 
 def test_client_one_line_errors(tmp_path):
     T = 2
-    curator = Curator(tmp_path / "curator", T)
+    curator = CuratorProcess(tmp_path / "curator", T)
     errors: list[str] = []
 
     def refused(call, *args, **kwargs) -> None:
@@ -204,7 +164,7 @@ def test_client_one_line_errors(tmp_path):
 def test_client_connect_to_nobody_times_out_bounded(tmp_path):
     started = time.monotonic()
     with pytest.raises(PeerTimeout):
-        ModelerClient.connect(f"tcp://127.0.0.1:{_free_port()}", out=tmp_path / "m",
+        ModelerClient.connect(f"tcp://127.0.0.1:{free_port()}", out=tmp_path / "m",
                               timeout=1.0)
     assert time.monotonic() - started < 15
     assert not [t for t in threading.enumerate() if t.name == "pobo-modeler-client"]

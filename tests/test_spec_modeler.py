@@ -8,20 +8,16 @@ Every frame it sends is a version-2 envelope (PROTOCOL.md section 3) with an emp
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import random
-import select
-import socket
 import struct
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import msgpack
 import zmq
+
+from curator_process import CuratorProcess  # test helper: runs the CLI, no pobo import
 
 ROOT = Path(__file__).resolve().parents[1]
 ZERO = bytes(32)
@@ -200,12 +196,6 @@ def run_session(endpoint: str, seed: int, timeout_ms: int = 20_000, secret=None,
 
 # --------------------------------------------------------------------------- the test
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_module_imports_no_pobo():
     source = Path(__file__).read_text()
     for forbidden in ("from protocol", "from parties", "from scenarios", "from transport",
@@ -216,47 +206,9 @@ def test_module_imports_no_pobo():
         assert not hits, hits
 
 
-class Curator:
-    """`pobo curator synthetic --grid 8` as a subprocess on a free loopback port."""
-
-    def __init__(self, out: Path, T: int, extra: list[str] = ()) -> None:
-        self.endpoint = f"tcp://127.0.0.1:{free_port()}"
-        self.out = out
-        cmd = [sys.executable, "-m", "scenarios.cli", "curator", "synthetic", "--grid", "8",
-               "--T", str(T), "--bind", self.endpoint, "--out", str(out),
-               "--accept-timeout", "60", "--timeout", "30", *extra]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-
-    def wait_listening(self, timeout: float = 60.0) -> None:
-        """Wait (bounded) for the '[curator] listening on ...' line."""
-        deadline = time.monotonic() + timeout
-        line = ""
-        while time.monotonic() < deadline:
-            if not self.proc.stdout.readable() or self.proc.poll() is not None:
-                break
-            ready = select.select([self.proc.stdout], [], [], 0.5)[0]
-            if ready:
-                line = self.proc.stdout.readline()
-                if "listening on" in line or not line:
-                    break
-        assert "listening on" in line, (line, self.proc.poll())
-
-    def finish(self, timeout: float = 60.0) -> dict:
-        stdout, stderr = self.proc.communicate(timeout=timeout)
-        assert self.proc.returncode == 0, stderr[-2000:]
-        return json.loads((self.out / "curator.json").read_text())
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
 def test_spec_modeler_completes_a_session(tmp_path):
     T = 5
-    curator = Curator(tmp_path / "curator", T)
+    curator = CuratorProcess(tmp_path / "curator", T)
     try:
         curator.wait_listening()
         result = run_session(curator.endpoint, seed=1)
@@ -284,7 +236,7 @@ def test_spec_modeler_signed_session_with_refusals(tmp_path):
     spec = SpecModeler(None, 0, modeler_key)
     (keys / "modeler.sign_public").write_text(spec.sign_key)
     T = 3
-    curator = Curator(tmp_path / "curator", T, ["--sign-secret", str(keys / "curator.sign_secret"),
+    curator = CuratorProcess(tmp_path / "curator", T, ["--sign-secret", str(keys / "curator.sign_secret"),
                                                 "--sign-allow", str(keys)])
     try:
         curator.wait_listening()
