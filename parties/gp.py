@@ -9,6 +9,24 @@ mean and variance are updated in O(n):
     v = (k(Z, z_i) - V^T l) / d,   d^2 = k(z_i, z_i) + s_n^2 - l^T l,
     a = (y - m - l^T alpha) / d,   mean += a v,   var -= v^2.
 
+Pending (hallucinated) observations, for GP-BUCB (Desautels, Krause & Burdick 2014,
+eq. 5-6): `add_pending(i)` conditions on candidate i with y = the posterior mean there,
+so a = 0 -- the mean is unchanged and the variance shrinks as if i had been observed.
+Real observations always come first (positions 0..r-1), pending ones after them; then
+every pending alpha is 0, the mean is the posterior of the real values alone and the
+variance that of real and pending rows together (GP-BUCB's mu_fb[t] and sigma_t-1).
+`resolve(slot, y)` first moves the slot down to position r, past the pending rows before
+it, by adjacent swaps: swapping rows p, p+1 of L and re-triangularising with a 2 x 2
+Givens reflection G (L' = P L G) gives V' = L'^-1 P K = G V, so each swap rotates two
+rows of V, O(n + t), and leaves alpha (zeros), mean and variance as they are. Row r of
+L then is the row of the slot conditioned on the real values only, and the real y sets
+
+    alpha_r = (y - m - L[r, :r] alpha[:r]) / L[r, r],   mean += alpha_r V[r],
+
+the exact posterior of the real values (the pending alphas stay 0: their hallucinated
+values move with the mean). A resolve costs O(t) + O(n) + O(n + t) per pending slot
+asked before it; in order, it is the arithmetic of `add` exactly.
+
 `posterior_dense` is the textbook formula (Rasmussen & Williams eq. 2.25-2.26), the
 reference and the "full recompute" of the benchmark.
 """
@@ -66,6 +84,7 @@ class IncrementalGP:
         self.indices = np.empty(self.capacity, dtype=np.int64)
         self.y = np.empty(self.capacity)
         self.t = 0
+        self._pending: list[int] = []  # slots of positions t - len(_pending) .. t - 1
         self.mean = np.full(n, self.prior_mean)
         self.var = np.full(n, kernel.variance)
         self._buf = np.empty(n)
@@ -95,15 +114,63 @@ class IncrementalGP:
         out *= self.kernel.variance
         return out
 
+    @property
+    def has_pending(self) -> bool:
+        """Whether any hallucinated observation still waits for its real value."""
+        return bool(self._pending)
+
     def add(self, index: int, y: float) -> None:
-        """Condition on y observed at candidate `index`: O(n t) time, no refactorisation."""
+        """Condition on y observed at candidate `index`: O(n t) time, no refactorisation.
+
+        With pending slots it is `resolve(add_pending(index), y)`: real values stay first.
+        """
+        if not math.isfinite(y):
+            raise ValueError(f"observation must be finite, got {y}")
+        if self._pending:
+            self.resolve(self.add_pending(index), y)
+            return
+        t = self.t
+        l_row, d = self._new_row(index)
+        v = self.V[t]
+        a = (y - self.prior_mean - l_row @ self.alpha[:t]) / d
+        self._append(index, l_row, d, a, y)
+        self.mean += np.multiply(v, a, out=self._buf)
+        self._shrink(v)
+
+    def add_pending(self, index: int) -> int:
+        """Hallucinate an observation at `index` (y = posterior mean, GP-BUCB): the mean
+        stays, the variance shrinks; O(n t). Returns the slot to `resolve` later."""
+        slot = self.t
+        l_row, d = self._new_row(index)
+        self._append(index, l_row, d, 0.0, math.nan)
+        self._shrink(self.V[slot])
+        self._pending.append(slot)
+        return slot
+
+    def resolve(self, slot: int, y: float) -> None:
+        """Replace pending `slot`'s hallucinated value by the real y, in any order: the mean
+        becomes the exact posterior of the real values (module docstring); O(n + t) per
+        slot still pending before it, plus O(n + t)."""
+        if not math.isfinite(y):
+            raise ValueError(f"observation must be finite, got {y}")
+        if slot not in self._pending:
+            raise ValueError(f"slot {slot} is not pending")
+        j = self._pending.index(slot)
+        r = self.t - len(self._pending)
+        for p in range(r + j - 1, r - 1, -1):
+            self._swap_pending(p)
+        del self._pending[j]
+        a = (y - self.prior_mean - self.L[r, :r] @ self.alpha[:r]) / self.L[r, r]
+        self.alpha[r], self.y[r] = a, y
+        self.mean += np.multiply(self.V[r], a, out=self._buf)
+
+    def _new_row(self, index: int) -> tuple[np.ndarray, float]:
+        """Row t of L (l, d) for candidate `index`, and row t of V written in place."""
         t = self.t
         if t >= self.capacity:
             raise ValueError(f"engine is full: capacity {self.capacity} observations")
         if not 0 <= index < self.n:
             raise IndexError(f"candidate {index} out of range [0, {self.n})")
-        if not math.isfinite(y):
-            raise ValueError(f"observation must be finite, got {y}")
         l_row = self.V[:t, index].copy()
         diag = self.kernel.variance + self.noise_var + self.jitter
         pivot = diag - l_row @ l_row
@@ -116,13 +183,32 @@ class IncrementalGP:
         if t:
             v -= np.dot(l_row, self.V[:t], out=self._buf)
         v *= 1.0 / d
-        a = (y - self.prior_mean - l_row @ self.alpha[:t]) / d
+        return l_row, d
+
+    def _append(self, index: int, l_row: np.ndarray, d: float, a: float, y: float) -> None:
+        """Record row t of L, alpha, the candidate and its value; t += 1."""
+        t = self.t
         self.L[t, :t], self.L[t, t] = l_row, d
         self.alpha[t], self.indices[t], self.y[t] = a, index, y
         self.t = t + 1
-        self.mean += np.multiply(v, a, out=self._buf)
+
+    def _shrink(self, v: np.ndarray) -> None:
+        """var -= v^2, floored at 0."""
         self.var -= np.multiply(v, v, out=self._buf)
         np.maximum(self.var, 0.0, out=self.var)
+
+    def _swap_pending(self, p: int) -> None:
+        """Exchange the pending rows at positions p and p + 1: L' = P L G with the Givens
+        reflection G that makes it lower triangular again, V' = G V; O(n + t)."""
+        L, V, t = self.L, self.V, self.t
+        a, b, c = L[p + 1, p], L[p + 1, p + 1], L[p, p]
+        h = math.hypot(a, b)
+        cs, sn = a / h, b / h
+        L[[p, p + 1], :p] = L[[p + 1, p], :p]
+        L[p, p], L[p, p + 1], L[p + 1, p], L[p + 1, p + 1] = h, 0.0, c * cs, c * sn
+        L[p + 2:t, p:p + 2] = L[p + 2:t, p:p + 2] @ np.array([[cs, sn], [sn, -cs]])
+        V[p], V[p + 1] = cs * V[p] + sn * V[p + 1], sn * V[p] - cs * V[p + 1]
+        self.indices[[p, p + 1]] = self.indices[[p + 1, p]]
 
     def ucb_argmax(self, beta: float, rng: np.random.Generator) -> int:
         """argmax of mean + beta^1/2 std over all candidates.
@@ -138,11 +224,18 @@ class IncrementalGP:
         return int(np.argmax(score))
 
     def observations(self) -> tuple[np.ndarray, np.ndarray]:
-        """(candidate indices, observed values) conditioned on so far, in order."""
-        return self.indices[:self.t].copy(), self.y[:self.t].copy()
+        """(candidate indices, real values) conditioned on so far, in the order they became
+        real (added or resolved); pending slots are left out: they hold no value."""
+        r = self.t - len(self._pending)
+        return self.indices[:r].copy(), self.y[:r].copy()
 
     def rebuilt(self, kernel: Kernel, noise_var: float, prior_mean: float = 0.0) -> IncrementalGP:
-        """A fresh engine with new hyperparameters holding the same observations, O(n t^2)."""
+        """A fresh engine with new hyperparameters holding the same observations, O(n t^2).
+
+        Refused (ValueError) while slots are pending: hyperparameters are fitted to real
+        values only, and the pending slots' numbers would not carry over."""
+        if self._pending:
+            raise ValueError(f"cannot rebuild with {len(self._pending)} slots pending")
         gp = IncrementalGP(self.Z, kernel, noise_var, self.capacity, self.jitter, prior_mean)
         for i, y in zip(*self.observations()):
             gp.add(int(i), float(y))

@@ -6,9 +6,15 @@ after an initial design of uniformly random rows (`once`), or again every m roun
 (`every`), rebuilding the O(n t) cache after each fit. Under Kusner et al.'s GP-UCB
 (the noisy release, Algorithm 1) they stay fixed for the whole session: its proofs
 assume one known kernel, and the curator replays the queries with it.
+
+Batches (GP-BUCB, Desautels, Krause & Burdick 2014): `ask()` chooses a row given the
+real rewards and the pending queries, hallucinated at the posterior mean, and `tell(slot,
+value)` gives a slot its real reward, in any order. One query at a time, ask/tell is
+the sequential loop (`next_index()` then `observe()`) to the bit.
 """
 from __future__ import annotations
 
+from bisect import bisect
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -77,6 +83,16 @@ class Modeler:
 
     In a session with local-DP rewards, plain GP-UCB models the Laplace noise as part
     of its observation noise (variance 2 L^2 added to the declared noise variance).
+
+    Slot k is the (k+1)-th query of the session (protocol seq k + 1), asked by `ask()`
+    or recorded by `observe()`. `queries` and `rewards` hold the row and reward of every
+    slot told so far, in slot order (a late reward is inserted in its place), so `best()`
+    and the results read the same whatever order the rewards came in. A refit that falls
+    due while slots are pending waits until none is (hyperparameters are fitted to real
+    rewards only, and the engine cannot be rebuilt around hallucinated ones); it then
+    fits once, to all rewards told. `max_outstanding` is 1 for the robust learners and
+    Kusner et al.'s GP-UCB (their proofs and the noisy release replay sequential UCB
+    maximisers), T otherwise.
     """
 
     def __init__(self, params: SessionParams, release: ProjectedDataset, strategy: Strategy,
@@ -105,34 +121,103 @@ class Modeler:
         self.rewards: list[float] = []
         self._design = (rng.permutation(self.gp.n)[:hyper.n_init]
                         if hyper.mode != "fixed" else np.empty(0, dtype=np.int64))
+        self._asked: list[int] = []  # row per slot, in slot order
+        self._told: list[int] = []  # slots told, sorted (parallel to queries and rewards)
+        self._engine_slot: dict[int, int] = {}  # pending slot -> the engine's slot
+        self._refit_waiting = False
+        sequential = robust or isinstance(strategy, KusnerUCB)
+        self.max_outstanding = 1 if sequential else params.T
 
     @property
     def t(self) -> int:
         """Number of rewards observed so far."""
         return len(self.rewards)
 
+    @property
+    def pending(self) -> tuple[int, ...]:
+        """The slots asked but not yet told, in slot order."""
+        return tuple(sorted(self._engine_slot))
+
     def next_index(self) -> int:
-        """The row to query in the next round (initial design first, when fitting)."""
+        """The row to query in the next round (initial design first, when fitting), given
+        the rewards told and the pending queries hallucinated (GP-BUCB)."""
+        asked = len(self._asked)
         if self.learner is not None:
             return self.learner.next_index(self.rng)
-        if self.t < self._design.size:
-            return int(self._design[self.t])
-        return self.strategy.select(self.gp, self.t + 1, self.rng)
+        if asked < self._design.size:
+            return int(self._design[asked])
+        return self.strategy.select(self.gp, asked + 1, self.rng)
 
-    def observe(self, index: int, value: float) -> None:
-        """Condition on the reward for row `index`; refit when the mode says so."""
-        self.queries.append(int(index))
-        self.rewards.append(float(value))
+    def ask(self, index: int | None = None) -> int:
+        """Choose the next row, register it as pending (slot = queries asked so far) and
+        return it; a given `index` (a query in flight when a session stopped, asked again
+        on resume) is registered instead, after the choice is made all the same so the
+        rng stream stays that of the session. beta_t is sequential GP-UCB's at t = slots
+        asked + 1: Desautels et al.'s regret bound needs it inflated (their exp(C)
+        factor); like their experiments we keep the sequential schedule."""
+        if len(self._engine_slot) >= self.max_outstanding:
+            raise ValueError(f"{self._name()} takes at most {self.max_outstanding} outstanding "
+                             f"{'query' if self.max_outstanding == 1 else 'queries'}; "
+                             f"slots {list(self.pending)} are pending")
+        if len(self._asked) >= self.params.T:
+            raise ValueError(f"all T = {self.params.T} queries of the session are asked")
+        chosen = self.next_index()
+        index = chosen if index is None else int(index)
+        engine_slot = -1 if self.learner is not None else self.gp.add_pending(index)
+        self._engine_slot[len(self._asked)] = engine_slot
+        self._asked.append(index)
+        return index
+
+    def tell(self, slot: int, value: float) -> None:
+        """The real reward of pending `slot` (in any order); refit when due and no slot
+        is pending."""
+        if slot not in self._engine_slot:
+            raise ValueError(f"slot {slot} is not pending (pending: {list(self.pending)})")
+        index = self._asked[slot]
         if self.learner is not None:
             self.learner.observe(index, value)
+        else:
+            self.gp.resolve(self._engine_slot[slot], value)
+        del self._engine_slot[slot]
+        self._record(slot, index, value)
+
+    def observe(self, index: int, value: float) -> None:
+        """Condition on the reward for row `index` as the next slot, asked and told at
+        once (a replay); refit when the mode says so. With nothing pending this is the
+        sequential loop's step; with slots pending the engine puts the real value before
+        them (`IncrementalGP.add`), which a sequential-only learner refuses."""
+        if self.learner is not None and self._engine_slot:
+            raise ValueError(f"{self._name()} is sequential; slots {list(self.pending)} "
+                             "are pending")
+        if self.learner is not None:
+            self.learner.observe(index, value)
+        else:
+            self.gp.add(index, value)
+        self._asked.append(int(index))
+        self._record(len(self._asked) - 1, index, value)
+
+    def _record(self, slot: int, index: int, value: float) -> None:
+        """File a told reward in slot order; refit when one is due and none is pending."""
+        at = bisect(self._told, slot)
+        self._told.insert(at, slot)
+        self.queries.insert(at, int(index))
+        self.rewards.insert(at, float(value))
+        if self.learner is not None:
             return
-        self.gp.add(index, value)
-        if self.hyper.refit_due(self.t):
-            X, y = self.gp.Z[self.gp.indices[:self.t]], self.gp.y[:self.t]
+        self._refit_waiting |= self.hyper.refit_due(self.t)
+        if self._refit_waiting and not self._engine_slot:
+            self._refit_waiting = False
+            X, y = self.gp.Z[np.asarray(self.queries)], np.asarray(self.rewards)
             fit = fit_hyperparameters(self.gp.kernel, self.gp.noise_var, X, y, self.rng,
                                       self.hyper.restarts)
             self.fits.append(fit)
             self.gp = self.gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean)
+
+    def _name(self) -> str:
+        """The strategy's name as the sequential-only refusal gives it."""
+        if isinstance(self.strategy, KusnerUCB):
+            return "Kusner et al.'s gp-ucb (noisy release)"
+        return self.strategy.name
 
     def with_kernel(self, request: ReleaseRequest) -> ReleaseRequest:
         """`request` carrying the kernel the GP used for the whole session (family,
