@@ -2,6 +2,8 @@
 evaluations and the dataset's privacy budget."""
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,6 +12,7 @@ from parties.budget import DatasetLedger
 from parties.journal import Journal
 from parties.ldp import ConvertToLaplace
 from parties.noise import NoiseSource
+from parties.objective import EvaluationFailed
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.ledger import LOCAL, Entry
 from protocol.policy import LDP_REWARD
@@ -56,12 +59,21 @@ def regret_traces(f: np.ndarray, queried: np.ndarray) -> tuple[np.ndarray, np.nd
 
 class Curator:
     """Synchronous curator state for one session: the oracle, the evaluation budget T, and
-    the record of answers, each committed to the dataset's journal with its ledger entry."""
+    the record of answers, each committed to the dataset's journal with its ledger entry.
 
-    def __init__(self, oracle: Oracle, budget: int, rng: np.random.Generator,
+    With a tabulated `oracle` a query is measured and answered at once (`respond`). With
+    `oracle=None` (an objective evaluated on demand, `n` rows) a query is first reserved
+    (`start`: range, T and budget checked, ledger charged, journaled) and answered when
+    its measured value comes (`complete`): the reservation survives a restart.
+    """
+
+    def __init__(self, oracle: Oracle | None, budget: int, rng: np.random.Generator,
                  ldp: ConvertToLaplace | None = None, source: NoiseSource | None = None,
-                 ledger: DatasetLedger | None = None) -> None:
+                 ledger: DatasetLedger | None = None, n: int | None = None) -> None:
+        if oracle is None and n is None:
+            raise ValueError("a curator without a tabulated objective needs n, its rows")
         self.oracle = oracle
+        self._n = int(oracle.f.shape[0] if oracle is not None else n)
         self.ledger = ledger if ledger is not None else DatasetLedger(Journal())
         self.budget = int(budget)
         self.rng = rng
@@ -71,13 +83,20 @@ class Curator:
         self.measured: list[float] = []  # raw measurements: never sent when LDP is on
         self.rewards: list[float] = []  # what was released
         self.answered: dict[int, tuple[int, float]] = {}  # query seq -> (row, released value)
+        self.reserved: dict[int, int] = {}  # seq -> row of evaluations not answered yet
+        self.requested: dict[int, float] = {}  # seq -> when it was reserved (time.time())
+        self._seqs: list[int] = []  # the answered seqs, sorted (the lists above follow them)
 
     def replay(self, seq: int, index: int, measured: float, value: float) -> None:
         """Re-enter an answer from the journal after a restart, without evaluating f. With
         seeded randomness the noises are drawn again (and must reproduce the record), so
         that the generators continue exactly where an uninterrupted run would be; the
         ledger entry is already in the journal, not charged again."""
-        if self.source.mode == "seeded":
+        if self.source.mode == "seeded" and self.oracle is None:  # f itself is not drawn
+            if self.ldp is not None and self.ldp.privatise(measured, self.source) != value:
+                raise ValueError(f"replaying query {seq}: the LDP noise does not reproduce "
+                                 "the journal's value: not the same seed")
+        elif self.source.mode == "seeded":
             again = float(self.oracle.f[index] + self.oracle.eta(self.rng))
             noisy = again if self.ldp is None else self.ldp.privatise(again, self.source)
             if (again, noisy) != (measured, value):
@@ -99,22 +118,66 @@ class Curator:
     @property
     def n(self) -> int:
         """Number of candidate rows."""
-        return self.oracle.f.shape[0]
+        return self._n
+
+    @property
+    def tabulated(self) -> bool:
+        """Whether f is known for every row (measured at once; regret is defined)."""
+        return self.oracle is not None
+
+    def start(self, seq: int, index: int) -> float | None:
+        """Begin answering query `seq`: the recorded or (tabulated f) the new value at
+        once, or None when its evaluation is now reserved, charged and pending (also
+        for a retry of a query already pending). Refused, before anything is
+        evaluated, like `answer`."""
+        if seq in self.answered or self.oracle is not None:
+            return self.respond(seq, index)
+        if seq in self.reserved:
+            if self.reserved[seq] != index:
+                raise ProtocolError(f"query {seq} was for row {self.reserved[seq]}, not "
+                                    f"{index}", ErrorCode.SEQUENCE)
+            return None
+        entries = self._admit(index, len(self.reserved))
+        self.requested[seq] = self.ledger.journal.reserve(
+            self.ledger.session, self.ledger.generation, seq, int(index), entries,
+            self.ledger.budget)
+        self.reserved[seq] = int(index)
+        return None
+
+    def complete(self, seq: int, measured: float) -> float:
+        """Answer the reserved query `seq` with the value measured for it: the released
+        value (through the LDP mechanism, if any), committed before it is returned."""
+        row = self.reserved[seq]
+        if not math.isfinite(measured):
+            raise EvaluationFailed(f"the value measured for query {seq} is {measured}")
+        value = measured if self.ldp is None else self.ldp.privatise(measured, self.source)
+        self.ledger.journal.complete(self.ledger.session, self.ledger.generation, seq, row,
+                                     float(measured), float(value))
+        del self.reserved[seq]
+        self.requested.pop(seq, None)
+        self._keep(seq, row, measured, value)
+        return value
+
+    def _admit(self, index: int, reserved: int = 0) -> list[Entry]:
+        """The ledger entries of one more answer at row `index`, after refusing an
+        out-of-range row, a spent T and a row past its LDP budget."""
+        if not 0 <= index < self.n:
+            raise ProtocolError(f"row index {index} out of range [0, {self.n})",
+                                ErrorCode.INDEX_OUT_OF_RANGE)
+        if len(self.queries) + reserved >= self.budget:
+            raise ProtocolError(f"the budget of {self.budget} evaluations is spent",
+                                ErrorCode.BUDGET_EXHAUSTED)
+        entries = ([] if self.ldp is None else
+                   [Entry(LDP_REWARD, self.ldp.epsilon, self.ldp.delta, LOCAL, int(index))])
+        self.ledger.check(entries)  # a cheap early refusal; the journal checks again
+        return entries
 
     def answer(self, seq: int, index: int) -> float:
         """Evaluate f at row `index` (plus noise) for query `seq` and commit the answer with
         its LDP ledger entry in one journal transaction, before it can be sent. Refused
         before anything is evaluated or drawn: an out-of-range row, a spent T, and a report
         that would take the row past the dataset's LDP row budget."""
-        if not 0 <= index < self.n:
-            raise ProtocolError(f"row index {index} out of range [0, {self.n})",
-                                ErrorCode.INDEX_OUT_OF_RANGE)
-        if len(self.queries) >= self.budget:
-            raise ProtocolError(f"the budget of {self.budget} evaluations is spent",
-                                ErrorCode.BUDGET_EXHAUSTED)
-        entries = ([] if self.ldp is None else
-                   [Entry(LDP_REWARD, self.ldp.epsilon, self.ldp.delta, LOCAL, int(index))])
-        self.ledger.check(entries)  # a cheap early refusal; the journal checks again
+        entries = self._admit(index)
 
         def evaluate() -> tuple[float, float]:
             measured = self.oracle.measure(index, self.rng)
@@ -128,9 +191,12 @@ class Curator:
         return value
 
     def _keep(self, seq: int, index: int, measured: float, value: float) -> None:
-        self.queries.append(int(index))
-        self.measured.append(float(measured))
-        self.rewards.append(float(value))
+        """Record an answer, keeping the lists in query order (batches answer out of it)."""
+        at = bisect.bisect(self._seqs, seq)
+        self._seqs.insert(at, seq)
+        self.queries.insert(at, int(index))
+        self.measured.insert(at, float(measured))
+        self.rewards.insert(at, float(value))
         self.answered[seq] = (int(index), float(value))
 
     @property
@@ -138,6 +204,9 @@ class Curator:
         """The mechanism name rewards carry ('' without LDP)."""
         return "" if self.ldp is None else LDP_REWARD
 
-    def regret(self) -> tuple[np.ndarray, np.ndarray]:
-        """(simple, cumulative) regret so far, from the true f (simulation only)."""
+    def regret(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(simple, cumulative) regret so far, from the true f (simulation only); None
+        when f is not tabulated for every row (it is then not known)."""
+        if self.oracle is None:
+            return None
         return regret_traces(self.oracle.f, np.asarray(self.queries, dtype=np.int64))

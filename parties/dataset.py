@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,7 +12,13 @@ from protocol.messages import KernelParams
 
 @dataclass(frozen=True)
 class Problem:
-    """A curator's private dataset X (n x d) and tabulated objective f (always maximised).
+    """A curator's private dataset X (n x d) and its objective (always maximised).
+
+    The objective is tabulated, `f` over every row (the papers' setting: measured at
+    once, regret defined), or evaluated on demand by `evaluate(index) -> float` (f is
+    then None: only the rows queried are ever measured, and no regret is reported);
+    a curator may also measure on demand by a command or a value entered later
+    (parties.objective), in which case neither is needed.
 
     A minimisation scenario stores f = -objective and says `sense = "minimise"`; its
     regret f* - f(x_t) is then the paper's regret objective(x_t) - min objective.
@@ -22,7 +29,7 @@ class Problem:
 
     name: str
     X: np.ndarray
-    f: np.ndarray
+    f: np.ndarray | None
     kernel: KernelParams
     epsilon: float
     delta: float
@@ -37,20 +44,25 @@ class Problem:
     source: str = "embedded"
     dropped: dict = field(default_factory=dict)
     release: dict = field(default_factory=dict)  # constants of Kusner et al.'s releases
+    evaluate: Callable[[int], float] | None = None  # f on demand (a scenario script's)
 
     def __post_init__(self) -> None:
-        if self.X.ndim != 2 or self.f.shape != (self.X.shape[0],):
-            raise ValueError(f"X {self.X.shape} and f {self.f.shape} do not match")
-        if not (np.isfinite(self.X).all() and np.isfinite(self.f).all()):
+        if self.X.ndim != 2 or (self.f is not None and self.f.shape != (self.X.shape[0],)):
+            raise ValueError(f"X {self.X.shape} and f {getattr(self.f, 'shape', None)} "
+                             "do not match")
+        if not (np.isfinite(self.X).all() and (self.f is None or np.isfinite(self.f).all())):
             raise ValueError(f"scenario {self.name}: X or f holds NaN or infinity")
+        if self.evaluate is not None and not callable(self.evaluate):
+            raise ValueError(f"scenario {self.name}: evaluate must be a function of the row")
         if self.sense not in ("maximise", "minimise"):
             raise ValueError(f"sense must be maximise or minimise, got {self.sense!r}")
 
 
 def dataset_digest(problem: Problem) -> str:
-    """SHA-256 of the prepared X and f (shape, dtype and bytes): what a journal, a
-    resumed session and an audit check the curator's data against."""
-    return arrays_digest(problem.X, problem.f)
+    """SHA-256 of the prepared X and f (shape, dtype and bytes; f empty when evaluated
+    on demand): what a journal, a resumed session and an audit check the curator's data
+    against."""
+    return arrays_digest(problem.X, np.empty(0) if problem.f is None else problem.f)
 
 
 def arrays_digest(X: np.ndarray, f: np.ndarray) -> str:

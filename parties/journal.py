@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.errors import ErrorCode, PoboError, ProtocolError
 from protocol.ledger import CENTRAL, LOCAL, Budget, Entry, PrivacyBudgetExceeded, local_summary
 
 log = logging.getLogger("pobo.journal")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: evaluations pending (schema 2 journals gain the table on open)
+MIGRATABLE = (2,)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS projections (
@@ -50,6 +52,9 @@ CREATE INDEX IF NOT EXISTS ledger_scope ON ledger (scope, session);
 CREATE TABLE IF NOT EXISTS row_ledger (
     row INTEGER PRIMARY KEY, epsilon REAL NOT NULL, delta REAL NOT NULL, reports INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS row_ledger_eps ON row_ledger (epsilon);
+CREATE TABLE IF NOT EXISTS pending (
+    session TEXT NOT NULL, seq INTEGER NOT NULL, row INTEGER NOT NULL, requested REAL NOT NULL,
+    measured REAL, supplied REAL, PRIMARY KEY (session, seq));
 """
 
 
@@ -68,6 +73,14 @@ class JournalFault(ProtocolError):
     def __init__(self, cause: str) -> None:
         super().__init__(f"the curator's journal failed ({cause}): nothing was recorded; "
                          "it accepts no new work", ErrorCode.INTERNAL)
+
+
+class _Held(Exception):
+    """Internal: the query is already reserved (rolls the reservation's transaction back)."""
+
+    def __init__(self, row: int, requested: float) -> None:
+        super().__init__(row)
+        self.row, self.requested = row, requested
 
 
 class Superseded(ProtocolError):
@@ -94,6 +107,18 @@ class JournaledSession:
     answers: list[tuple[int, int, float, float]]  # (seq, row, measured, value)
     ledger: list[Entry]  # this session's own entries
     release: dict | None
+    pending: dict[int, tuple[int, float]] = field(default_factory=dict)  # seq -> (row, reserved at)
+
+
+@dataclass(frozen=True)
+class PendingEvaluation:
+    """A query whose evaluation was reserved (and charged) but not yet answered."""
+
+    session: str
+    seq: int
+    row: int
+    requested: float  # time.time() when it was reserved
+    measured: float | None  # a value supplied (`pobo answer`), not yet released
 
 
 class Journal:
@@ -109,7 +134,7 @@ class Journal:
                                    timeout=busy_timeout)  # how long to wait for another writer
         (version,) = self._db.execute("PRAGMA user_version").fetchone()
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
-        if version != SCHEMA_VERSION and tables:
+        if version != SCHEMA_VERSION and version not in MIGRATABLE and tables:
             self._db.close()
             raise JournalError(f"{self.path} is a journal of schema {version}, this pobo "
                                f"writes schema {SCHEMA_VERSION}: start a new journal")
@@ -277,6 +302,92 @@ class Journal:
         self._transaction(insert, session, entries, budget, generation)
         return done[0]
 
+    def reserve(self, session: str, generation: int | None, seq: int, row: int,
+                entries: list[Entry], budget: Budget) -> float:
+        """Reserve the evaluation of query `seq` at `row` for an objective evaluated on
+        demand, charging its ledger entries now (before f is evaluated or noise drawn),
+        by the session's current connection only; returns when it was first reserved.
+        Idempotent: a query already reserved is neither charged again nor moved."""
+        when: list[float] = []
+        held = self._db.execute("SELECT row, requested FROM pending WHERE session = ? AND seq = ?",
+                                (session, seq)).fetchone()
+        if held is not None:  # checked first: a reservation already charged is not refused
+            return self._held(seq, row, *held)
+
+        def insert() -> list[tuple[str, tuple]]:
+            held = self._db.execute("SELECT row, requested FROM pending WHERE session = ? AND "
+                                    "seq = ?", (session, seq)).fetchone()
+            if held is not None:
+                raise _Held(*held)
+            when.append(time.time())
+            return [("INSERT INTO pending VALUES (?, ?, ?, ?, NULL, NULL)",
+                     (session, seq, row, when[0]))]
+
+        try:
+            self._transaction(insert, session, entries, budget, generation)
+        except _Held as found:  # reserved by a racing connection in between
+            return self._held(seq, row, found.row, found.requested)
+        return when[0]
+
+    @staticmethod
+    def _held(seq: int, row: int, held_row: int, requested: float) -> float:
+        if held_row != row:
+            raise ProtocolError(f"query {seq} was for row {held_row}, not {row}",
+                                ErrorCode.SEQUENCE)
+        return requested
+
+    def supply(self, session: str, seq: int, value: float) -> PendingEvaluation:
+        """Enter the measured value of a pending evaluation (`pobo answer`, a results
+        file): typed errors for an unknown or answered query or a non-finite value. The
+        value is only kept here; the curator releases it (with its mechanism) later."""
+        if not math.isfinite(value):
+            raise ProtocolError(f"the value {value} is not a finite number")
+        found: list[PendingEvaluation] = []
+
+        def update() -> list[tuple[str, tuple]]:
+            row = self._db.execute("SELECT row, requested, measured FROM pending WHERE "
+                                   "session = ? AND seq = ?", (session, seq)).fetchone()
+            if row is None:
+                answered = self._db.execute("SELECT 1 FROM answers WHERE session = ? AND seq = ?",
+                                            (session, seq)).fetchone()
+                raise ProtocolError(f"query {seq} of session {session[:12]}... is "
+                                    + ("already answered" if answered else "not pending"),
+                                    ErrorCode.SEQUENCE)
+            if row[2] is not None:
+                raise ProtocolError(f"query {seq} of session {session[:12]}... already has "
+                                    f"the value {row[2]}", ErrorCode.DUPLICATE)
+            found.append(PendingEvaluation(session, seq, row[0], row[1], float(value)))
+            return [("UPDATE pending SET measured = ?, supplied = ? WHERE session = ? AND "
+                     "seq = ?", (float(value), time.time(), session, seq))]
+
+        self._transaction(update)
+        return found[0]
+
+    def supplied(self, session: str, seq: int) -> float | None:
+        """The value entered for a pending evaluation, or None (not yet, or not pending)."""
+        row = self._db.execute("SELECT measured FROM pending WHERE session = ? AND seq = ?",
+                               (session, seq)).fetchone()
+        return None if row is None else row[0]
+
+    def complete(self, session: str, generation: int | None, seq: int, row: int,
+                 measured: float, value: float) -> None:
+        """Answer a reserved evaluation: the answer is committed and the reservation
+        dropped in one transaction, by the session's current connection only (its
+        ledger entries were charged when it was reserved)."""
+        self._transaction([("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
+                            (session, seq, row, measured, value)),
+                           ("DELETE FROM pending WHERE session = ? AND seq = ?",
+                            (session, seq))], session, generation=generation)
+
+    def pending(self, session: str | None = None) -> list[PendingEvaluation]:
+        """Pending evaluations, oldest first: all, or one session's."""
+        sql = "SELECT session, seq, row, requested, measured FROM pending"
+        args: tuple = ()
+        if session is not None:
+            sql, args = sql + " WHERE session = ?", (session,)
+        return [PendingEvaluation(*r) for r in self._db.execute(sql + " ORDER BY requested, seq",
+                                                                args)]
+
     def charge(self, session: str, entries: list[Entry], budget: Budget,
                generation: int | None = None) -> None:
         """Charge entries on their own (a release, before its noise is drawn)."""
@@ -303,7 +414,8 @@ class Journal:
                                    "session = ? ORDER BY seq", (session,)).fetchall()
         return JournaledSession(session, row[0], json.loads(row[1]), row[2], row[3], row[4],
                                 row[5], row[6], row[7], [tuple(a) for a in answers],
-                                self.entries(session), json.loads(row[8]) if row[8] else None)
+                                self.entries(session), json.loads(row[8]) if row[8] else None,
+                                {p.seq: (p.row, p.requested) for p in self.pending(session)})
 
     def sessions(self) -> list[tuple[str, str]]:
         """(id, status) of every journaled session, oldest first."""

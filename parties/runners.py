@@ -1,7 +1,10 @@
 """Thin asyncio runners that drive a curator or a modeler over a handed-in channel."""
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,19 +12,22 @@ import numpy as np
 
 from parties.curator import Curator
 from parties.modeler import HyperFit, Modeler
-from parties.strategies import Strategy, declaration, for_release
+from parties.strategies import KusnerUCB, Robust, Strategy, declaration, for_release
 from protocol.channel import Channel
 from protocol.codec import decode
 from protocol.signing import body_of
 from protocol.transcript import read_transcript
-from protocol.errors import ErrorCode, PeerError, PeerTimeout, ProtocolError
+from protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from protocol.messages import (
-    PROTOCOL_VERSION, Dataset, End, Error, Hello, ProjectedDataset, Query, Release,
+    PROTOCOL_VERSION, Dataset, End, Error, Hello, Pending, ProjectedDataset, Query, Release,
     ReleaseRequest, Reward, SessionParams, Welcome,
 )
 
+log = logging.getLogger("pobo.session")
 StepCallback = Callable[[int, int, float], None]
+PendingCallback = Callable[[int, int, float], None]  # (seq, row, seconds waited)
 ReleaseHandler = Callable[[ReleaseRequest], Release]
+Measure = Callable[[int, int], Awaitable[float]]  # (seq, row) -> the measured value
 
 
 async def serve_session(channel: Channel, curator: Curator, params: SessionParams,
@@ -29,14 +35,21 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         on_answer: StepCallback | None = None,
                         on_release: ReleaseHandler | None = None,
                         hello: Hello | None = None, asked: dict[int, int] | None = None,
-                        max_refusals: int = 10_000) -> str:
+                        max_refusals: int = 10_000, measure: Measure | None = None,
+                        on_evaluate: StepCallback | None = None) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
-    Every answer is committed to the dataset's journal by `curator.respond` before its
-    reward is sent. A malformed or refused message is answered with an Error message and
-    the session goes on (up to `max_refusals` of them); a version mismatch ends it. A release
-    request goes to `on_release`, which computes it from the curator's own record (a
-    refusal, e.g. past the privacy budget, is answered with a typed Error).
+    Every answer is committed to the dataset's journal by `curator` before its reward is
+    sent. With a tabulated f a query is answered at once; with an objective evaluated on
+    demand (`measure(seq, row)`) the query is reserved, answered with a Pending message
+    (and again on every retry meanwhile), measured in its own task -- several at once up
+    to the session's batch -- and its reward sent when the value comes; a failed
+    evaluation is answered with a typed `evaluation_failed` Error naming the query,
+    which the modeler may retry. A malformed or refused message is answered with an
+    Error message and the session goes on (up to `max_refusals` of them); a version
+    mismatch ends it. A release request goes to `on_release`, which computes it from
+    the curator's own record (a refusal, e.g. past the privacy budget, is a typed Error).
+    `on_evaluate(seq, row, seconds waited)` is called when an evaluation starts.
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
         await receive_hello(channel)
@@ -44,42 +57,88 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     await channel.send(Dataset(release))
     if asked:
         channel.boundary.restore_queries(asked)
-    refusals = 0
-    while True:
+    evaluations: dict[int, asyncio.Task] = {}
+
+    async def evaluate(seq: int, index: int) -> None:
         try:
-            message = await channel.recv()
+            value = curator.complete(seq, await measure(seq, index))
         except ProtocolError as exc:
-            refusals += 1
-            if not exc.recoverable or refusals > max_refusals:
-                await _send_error(channel, exc.code, str(exc))
-                raise
-            await _send_error(channel, exc.code, str(exc))
-            continue
-        if isinstance(message, Query):
-            fresh = message.seq not in curator.answered
+            evaluations.pop(seq, None)
+            log.info("session %s: query %d (row %d) not evaluated: %s", session_id[:12], seq,
+                     index, exc)
+            await _send_error(channel, exc.code, str(exc), seq)
+            return
+        evaluations.pop(seq, None)
+        await channel.send(Reward(seq, index, value, curator.noise_tag))
+        if on_answer is not None:
+            on_answer(seq, index, value)
+
+    async def on_query(message: Query) -> None:
+        seq, index = message.seq, message.index
+        if seq not in evaluations:
+            fresh = seq not in curator.answered
             try:
-                value = curator.respond(message.seq, message.index)
+                value = curator.start(seq, index)
             except ProtocolError as exc:
+                await _send_error(channel, exc.code, str(exc), seq)
+                return
+            if value is not None:
+                await channel.send(Reward(seq, index, value, curator.noise_tag))
+                if fresh and on_answer is not None:
+                    on_answer(seq, index, value)
+                return
+        waited = max(0.0, time.time() - curator.requested.get(seq, time.time()))
+        await channel.send(Pending(seq, index, waited))
+        if seq not in evaluations:
+            evaluations[seq] = asyncio.ensure_future(_logged(evaluate(seq, index)))
+            if on_evaluate is not None:
+                on_evaluate(seq, index, waited)
+
+    refusals = 0
+    try:
+        while True:
+            try:
+                message = await channel.recv()
+            except ProtocolError as exc:
+                refusals += 1
+                if not exc.recoverable or refusals > max_refusals:
+                    await _send_error(channel, exc.code, str(exc))
+                    raise
                 await _send_error(channel, exc.code, str(exc))
                 continue
-            await channel.send(Reward(message.seq, message.index, value, curator.noise_tag))
-            if fresh and on_answer is not None:
-                on_answer(message.seq, message.index, value)
-        elif isinstance(message, ReleaseRequest):
-            try:
-                if on_release is None:
-                    raise ProtocolError("this curator offers no release", ErrorCode.POLICY)
-                reply = on_release(message)
-            except ProtocolError as exc:
-                await _send_error(channel, exc.code, str(exc))
-                continue
-            await channel.send(reply)
-        elif isinstance(message, End):
-            return message.reason
-        elif isinstance(message, Error):
-            raise PeerError(message.code, message.message)
-        else:  # a second hello: the policy lets it through only to be refused here
-            await _send_error(channel, ErrorCode.SEQUENCE, f"unexpected {type(message).__name__}")
+            if isinstance(message, Query):
+                await on_query(message)
+            elif isinstance(message, ReleaseRequest):
+                try:
+                    if on_release is None:
+                        raise ProtocolError("this curator offers no release", ErrorCode.POLICY)
+                    reply = on_release(message)
+                except ProtocolError as exc:
+                    await _send_error(channel, exc.code, str(exc))
+                    continue
+                await channel.send(reply)
+            elif isinstance(message, End):
+                return message.reason
+            elif isinstance(message, Error):
+                raise PeerError(message.code, message.message)
+            else:  # a second hello: the policy lets it through only to be refused here
+                await _send_error(channel, ErrorCode.SEQUENCE,
+                                  f"unexpected {type(message).__name__}")
+    finally:  # the reservations stay in the journal: a resumed session measures again
+        for task in evaluations.values():
+            task.cancel()
+        await asyncio.gather(*evaluations.values(), return_exceptions=True)
+
+
+async def _logged(work) -> None:
+    """Run a background evaluation; a peer gone meanwhile ends it quietly (the answer is
+    journaled: a resumed session gets it), anything else is logged, never lost silently."""
+    try:
+        await work
+    except (PeerGone, PeerTimeout):
+        pass
+    except Exception:
+        log.exception("an evaluation task failed")
 
 
 async def receive_hello(channel: Channel) -> Hello:
@@ -96,48 +155,70 @@ async def receive_hello(channel: Channel) -> Hello:
     return message
 
 
-async def _send_error(channel: Channel, code: ErrorCode, text: str) -> None:
-    await channel.send(Error(ErrorCode(code).value, text[:1000]))
+async def _send_error(channel: Channel, code: ErrorCode, text: str, seq: int = 0) -> None:
+    await channel.send(Error(ErrorCode(code).value, text[:1000], seq))
 
 
 async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Generator, *,
                       hyper: HyperFit = HyperFit(), client: str = "pobo",
                       on_step: StepCallback | None = None,
                       release: ReleaseRequest | None = None, retries: int = 2,
-                      resume: ResumeState | None = None) -> Modeler:
+                      resume: ResumeState | None = None, batch: int = 1,
+                      on_pending: PendingCallback | None = None,
+                      retry_delay: float = 1.0) -> Modeler:
     """Run one whole session as the modeler: handshake, T queries, optionally one DP
     release of the result (kept in `modeler.release`, or the refusal in
     `modeler.release_error`), end.
+
+    Up to `batch` queries are kept outstanding (the curator's Welcome may grant fewer):
+    GP-UCB chooses each while the others are pending by hallucinating their outcomes
+    (GP-BUCB, Desautels et al. 2014). A query the curator reports pending is kept alive
+    by polling; a failed evaluation is retried up to `retries` times.
 
     Asking for a 'noisy' release (Kusner et al. Algorithm 1) turns GP-UCB into theirs:
     beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) at the release's delta, unscaled, with fixed
     hyperparameters; the Hello declares it and the request carries the kernel used."""
     if release is not None:
         strategy = for_release(strategy, release.algorithm, release.delta)
+    if batch > 1 and isinstance(strategy, (Robust, KusnerUCB)):
+        raise ValueError(f"--batch {batch}: {strategy.name}"
+                         + (" for Kusner et al.'s noisy release" if isinstance(strategy, KusnerUCB)
+                            else "") + " chooses one query at a time (its proof is sequential)")
     declared, release_delta = declaration(strategy)
     await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else "",
-                             declared, release_delta, channel.sign_key))
+                             declared, release_delta, channel.sign_key, batch))
     welcome = expect(await channel.recv(), Welcome)
     dataset = expect(await channel.recv(), Dataset)
     modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)
-    first = 1
+    window = QueryWindow(channel, retries, retry_delay, on_pending)
+    q = max(1, min(batch, welcome.params.batch))
+    next_seq = 1
     if resume is not None:
         resume.check(welcome, dataset)
-        for seq, index, value in resume.answered:  # replay: the same choices, the same state
-            modeler.next_index()
-            modeler.observe(index, value)
-            if on_step is not None:
-                on_step(seq, index, value)
+        answered = {seq: (index, value) for seq, index, value in resume.answered}
+        in_flight = []
+        for seq in sorted(set(resume.asked) | set(answered)):  # replay in query order
+            if seq in answered:  # the same choices, the same state
+                index, value = answered[seq]
+                modeler.next_index()
+                modeler.observe(index, value)
+                if on_step is not None:
+                    on_step(seq, index, value)
+            else:  # asked before we stopped: asked again as it was, still pending
+                in_flight.append(Query(seq, modeler.ask(resume.asked[seq])))
         channel.boundary.restore_queries(resume.asked)
-        first = len(resume.answered) + 1
-    for seq in range(first, welcome.params.T + 1):
-        index = modeler.next_index()
-        if resume is not None and seq in resume.asked:
-            index = resume.asked[seq]  # the query in flight when we stopped, retried as it was
-        reward = await ask(channel, Query(seq, index), retries)
-        modeler.observe(reward.index, reward.value)
+        next_seq = max(resume.asked, default=len(answered)) + 1
+        for query in in_flight:
+            await window.send(query)
+    T = welcome.params.T
+    while modeler.t < T:
+        while len(window.outstanding) < q and next_seq <= T:
+            await window.send(Query(next_seq, modeler.ask()))
+            next_seq += 1
+        reward = await window.next_reward()
+        modeler.tell(reward.seq - 1, reward.value)
         if on_step is not None:
-            on_step(seq, reward.index, reward.value)
+            on_step(reward.seq, reward.index, reward.value)
     if release is not None:
         await channel.send(modeler.with_kernel(release))
         reply = await channel.recv()
@@ -149,6 +230,73 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
     return modeler
 
 
+class QueryWindow:
+    """The modeler's outstanding queries on one channel: sends them and waits for their
+    rewards, in whatever order they come. A curator that reports a query pending is
+    polled (the query re-sent) every half timeout and is given up on only after a whole
+    timeout of silence and `retries` more polls; a silent curator gets each outstanding
+    query again after each timeout, `retries` times; an evaluation that failed
+    (`evaluation_failed` naming an outstanding query) is asked again after
+    `retry_delay` seconds, `retries` times. A late duplicate is skipped."""
+
+    def __init__(self, channel: Channel, retries: int = 2, retry_delay: float = 1.0,
+                 on_pending: PendingCallback | None = None) -> None:
+        self.channel, self.retries, self.retry_delay = channel, int(retries), float(retry_delay)
+        self.on_pending = on_pending
+        self.outstanding: dict[int, int] = {}  # seq -> row
+        self.pending: dict[int, float] = {}  # seq -> seconds waited, as the curator last said
+        self.failures: dict[int, int] = {}
+        self._misses = 0
+        self._heard = time.monotonic()
+
+    async def send(self, query: Query) -> None:
+        """Send a new query (or one to resume) and count it outstanding."""
+        self.outstanding[query.seq] = query.index
+        await self.channel.send(query)
+
+    async def _resend(self, seqs: list[int]) -> None:
+        for seq in seqs:
+            await self.channel.send(Query(seq, self.outstanding[seq]))
+
+    async def next_reward(self) -> Reward:
+        """The next reward for any outstanding query."""
+        while True:
+            timeout = self.channel.timeout / 2 if self.pending else self.channel.timeout
+            try:
+                message = await self.channel.recv(timeout)
+            except PeerTimeout:
+                silent = time.monotonic() - self._heard
+                if not self.pending or silent >= self.channel.timeout:
+                    self._misses += 1
+                    if self._misses > self.retries:
+                        raise
+                await self._resend(sorted(self.outstanding))
+                continue
+            except ProtocolError as exc:
+                if exc.code is not ErrorCode.DUPLICATE:
+                    raise
+                continue
+            self._heard, self._misses = time.monotonic(), 0
+            if isinstance(message, Pending):
+                self.pending[message.seq] = message.waited
+                if self.on_pending is not None:
+                    self.on_pending(message.seq, message.index, message.waited)
+            elif (isinstance(message, Error) and message.seq in self.outstanding
+                  and message.code == ErrorCode.EVALUATION_FAILED.value):
+                tries = self.failures[message.seq] = self.failures.get(message.seq, 0) + 1
+                if tries > self.retries:
+                    raise PeerError(message.code, message.message)
+                self.pending.pop(message.seq, None)
+                await asyncio.sleep(self.retry_delay)
+                await self._resend([message.seq])
+            else:
+                reward = expect(message, Reward)
+                del self.outstanding[reward.seq]
+                self.pending.pop(reward.seq, None)
+                self.failures.pop(reward.seq, None)
+                return reward
+
+
 @dataclass(frozen=True)
 class ResumeState:
     """What a modeler recovers from its own transcript to resume a session."""
@@ -156,8 +304,9 @@ class ResumeState:
     session: str
     params: SessionParams
     Z: np.ndarray
-    answered: list[tuple[int, int, float]]  # (seq, row, reward) in order
+    answered: list[tuple[int, int, float]]  # (seq, row, reward) in query order
     asked: dict[int, int]  # every query sent: seq -> row
+    pending: frozenset[int] = frozenset()  # unanswered queries the curator reported pending
 
     def check(self, welcome: Welcome, dataset: Dataset) -> None:
         """Refuse to resume against a different session or a different dataset."""
@@ -176,8 +325,9 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     welcome = dataset = None
     asked: dict[int, int] = {}
     answered: dict[int, tuple[int, float]] = {}
+    pending: set[int] = set()
     for record in read_transcript(transcript, blobs):
-        if record.kind not in ("welcome", "dataset", "query", "reward"):
+        if record.kind not in ("welcome", "dataset", "query", "reward", "pending"):
             continue
         message = decode(body_of(record.frame))
         if isinstance(message, Welcome):
@@ -190,31 +340,23 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
             asked[message.seq] = message.index
         elif isinstance(message, Reward) and record.dir == "recv":
             answered[message.seq] = (message.index, message.value)
+        elif isinstance(message, Pending) and record.dir == "recv":
+            pending.add(message.seq)
     if welcome is None or dataset is None:
         raise ValueError(f"{transcript} records no session to resume")
     done = [(seq, *answered[seq]) for seq in sorted(answered)]
-    if [seq for seq, _, _ in done] != list(range(1, len(done) + 1)):
-        raise ValueError(f"{transcript}: the answered queries are not 1..k")
-    return ResumeState(welcome.session, welcome.params, dataset.release.Z, done, asked)
+    if any(asked.get(seq) != row for seq, row, _ in done):
+        raise ValueError(f"{transcript}: a reward answers a query never sent")
+    return ResumeState(welcome.session, welcome.params, dataset.release.Z, done, asked,
+                       frozenset(pending - set(answered)))
 
 
 async def ask(channel: Channel, query: Query, retries: int) -> Reward:
-    """Send a query and wait for its reward; on a timeout resend the same query (same
-    sequence number: the curator answers it from its record) up to `retries` times.
-    A late duplicate of an earlier reward is skipped."""
-    for attempt in range(retries + 1):
-        await channel.send(query)
-        while True:
-            try:
-                return expect(await channel.recv(), Reward)
-            except PeerTimeout:
-                if attempt == retries:
-                    raise
-                break
-            except ProtocolError as exc:
-                if exc.code is not ErrorCode.DUPLICATE:
-                    raise
-    raise AssertionError("unreachable")
+    """Send one query and wait for its reward (a QueryWindow of one): resent, with the
+    same sequence number, on a timeout or a failed evaluation, up to `retries` times."""
+    window = QueryWindow(channel, retries)
+    await window.send(query)
+    return await window.next_reward()
 
 
 def expect(message: object, kind: type):

@@ -24,6 +24,7 @@ from parties.dataset import Problem, dataset_digest
 from parties.journal import Journal, JournalError, JournalFault, JournaledSession
 from parties.ldp import ConvertToLaplace, subweibull_clip
 from parties.noise import SECURE, SEEDED, NoiseSource, rng_for
+from parties.objective import EvaluationRequest, FunctionObjective, Objective
 from parties.projection import (
     choose_projection, identity_release, lift_test_needed, singular_values,
 )
@@ -33,7 +34,7 @@ from protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
 from protocol.messages import (
     PROTOCOL_VERSION, Dataset, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
-from protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, NON_PRIVATE, PRIVATE
+from protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
 
 LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
 LIFT_MODES = ("paper", "always", "private")
@@ -123,14 +124,23 @@ class CuratorSession:
 
     def curator(self) -> Curator:
         """The synchronous curator of this session, with a restored session's answers
-        re-entered from the journal."""
+        and reserved evaluations re-entered from the journal."""
         problem = self.service.problem
-        curator = Curator(Oracle(problem.f, problem.noise_var, problem.noise, problem.R),
-                          self.params.T, self.stream("measurement-noise"), self.service.ldp,
-                          self.source("ldp-noise"), self.ledger)
+        oracle = (None if self.service.objective is not None else
+                  Oracle(problem.f, problem.noise_var, problem.noise, problem.R))
+        curator = Curator(oracle, self.params.T, self.stream("measurement-noise"),
+                          self.service.ldp, self.source("ldp-noise"), self.ledger,
+                          n=problem.X.shape[0])
         for seq, row, measured, value in (self.restored.answers if self.restored else ()):
             curator.replay(seq, row, measured, value)
+        for seq, (row, requested) in (self.restored.pending if self.restored else {}).items():
+            curator.reserved[seq], curator.requested[seq] = row, requested
         return curator
+
+    async def measure(self, seq: int, index: int) -> float:
+        """The on-demand objective's measured value for query `seq` at row `index`."""
+        return await self.service.objective.measure(
+            EvaluationRequest(self.session_id, seq, index, self.service.journal))
 
     def ledger_view(self) -> dict:
         """The dataset's ledger, with this session's own part as its messages imply it."""
@@ -147,7 +157,17 @@ class CuratorService:
     """A curator serving one prepared dataset to any number of sessions."""
 
     def __init__(self, problem: Problem, settings: CuratorSettings,
-                 journal: Journal | None = None, config: dict | None = None) -> None:
+                 journal: Journal | None = None, config: dict | None = None,
+                 objective: Objective | None = None, max_batch: int = 1) -> None:
+        if not 1 <= max_batch <= MAX_BATCH:
+            raise ValueError(f"--max-batch must lie in [1, {MAX_BATCH}], got {max_batch}")
+        if objective is None and problem.f is None:
+            if problem.evaluate is None:
+                raise ValueError(f"scenario {problem.name} tabulates no objective: give "
+                                 "--objective-cmd, --objective-wait or a script's evaluate")
+            objective = FunctionObjective(problem.evaluate)
+        self.objective = objective  # None: the tabulated f, measured at once
+        self.max_batch = int(max_batch)
         self.problem = problem
         self.settings = settings
         self.journal = journal if journal is not None else Journal()
@@ -236,12 +256,14 @@ class CuratorService:
             budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0)
 
     def new_session(self, security: str = "in-process", owner: str = "in-process",
-                    ) -> CuratorSession:
+                    batch: int = 1) -> CuratorSession:
         """Open a session for `owner` (its authenticated key, or 'plaintext'): O(1), it
-        references the prepared release and the ledger."""
+        references the prepared release and the ledger. It may keep `batch` queries
+        outstanding (what its Hello asked), at most the service's `max_batch`."""
         self._check_journal()
         sid = secrets.token_hex(16)  # 128 bits from the OS CSPRNG, never from a seed
-        params = replace(self.params, security=security)
+        params = replace(self.params, security=security,
+                         batch=max(1, min(int(batch), self.max_batch)))
         ordinal = self.journal.open_session(sid, self.config,
                                             encode(Welcome(PROTOCOL_VERSION, sid, params)),
                                             self.projection_key, self.digest, owner)

@@ -9,6 +9,7 @@ it has.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Protocol
 
@@ -73,6 +74,7 @@ class Channel:
         self._peer_seq = -1  # the peer's record number in its last frame
         self._last_recv = ZERO  # SHA-256 of the last frame accepted from the peer
         self._sends = 0
+        self._sending = asyncio.Lock()  # one frame at a time: links and transcript in order
 
     @property
     def sign_key(self) -> str:
@@ -95,7 +97,12 @@ class Channel:
             transcript.append("recv", kind_of(decode(body, self.max_frame)), self.last_frame)
 
     async def send(self, message: Message) -> None:
-        """Check `message` against the policy, encode, seal, record and send it."""
+        """Check `message` against the policy, encode, seal, record and send it (several
+        tasks may send on one channel: their frames go out one at a time, in order)."""
+        async with self._sending:
+            await self._send(message)
+
+    async def _send(self, message: Message) -> None:
         self.boundary.outgoing(message)
         body = encode(message)
         kind = kind_of(message)

@@ -24,6 +24,7 @@ class ErrorCode(str, Enum):
     BUSY = "busy"  # the curator serves as many sessions as it may
     BAD_SIGNATURE = "bad_signature"  # a frame whose signature or links do not verify
     WRONG_KEY = "wrong_key"  # a peer signing key other than the one expected (or none)
+    EVALUATION_FAILED = "evaluation_failed"  # the objective could not be evaluated: retry
     INTERNAL = "internal"
 
 
@@ -45,7 +46,7 @@ class ProtocolError(PoboError):
                              ErrorCode.INDEX_OUT_OF_RANGE, ErrorCode.BUDGET_EXHAUSTED,
                              ErrorCode.SEQUENCE, ErrorCode.OVERSIZED, ErrorCode.POLICY,
                              ErrorCode.PRIVACY_BUDGET, ErrorCode.DUPLICATE,
-                             ErrorCode.BAD_SIGNATURE)
+                             ErrorCode.BAD_SIGNATURE, ErrorCode.EVALUATION_FAILED)
 
 
 class PolicyViolation(ProtocolError):

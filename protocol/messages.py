@@ -1,6 +1,6 @@
 """The message kinds of the pobo protocol, one frozen dataclass each.
 
-Curator -> modeler: Welcome, Dataset, Reward, Release, End, Error.
+Curator -> modeler: Welcome, Dataset, Reward, Pending, Release, End, Error.
 Modeler -> curator: Hello, Query, ReleaseRequest, End, Error.
 Field annotations are the schema: the codec validates every field against them.
 """
@@ -11,7 +11,7 @@ from typing import Union
 
 import numpy as np
 
-PROTOCOL_VERSION = 2  # 2: every frame a signed, cross-linked envelope (protocol.signing)
+PROTOCOL_VERSION = 3  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches, Error.seq
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class SessionParams:
     budget_epsilon: float = 0.0  # the curator's central privacy budget (0 = none)
     budget_delta: float = 0.0
     security: str = "in-process"  # 'curve', 'plaintext' (ZeroMQ) or 'in-process'
+    batch: int = 1  # queries the modeler may keep outstanding (its Hello's, capped by the curator)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ class Hello:
     `strategy` its registered name ('' undeclared) and `release_delta` > 0 when it is
     GP-UCB with Kusner et al.'s beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) at that delta
     (Algorithm 1 line 3; 0 for any other beta). `sign_key` is the key that signs every
-    frame the modeler sends ('' when it signs none)."""
+    frame the modeler sends ('' when it signs none). `batch` is how many queries it
+    would like to keep outstanding at once (GP-BUCB); the Welcome grants at most that."""
 
     version: int
     client: str
@@ -101,6 +103,7 @@ class Hello:
     strategy: str = ""
     release_delta: float = 0.0
     sign_key: str = ""  # the modeler's Ed25519 public key (hex); '' = an unsigned modeler
+    batch: int = 1
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,18 @@ class Reward:
 
 
 @dataclass(frozen=True)
+class Pending:
+    """Curator: query `seq` (row `index`) is being evaluated and has no reward yet; sent
+    when the evaluation starts and in answer to every retry of the query meanwhile.
+    `waited` is the seconds since the curator first received the query (it carries no
+    data: the value is not known yet)."""
+
+    seq: int
+    index: int
+    waited: float = 0.0
+
+
+@dataclass(frozen=True)
 class ReleaseRequest:
     """Modeler asks, once and after the last query, for a DP release of the result
     (Kusner et al.: 'noisy' Algorithm 1, 'noise-free' Algorithm 2, 'lipschitz' Algorithm 3),
@@ -180,17 +195,20 @@ class End:
 
 @dataclass(frozen=True)
 class Error:
-    """A refused message or failed session, with a machine-readable code."""
+    """A refused message or failed session, with a machine-readable code; `seq` names
+    the query it concerns (0: none), e.g. an evaluation that failed and may be retried."""
 
     code: str
     message: str
+    seq: int = 0
 
 
-Message = Union[Hello, Welcome, Dataset, Query, Reward, ReleaseRequest, Release, End, Error]
+Message = Union[Hello, Welcome, Dataset, Query, Reward, Pending, ReleaseRequest, Release, End,
+                Error]
 
 KINDS: dict[str, type] = {
     "hello": Hello, "welcome": Welcome, "dataset": Dataset, "query": Query,
-    "reward": Reward, "release_request": ReleaseRequest, "release": Release, "end": End,
+    "reward": Reward, "pending": Pending, "release_request": ReleaseRequest, "release": Release, "end": End,
     "error": Error,
 }
 KIND_OF: dict[type, str] = {cls: kind for kind, cls in KINDS.items()}

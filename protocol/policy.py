@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode, PolicyViolation, ProtocolError
 from protocol.messages import (
-    PROTOCOL_VERSION, Dataset, Hello, Message, Query, Release, ReleaseRequest, Reward,
+    PROTOCOL_VERSION, Dataset, Hello, Message, Pending, Query, Release, ReleaseRequest, Reward,
     SessionParams, Welcome, kind_of,
 )
 
@@ -38,7 +38,8 @@ class Policy:
         return self.curator_sends if role == CURATOR else self.modeler_sends
 
 
-_C2M = frozenset({"welcome", "dataset", "reward", "release", "end", "error"})
+_C2M = frozenset({"welcome", "dataset", "reward", "pending", "release", "end", "error"})
+MAX_BATCH = 1024  # the most queries any Hello may ask to keep outstanding
 _M2C = frozenset({"hello", "query", "release_request", "end", "error"})
 RELEASE_ALGORITHMS = frozenset({"noisy", "noise-free", "lipschitz"})
 # what a Hello may declare (parties.strategies.STRATEGIES, or '' for undeclared), and the
@@ -109,6 +110,8 @@ class Boundary:
             self._check_version(message.version)
             if self.params is not None:
                 raise ProtocolError("a second welcome in one session", ErrorCode.SEQUENCE)
+            if not 1 <= message.params.batch <= MAX_BATCH:
+                raise ProtocolError(f"a welcome granting a batch of {message.params.batch}")
             self.params = message.params
         elif isinstance(message, Dataset):
             self._check_dataset(message)
@@ -118,6 +121,10 @@ class Boundary:
                 self.outstanding[message.seq] = message.index  # an idempotent retry
                 return
             self._check_query(message)
+            if len(self.outstanding) >= self._session("query").batch:
+                raise ProtocolError(f"query {message.seq} would be the "
+                                    f"{len(self.outstanding) + 1}th outstanding; the session "
+                                    f"allows {self.params.batch}", ErrorCode.SEQUENCE)
             self.last_query = message.seq
             self.asked[message.seq] = message.index
             self.outstanding[message.seq] = message.index
@@ -129,6 +136,14 @@ class Boundary:
                 raise ProtocolError("a release nobody asked for, or a second one",
                                     ErrorCode.SEQUENCE)
             self.released = True
+        elif isinstance(message, Pending):
+            if self.outstanding.get(message.seq) != message.index:
+                code = (ErrorCode.DUPLICATE if self.asked.get(message.seq) == message.index
+                        else ErrorCode.SEQUENCE)  # late, after its reward; or never asked
+                raise ProtocolError(f"pending for query {message.seq} (row {message.index}), "
+                                    "which is not outstanding", code)
+            if not (math.isfinite(message.waited) and message.waited >= 0):
+                raise ProtocolError("a pending message's waited time must be finite and >= 0")
         elif isinstance(message, Reward):
             self._check_reward_noise(message)
             if message.seq not in self.outstanding and self.asked.get(message.seq) == message.index:
@@ -180,6 +195,9 @@ class Boundary:
             raise ProtocolError(f"unknown declared strategy {message.strategy[:40]!r}")
         if not (math.isfinite(message.release_delta) and 0 <= message.release_delta < 1):
             raise ProtocolError("a declared release delta must lie in [0, 1)")
+        if not 1 <= message.batch <= MAX_BATCH:
+            raise ProtocolError(f"a batch of {message.batch} queries: it must lie in "
+                                f"[1, {MAX_BATCH}]")
         if message.release_delta > 0 and message.strategy != KUSNER_UCB:
             raise ProtocolError(f"a release delta declares Kusner et al.'s GP-UCB beta; "
                                 f"the strategy is {message.strategy!r}")

@@ -4,6 +4,7 @@
   pobo curator SCENARIO --bind EP      the curator alone (separate machines)
   pobo modeler --connect EP            the modeler alone
   pobo sweep [SCENARIO] [--preset P]   a grid of runs, with tables and plots
+  pobo answer --journal DB [SESSION SEQ VALUE]   enter (or list) values awaited on demand
 
 Every command is a thin wrapper over a documented Python call (scenarios.launch.run,
 scenarios.remote.serve_curator, scenarios.remote.connect_modeler).
@@ -71,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default runs/SCENARIO-TIME)")
     p.add_argument("--curve", type=Path, metavar="DIR",
                    help="encrypt and authenticate with CURVE keys from DIR (made if missing)")
+    p.add_argument("--journal", type=Path,
+                   help="the curator's SQLite journal (default: in memory; with "
+                        "--objective-wait: OUT/curator.journal)")
+    p.add_argument("--max-batch", type=int,
+                   help="the most queries the curator lets the modeler keep outstanding "
+                        "(default: --batch)")
     p.set_defaults(handler=_cmd_run)
 
     p = sub.add_parser("sweep", help="run every combination of eps, r, strategy and seed")
@@ -159,8 +166,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the curator's signing key (curator.sign_secret): sign every frame")
     p.add_argument("--sign-allow", type=Path, metavar="DIR",
                    help="admit only modelers signing with a key in DIR/*.sign_public")
+    p.add_argument("--max-batch", type=int, default=1,
+                   help="the most queries one session may keep outstanding (a modeler's "
+                        "--batch is capped by it; default 1)")
     p.add_argument("--out", type=Path, default=Path("runs/curator"))
     p.set_defaults(handler=_cmd_curator)
+
+    p = sub.add_parser("answer", help="enter the value of an evaluation a curator awaits "
+                                      "(--objective-wait), or list the ones pending")
+    p.add_argument("--journal", type=Path, required=True, help="the curator's SQLite journal")
+    p.add_argument("session", nargs="?", help="the session id (as `--list` prints it)")
+    p.add_argument("seq", nargs="?", type=int, help="the query's sequence number")
+    p.add_argument("value", nargs="?", type=float, help="the measured value of f at its row")
+    p.add_argument("--list", action="store_true",
+                   help="list the pending evaluations (the default without SESSION SEQ VALUE)")
+    p.add_argument("--json", action="store_true", help="list them as JSON")
+    p.set_defaults(handler=_cmd_answer)
 
     p = sub.add_parser("ledger", help="print a curator journal's privacy ledger: the dataset's "
                                       "central total and budget, every entry, per-row LDP")
@@ -184,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a reply")
     p.add_argument("--resume", action="store_true",
                    help="continue the session recorded in OUT/modeler.transcript")
+    p.add_argument("--patience", type=float, default=86400.0,
+                   help="seconds to keep reconnecting to a curator that vanished while an "
+                        "evaluation was pending (it resumes the session; default 1 day)")
     p.add_argument("--curve-secret", type=Path, help="CURVE: the modeler's secret key file")
     p.add_argument("--curve-server", type=Path, help="CURVE: the curator's public key file")
     p.add_argument("--sign-secret", type=Path, metavar="FILE",
@@ -237,6 +261,18 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
                                                   "0.1 x --eps)")
     p.add_argument("--lift-delta", type=float, help="the private lift test's delta (default "
                                                     "--delta)")
+    p.add_argument("--objective-cmd", metavar="'CMD {index}'",
+                   help="measure f on demand: run CMD for each query ({index}: the row; also "
+                        "{session}, {seq}); its stdout is the value, a failure a typed "
+                        "evaluation_failed the modeler may retry")
+    p.add_argument("--objective-wait", action="store_true",
+                   help="measure f on demand: wait for each value to be entered with `pobo "
+                        "answer --journal DB SESSION SEQ VALUE` (needs --journal)")
+    p.add_argument("--results-file", metavar="FILE",
+                   help="with --objective-wait: also take values from lines "
+                        "'SESSION SEQ VALUE' of FILE, watched while waiting")
+    p.add_argument("--eval-timeout", type=float, default=3600.0,
+                   help="seconds an --objective-cmd may run before it is killed (default 3600)")
     p.add_argument("--reward-bound", type=float, metavar="B",
                    help="declared public bound on |f| (default: the scenario's constant)")
     p.add_argument("--noise-bound", type=float, metavar="R",
@@ -269,6 +305,9 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
                         "(Kusner et al. Algorithm 1, 2 or 3)")
     p.add_argument("--release-eps", type=float, default=1.0, help="epsilon of the release")
     p.add_argument("--release-delta", type=float, default=1e-3, help="delta of the release")
+    p.add_argument("--batch", type=int, default=1,
+                   help="keep up to q queries outstanding, chosen by GP-BUCB (Desautels et "
+                        "al. 2014); the curator's --max-batch caps it (default 1)")
 
 
 def release_from_args(args: argparse.Namespace) -> ReleaseRequest | None:
@@ -288,15 +327,32 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     options = {k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k, None) is not None}
     modeler = ({"strategy": args.strategy, "hyper": hyper_from_args(args),
                 "beta_scale": args.beta_scale, "release": args.release,
-                "release_epsilon": args.release_eps, "release_delta": args.release_delta}
+                "release_epsilon": args.release_eps, "release_delta": args.release_delta,
+                "batch": args.batch}
                if hasattr(args, "strategy") else {})
+    batch = getattr(args, "batch", 1)
+    max_batch = getattr(args, "max_batch", None) or batch
+    journal = getattr(args, "journal", None)
+    if getattr(args, "objective_wait", False) and journal is None:
+        if args.command != "run":
+            raise ValueError("--objective-wait needs --journal DB: `pobo answer --journal DB` "
+                             "enters the values there")
+        journal = (args.out or Path("runs") / f"{Path(args.scenario).stem}-wait") / \
+            "curator.journal"
+    if batch < 1 or max_batch < 1:
+        raise ValueError("--batch and --max-batch must be >= 1")
     return RunConfig(scenario=args.scenario, epsilon=args.eps, delta=args.delta, r=args.r,
                      T=args.T, seed=args.seed, non_private=args.non_private or None,
                      timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps,
                      budget_epsilon=args.budget_eps, budget_delta=args.budget_delta,
                      ldp_row_budget=args.ldp_row_budget, lift=args.lift,
                      lift_epsilon=args.lift_eps, lift_delta=args.lift_delta,
-                     reward_bound=args.reward_bound, noise_bound=args.noise_bound, **modeler)
+                     reward_bound=args.reward_bound, noise_bound=args.noise_bound,
+                     objective_cmd=getattr(args, "objective_cmd", None),
+                     objective_wait=getattr(args, "objective_wait", False),
+                     results_file=getattr(args, "results_file", None),
+                     eval_timeout=getattr(args, "eval_timeout", 3600.0), max_batch=max_batch,
+                     journal=None if journal is None else str(journal), **modeler)
 
 
 def scenario_arg(text: str) -> str:
@@ -347,7 +403,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def summary(result: dict) -> str:
     """One human line about a finished run."""
-    sf = result["sigma_f"] or 1.0
+    sf = result.get("sigma_f") or 1.0
     priv = ("non-private" if result["epsilon"] is None else
             f"eps={result['epsilon']:.4g} delta={result['delta']:.3g} omega={result['omega']:.4g} "
             f"sigma_min={result['sigma_min']:.4g} {'lifted' if result['lifted'] else 'not lifted'}"
@@ -355,6 +411,11 @@ def summary(result: dict) -> str:
     head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
     if not result["queries"]:
         return f"{head}: no query answered (status {result['status']})"
+    if result.get("simple_regret") is None:  # f measured on demand: only the queried rows
+        best = int(np.argmax(result["measured"]))
+        return (f"{head}: {len(result['queries'])} evaluations ({result.get('objective')}); "
+                f"best measured {result['measured'][best]:.6g} at row {result['queries'][best]}"
+                " (no regret: f is not known for every row)")
     if result.get("metric") == "hits":
         return (f"{head}: {result['hits'][-1]:.0f} hits in {len(result['queries'])} queries "
                 f"(random selection expects {result['random_hits_expected']:.1f})")
@@ -449,7 +510,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         print(f"pobo curator: warning: --seed {config.seed} draws the projection, the noise "
               "and the session's measurements from a known seed: for simulation only; every "
               "record says randomness: seeded", file=sys.stderr, flush=True)
-    journal = Journal(args.journal) if args.journal else None
+    journal = Journal(config.journal) if config.journal else None
     try:
         service = prepare_service(config, journal=journal)
         result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
@@ -484,6 +545,40 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_answer(args: argparse.Namespace) -> int:
+    if not args.journal.exists():
+        raise FileNotFoundError(f"no journal at {args.journal}")
+    given = [a is not None for a in (args.session, args.seq, args.value)]
+    if any(given) and not all(given):
+        raise ValueError("give SESSION SEQ VALUE together, or none to list what is pending")
+    journal = Journal(args.journal)
+    try:
+        if all(given):
+            entered = journal.supply(args.session, args.seq, args.value)
+            print(f"entered {args.value:g} for query {entered.seq} (row {entered.row}) of "
+                  f"session {entered.session}; the curator releases it when it next looks")
+            return 0
+        print(describe_pending(journal.pending(), args.json))
+    finally:
+        journal.close()
+    return 0
+
+
+def describe_pending(pending: list, as_json: bool = False) -> str:
+    """The evaluations a curator awaits, one line each (or JSON)."""
+    rows = [{"session": p.session, "seq": p.seq, "row": p.row,
+             "waiting_s": round(time.time() - p.requested, 1), "entered": p.measured}
+            for p in pending]
+    if as_json:
+        return json.dumps(rows, indent=1)
+    if not rows:
+        return "no evaluation is pending"
+    return "\n".join(f"session {r['session']} query {r['seq']}: row {r['row']}, waiting "
+                     f"{r['waiting_s']:.0f} s" + ("" if r["entered"] is None else
+                                                  f", entered {r['entered']:g}")
+                     for r in rows)
+
+
 def _cmd_modeler(args: argparse.Namespace) -> int:
     result = asyncio.run(connect_modeler(args.connect, args.out, seed=args.seed,
                                          strategy=args.strategy, hyper=hyper_from_args(args),
@@ -494,7 +589,8 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
                                              args.curve_secret, args.curve_server, "server"))
                                          if args.curve_secret else None,
                                          timeout=args.timeout, resume=args.resume,
-                                         verbose=args.verbose, signing=Signing(
+                                         verbose=args.verbose, batch=args.batch,
+                                         patience=args.patience, signing=Signing(
                                              modeler=load_signing_key(args.sign_secret)
                                              if args.sign_secret else None,
                                              curator_key=load_verify_key(args.curator_sign_key)

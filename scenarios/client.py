@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import zmq.asyncio
 
-from parties.runners import ask, expect
+from parties.runners import PendingCallback, QueryWindow, expect
 from protocol.errors import PeerError, PeerTimeout
 from protocol.messages import (
     PROTOCOL_VERSION,
@@ -95,7 +95,11 @@ class ModelerClient:
         self.rewards: list[float] = []
         self.released: Release | None = None
         self.release_error: str | None = None
-        self._pending: tuple[int, int] | None = None  # (seq, row) of a query left unanswered
+        self._inflight: list[tuple[int, int]] = []  # (seq, row) of a call left unanswered
+        self._received: dict[int, float] = {}  # rewards of that call that did arrive
+        self._window: QueryWindow | None = None
+        self.waiting: dict[int, float] = {}  # seq -> seconds the curator reports it pending
+        self._on_pending: PendingCallback | None = None
         self._release_asked = False
         self._closed = False
         self._failed: str | None = None
@@ -106,7 +110,8 @@ class ModelerClient:
     def connect(cls, endpoint: str, out: str | Path | None = None, *,
                 curve: CurveClient | None = None, signing: Signing | None = None,
                 timeout: float = 30.0, non_private: bool = False, retries: int = 2,
-                client: str = CLIENT_NAME) -> ModelerClient:
+                client: str = CLIENT_NAME, batch: int = 1,
+                on_pending: PendingCallback | None = None) -> ModelerClient:
         """Connect to the curator at `endpoint` and complete the handshake (Hello,
         Welcome, Dataset); the session's parameters and Z are then available.
 
@@ -114,13 +119,20 @@ class ModelerClient:
         `curve` encrypts to the curator's CURVE key; `signing` carries the modeler's
         signing key (`signing.modeler`) and the curator key it expects
         (`signing.curator_key`); `timeout` is the channel's deadline in seconds for each
-        reply; `non_private` accepts the curator's non-private identity release of X.
+        reply; `non_private` accepts the curator's non-private identity release of X;
+        `batch` is how many queries `query_many` may keep outstanding at once (the
+        curator grants at most its --max-batch: see `params.batch`); `on_pending(seq,
+        row, seconds)` is called whenever the curator reports a query's evaluation
+        pending (an objective evaluated on demand).
         """
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
             raise ClientError(f"timeout must be a positive number of seconds, not {timeout!r}")
         if not (isinstance(retries, int) and retries >= 0):
             raise ClientError(f"retries must be an integer >= 0, not {retries!r}")
+        if not (isinstance(batch, int) and batch >= 1):
+            raise ClientError(f"batch must be an integer >= 1, not {batch!r}")
         self = cls()
+        self._on_pending = on_pending
         self._out = Path(out) if out is not None else None
         self._retries = retries
         self._timeout = float(timeout)
@@ -129,8 +141,8 @@ class ModelerClient:
                                         name="pobo-modeler-client", daemon=True)
         self._thread.start()
         try:
-            self._run(self._open(endpoint, curve, signing or Signing(), non_private, client),
-                      2)  # the handshake: Welcome and Dataset
+            self._run(self._open(endpoint, curve, signing or Signing(), non_private, client,
+                                 batch), 2)  # the handshake: Welcome and Dataset
         except BaseException:
             self._failed = "handshake failed"
             self._shutdown(send_end=False)
@@ -138,7 +150,7 @@ class ModelerClient:
         return self
 
     async def _open(self, endpoint: str, curve: CurveClient | None, signing: Signing,
-                    non_private: bool, client: str) -> None:
+                    non_private: bool, client: str, batch: int) -> None:
         # the context and socket are made on the client's own loop, like connect_modeler
         self._ctx = zmq.asyncio.Context()
         self._channel = open_channel(DealerPipe.connect(self._ctx, endpoint, curve=curve),
@@ -146,12 +158,19 @@ class ModelerClient:
                                      signer=signing.modeler, peer_key=signing.curator_key)
         channel = self._channel
         # an external optimizer declares no acquisition: no claim to Kusner's beta_t
-        await channel.send(Hello(PROTOCOL_VERSION, client, "", "", 0.0, channel.sign_key))
+        await channel.send(Hello(PROTOCOL_VERSION, client, "", "", 0.0, channel.sign_key,
+                                 batch))
         welcome = expect(await channel.recv(), Welcome)
         dataset = expect(await channel.recv(), Dataset)
         self.params, self.session = welcome.params, welcome.session
         self.Z = dataset.release.Z  # read-only (ProjectedDataset freezes it)
         self.dataset = dataset.release
+        self._window = QueryWindow(channel, self._retries, on_pending=self._pending_seen)
+
+    def _pending_seen(self, seq: int, index: int, waited: float) -> None:
+        self.waiting[seq] = waited
+        if self._on_pending is not None:
+            self._on_pending(seq, index, waited)
 
     # ------------------------------------------------------------------ the session
 
@@ -171,26 +190,66 @@ class ModelerClient:
         ClientError (one line) for a row outside [0, n), past T queries, or after close;
         PeerError when the curator refuses the query, PeerTimeout when no answer came
         after `retries` resends. A query that timed out is retried by calling query()
-        again with the same row (same sequence number)."""
+        again with the same row (same sequence number). A query whose evaluation the
+        curator reports pending is waited for as long as it stays pending."""
+        return self.query_many([index])[0]
+
+    def query_many(self, indices: list[int]) -> list[float]:
+        """Ask for the rewards of several rows at once -- a batch of at most
+        `params.batch` queries outstanding together -- and block until all are answered
+        (the curator may evaluate them concurrently and answer in any order); returns
+        the rewards in the order of `indices`. The same rules as `query` apply to each;
+        a call that failed part-way is retried by calling it again with the same rows."""
         self._check_open("query")
+        rows = [self._row(i) for i in indices]
+        if not rows:
+            return []
+        T, q = self.params.T, self.params.batch
+        if len(rows) > q:
+            raise ClientError(f"{len(rows)} rows at once: this session keeps at most {q} "
+                              "queries outstanding (connect(batch=...), capped by the "
+                              "curator's --max-batch)")
+        if self._inflight:
+            if [row for _, row in self._inflight] != rows:
+                raise ClientError(f"queries {[s for s, _ in self._inflight]} (rows "
+                                  f"{[r for _, r in self._inflight]}) are still unanswered: "
+                                  "retry that call first")
+        else:
+            if len(self.queries) + len(rows) > T:
+                raise ClientError(f"the session's budget of T={T} queries is spent"
+                                  if len(self.queries) >= T else
+                                  f"{len(rows)} more queries would pass T={T} "
+                                  f"({len(self.queries)} asked)")
+            first = len(self.queries) + 1
+            self._inflight = [(first + k, row) for k, row in enumerate(rows)]
+            self._received = {}
+        self._call(self._collect(), None)  # every wait inside is bounded by the channel
+        got = self._received
+        for seq, row in self._inflight:  # in query order: the curator's record's order
+            self.queries.append(row)
+            self.rewards.append(got[seq])
+            self.waiting.pop(seq, None)
+        values = [got[seq] for seq, _ in self._inflight]
+        self._inflight, self._received = [], {}
+        return values
+
+    def _row(self, index: object) -> int:
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise ClientError(f"the row index must be an integer, not {type(index).__name__}")
-        index, n, T = int(index), self.params.n, self.params.T
-        if not 0 <= index < n:
-            raise ClientError(f"row index {index} out of range [0, {n})")
-        if len(self.queries) >= T:
-            raise ClientError(f"the session's budget of T={T} queries is spent")
-        seq = len(self.queries) + 1
-        if self._pending is not None and self._pending[1] != index:
-            raise ClientError(f"query {seq} (row {self._pending[1]}) is still unanswered: "
-                              f"retry query({self._pending[1]}) first")
-        self._pending = (seq, index)
-        reward = self._run(ask(self._channel, Query(seq, index), self._retries),
-                           self._retries + 1)
-        self._pending = None
-        self.queries.append(reward.index)
-        self.rewards.append(reward.value)
-        return reward.value
+        if not 0 <= int(index) < self.params.n:
+            raise ClientError(f"row index {index} out of range [0, {self.params.n})")
+        return int(index)
+
+    async def _collect(self) -> None:
+        """Send the call's queries not yet outstanding (or resend the outstanding ones of
+        a retried call) and wait until every one of them has its reward."""
+        window = self._window
+        missing = [(seq, row) for seq, row in self._inflight if seq not in self._received]
+        for seq, row in missing:
+            await window.send(Query(seq, row))  # a retry goes out with its old seq
+        while any(seq not in self._received for seq, _ in self._inflight):
+            reward = await window.next_reward()
+            self._received[reward.seq] = reward.value
 
     def release(self, algorithm: str, epsilon: float = 1.0, delta: float = 1e-3, *,
                 kernel: str = "", lengthscale: float = 0.0, signal_var: float = 0.0,
@@ -316,7 +375,7 @@ class ModelerClient:
         after its own deadline per reply; this wait only guards against a stuck loop."""
         return self._call(coro, self._timeout * max(replies, 1) + 10.0)
 
-    def _call(self, coro: Coroutine, wait: float) -> Any:
+    def _call(self, coro: Coroutine, wait: float | None) -> Any:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("ModelerClient called from its own loop's thread")
@@ -325,7 +384,7 @@ class ModelerClient:
             return future.result(wait)
         except TimeoutError:  # concurrent.futures.TimeoutError is TimeoutError (3.11+)
             future.cancel()
-            raise PeerTimeout(f"no answer from the client's loop within {wait:g} s") from None
+            raise PeerTimeout(f"no answer from the client's loop within {wait} s") from None
 
 
 __all__ = ["ClientError", "ModelerClient"]

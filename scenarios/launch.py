@@ -51,11 +51,19 @@ def scenario_argv(config: RunConfig) -> list[str]:
                         ("--ldp-row-budget", config.ldp_row_budget),
                         ("--lift-eps", config.lift_epsilon), ("--lift-delta", config.lift_delta),
                         ("--reward-bound", config.reward_bound),
-                        ("--noise-bound", config.noise_bound)):
+                        ("--noise-bound", config.noise_bound),
+                        ("--objective-cmd", config.objective_cmd),
+                        ("--results-file", config.results_file),
+                        ("--max-batch", config.max_batch if config.max_batch != 1 else None),
+                        ("--eval-timeout", config.eval_timeout if config.eval_timeout != 3600.0
+                         else None),
+                        ("--journal", config.journal)):
         if value is not None:
             argv += [flag, value if isinstance(value, str) else repr(value)]
     if config.non_private:
         argv.append("--non-private")
+    if config.objective_wait:
+        argv.append("--objective-wait")
     for key, value in sorted(config.options.items()):
         if value is True:  # a switch (--minimise)
             argv.append("--" + key.replace("_", "-"))
@@ -80,6 +88,8 @@ def modeler_argv(config: RunConfig) -> list[str]:
         argv += ["--seed", str(config.seed)]
     if config.non_private:
         argv.append("--non-private")
+    if config.batch != 1:
+        argv += ["--batch", str(config.batch)]
     return argv
 
 

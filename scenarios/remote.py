@@ -18,7 +18,7 @@ import zmq.asyncio
 from parties.modeler import HyperFit
 from parties.runners import receive_hello, resume_state
 from parties.service import CuratorService
-from protocol.errors import ErrorCode, PeerGone, PeerTimeout, ProtocolError
+from protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from protocol.messages import Error, ReleaseRequest
 from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from protocol.transcript import Transcript
@@ -28,6 +28,7 @@ from transport.sockets import DealerPipe, RouterHub
 
 LISTENING = "[curator] listening on "
 log = logging.getLogger("pobo.curator")
+modeler_log = logging.getLogger("pobo.modeler")
 
 
 @dataclass
@@ -191,7 +192,7 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
         if refusal is not None:
             raise refusal
     session = (service.resume(hello.resume, owner=peer) if hello.resume
-               else service.new_session(security, owner=peer))
+               else service.new_session(security, owner=peer, batch=hello.batch))
     if session.session_id not in slots.live:
         slots.admitted += 1
     return session
@@ -222,25 +223,73 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
                           beta_scale: float | None = None, release: ReleaseRequest | None = None,
                           non_private: bool = False, curve: CurveClient | None = None,
                           timeout: float = 60.0, resume: bool = False,
-                          verbose: bool = False, signing: Signing | None = None) -> dict:
+                          verbose: bool = False, signing: Signing | None = None,
+                          batch: int = 1, patience: float = 86400.0) -> dict:
     """Connect a DEALER to the curator at `connect` (CURVE-encrypted to its key when
-    `curve` is given) and run one session as the modeler; with `resume`, continue the
-    session recorded in out/modeler.transcript (same seed and options as before). With
-    `signing` (its `modeler` key, and the `curator_key` it expects if given) every frame
-    is signed and every curator frame verified."""
+    `curve` is given) and run one session as the modeler, keeping up to `batch` queries
+    outstanding; with `resume`, continue the session recorded in out/modeler.transcript
+    (same seed and options as before). With `signing` (its `modeler` key, and the
+    `curator_key` it expects if given) every frame is signed and every curator frame
+    verified. A curator lost while one of our queries was pending (an evaluation on
+    demand: a restart, a network cut) is reconnected to, resuming the session from the
+    transcript, for up to `patience` seconds."""
     state = None
     if resume:
         if out is None:
             raise ValueError("resuming needs the output folder holding the modeler's transcript")
         state = resume_state(out / "modeler.transcript")
+    deadline = asyncio.get_running_loop().time() + patience
+    pause = 1.0
+    while True:
+        try:
+            return await _modeler_session(connect, out, seed, strategy, hyper, beta_scale,
+                                          release, non_private, curve, timeout, state,
+                                          verbose, signing or Signing(), batch)
+        except (PeerTimeout, PeerGone, ProtocolError, PeerError) as exc:
+            state = _reconnectable(exc, out, deadline)
+            if state is None:
+                raise
+            modeler_log.warning("lost the curator (%s) with %d evaluation(s) pending: resuming session "
+                        "%s in %.0f s", exc, len(state.pending), state.session[:12], pause)
+            if verbose:
+                print(f"[modeler] curator lost ({type(exc).__name__}); {len(state.pending)} "
+                      f"pending: reconnecting to resume", flush=True)
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, max(1.0, timeout))
+
+
+# what a restarted curator answers the old connection's frames with (it knows no session
+# for them): worth a reconnect that resumes, unlike a definite refusal
+RECONNECT_CODES = (ErrorCode.SEQUENCE.value, ErrorCode.BAD_SIGNATURE.value)
+
+
+def _reconnectable(exc: Exception, out: Path | None, deadline: float):
+    """The session to resume after losing the curator, or None when giving up is right:
+    no transcript, nothing pending, patience spent, or a definite refusal."""
+    code = getattr(exc, "code", None)
+    code = code.value if isinstance(code, ErrorCode) else code
+    if isinstance(exc, (ProtocolError, PeerError)) and code not in RECONNECT_CODES:
+        return None  # e.g. a policy refusal: reconnecting would not change it
+    if out is None or asyncio.get_running_loop().time() >= deadline:
+        return None
+    try:
+        state = resume_state(out / "modeler.transcript")
+    except (OSError, ValueError):
+        return None
+    return state if state.pending else None
+
+
+async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, release,
+                           non_private, curve, timeout, state, verbose, signing: Signing,
+                           batch: int) -> dict:
+    """One connection of the modeler: a fresh DEALER, its channel and the session."""
     ctx = zmq.asyncio.Context()
-    signing = signing or Signing()
     channel = open_channel(DealerPipe.connect(ctx, connect, curve=curve), MODELER, non_private,
-                           out, timeout, resume=resume, signer=signing.modeler,
+                           out, timeout, resume=state is not None, signer=signing.modeler,
                            peer_key=signing.curator_key)
     try:
         return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
-                              release=release, resume=state, verbose=verbose)
+                              release=release, resume=state, verbose=verbose, batch=batch)
     finally:
         channel.close()
         ctx.term()

@@ -17,6 +17,7 @@ import numpy as np
 
 from parties.journal import Journal
 from parties.modeler import HyperFit
+from parties.objective import CommandObjective, DeferredObjective, Objective
 from parties.runners import ResumeState, receive_hello, run_modeler, serve_session
 from parties.service import (
     DEFAULT_LIFT, CuratorService, CuratorSession, CuratorSettings,
@@ -79,6 +80,13 @@ class RunConfig:
     lift_delta: float | None = None
     reward_bound: float | None = None  # B and R: declared public bounds (scenario constants)
     noise_bound: float | None = None
+    objective_cmd: str | None = None  # measure f on demand by a command ('CMD {index}')
+    objective_wait: bool = False  # measure f on demand: wait for `pobo answer` / results file
+    results_file: str | None = None  # with objective_wait: a file of 'SESSION SEQ VALUE' lines
+    eval_timeout: float = 3600.0  # seconds an objective command may run
+    batch: int = 1  # queries the modeler keeps outstanding (GP-BUCB)
+    max_batch: int = 1  # the most the curator lets a session keep outstanding
+    journal: str | None = None  # the curator's SQLite journal (None: in memory)
 
     def __post_init__(self) -> None:
         if self.non_private is None:
@@ -109,16 +117,35 @@ def default_budget_delta(config: RunConfig, problem: Problem) -> float:
 def prepare_service(config: RunConfig, problem: Problem | None = None,
                     journal: Journal | None = None) -> CuratorService:
     """The long-lived curator of a scenario: its dataset built (unless given), its
-    projection prepared once and its ledger in `journal` (memory if None)."""
+    projection prepared once, its ledger in `journal` (memory if None) and its objective
+    (the scenario's, or measured on demand as `config` says)."""
     if problem is None:
         problem = build_problem(config.scenario, config.seed, **config.options)
     return CuratorService(problem, curator_settings(config, problem), journal,
-                          journal_config(config))
+                          journal_config(config), objective_for(config),
+                          max_batch=config.max_batch)
+
+
+def objective_for(config: RunConfig) -> Objective | None:
+    """The on-demand objective `config` asks for (a command, or values entered later),
+    or None for the scenario's own (a tabulated f, or its script's evaluate)."""
+    if config.objective_cmd is not None and config.objective_wait:
+        raise ValueError("give --objective-cmd or --objective-wait, not both")
+    if config.results_file is not None and not config.objective_wait:
+        raise ValueError("--results-file needs --objective-wait")
+    if config.objective_cmd is not None:
+        return CommandObjective(config.objective_cmd, config.eval_timeout)
+    if config.objective_wait:
+        return DeferredObjective(None if config.results_file is None
+                                 else Path(config.results_file))
+    return None
 
 
 def prepare_curator(config: RunConfig, problem: Problem | None = None) -> CuratorSession:
-    """One new session on a fresh in-memory curator: what a single run needs."""
-    return prepare_service(config, problem).new_session()
+    """One new session on a fresh curator (its journal `config.journal`, else in memory):
+    what a single run needs; it may keep `config.batch` queries outstanding."""
+    journal = Journal(config.journal) if config.journal else None
+    return prepare_service(config, problem, journal).new_session(batch=config.batch)
 
 
 def release_request(config: RunConfig) -> ReleaseRequest | None:
@@ -132,7 +159,8 @@ def journal_config(config: RunConfig) -> dict:
     """The curator's part of a run configuration, as JSON for the journal."""
     keep = ("scenario", "epsilon", "delta", "r", "T", "seed", "non_private", "timeout",
             "options", "ldp_epsilon", "budget_epsilon", "budget_delta", "ldp_row_budget",
-            "lift", "lift_epsilon", "lift_delta", "reward_bound", "noise_bound")
+            "lift", "lift_epsilon", "lift_delta", "reward_bound", "noise_bound",
+            "objective_cmd", "objective_wait", "results_file", "max_batch")
     return {k: getattr(config, k) for k in keep}
 
 
@@ -170,11 +198,26 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         released.append(asdict(result))
         service.journal.record_release(sid, session.generation, released[-1])
 
+    best: list[float] = []  # the best f so far (simulation): O(1) per answer line
+
     def progress(seq: int, index: int, value: float) -> None:
-        if verbose:
-            simple, _ = curator.regret()
-            print(f"[curator] t={seq:>4}/{T} row={index:>7} y={value:+.5f} "
-                  f"simple_regret={simple[-1]:.5f}", flush=True)
+        if not verbose:
+            return
+        line = f"[curator] t={seq:>4}/{T} row={index:>7} y={value:+.5f}"
+        f = service.problem.f
+        if curator.tabulated and f is not None:
+            best.append(max(best[-1], float(f[index])) if best else float(f[index]))
+            line += f" simple_regret={float(np.max(f)) - best[-1]:.5f}"
+        print(line, flush=True)
+
+    def evaluating(seq: int, index: int, waited: float) -> None:
+        if not verbose:
+            return
+        line = f"[curator] t={seq:>4}/{T} row={index:>7} evaluating ({service.objective.name})"
+        if service.objective.name == "deferred":
+            line += (f": enter its value with `pobo answer --journal {service.journal.path} "
+                     f"{sid} {seq} VALUE`")
+        print(line, flush=True)
 
     started, status, reason, error = time.perf_counter(), "failed", None, None
     try:
@@ -185,8 +228,9 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
                                   record=record_release, hello=hello)
         reason = await serve_session(
             channel, curator, session.params, session.release, sid, on_answer=progress,
-            on_release=handler, hello=hello,
-            asked={seq: row for seq, (row, _) in curator.answered.items()})
+            on_release=handler, hello=hello, measure=session.measure, on_evaluate=evaluating,
+            asked={**{seq: row for seq, (row, _) in curator.answered.items()},
+                   **curator.reserved})
         status = "ok"
     except (PeerTimeout, PeerGone, asyncio.CancelledError) as exc:
         status, error = "interrupted", exc  # the peer vanished or the curator stops: resumable
@@ -220,7 +264,10 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
     """The curator's record of a session: parameters, answers and regret (from true f)."""
     service, params = session.service, session.params
     s, problem, T = service.settings, service.problem, params.T
-    simple, cumulative = curator.regret()
+    traces = curator.regret()  # None unless f is known for every row
+    simple, cumulative = traces if traces is not None else (None, None)
+    f = problem.f if traces is not None else None
+    hits = f is not None and problem.metric == "hits"
     ldp = service.ldp
     return {
         "scenario": problem.name, "seed": s.seed, "randomness": params.randomness,
@@ -233,12 +280,15 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "ldp_scale": None if ldp is None else ldp.scale,
         "reward_bound": params.reward_bound, "noise_bound": params.noise_bound,
         "queries": curator.queries, "rewards": curator.rewards, "measured": curator.measured,
-        "simple_regret": simple.tolist(), "cumulative_regret": cumulative.tolist(),
-        "hits": np.cumsum(problem.f[curator.queries]).tolist() if problem.metric == "hits" else None,
+        "simple_regret": None if f is None else simple.tolist(),
+        "cumulative_regret": None if f is None else cumulative.tolist(),
+        "hits": np.cumsum(f[curator.queries]).tolist() if hits else None,
         "sense": problem.sense, "metric": problem.metric,
-        "random_hits_expected": (float(T * problem.f.mean()) if problem.metric == "hits"
-                                 else None),
-        "f_star": float(np.max(problem.f)), "sigma_f": float(np.std(problem.f)),
+        "random_hits_expected": float(T * f.mean()) if hits else None,
+        "f_star": None if f is None else float(np.max(f)),
+        "sigma_f": None if f is None else float(np.std(f)),
+        "objective": "tabulated" if service.objective is None else service.objective.name,
+        "pending": sorted(curator.reserved), "batch": params.batch,
         "kernel": asdict(problem.kernel), "noise_var": problem.noise_var,
         "source": problem.source, "dropped": problem.dropped, "seconds": seconds,
         "dataset_digest": service.digest, "ledger": session.ledger_view(),
@@ -249,25 +299,31 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
 async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                    out: Path | None = None, *, hyper: HyperFit = HyperFit(),
                    beta_scale: float | None = None, release: ReleaseRequest | None = None,
-                   resume: ResumeState | None = None, verbose: bool = False) -> dict:
+                   resume: ResumeState | None = None, verbose: bool = False,
+                   batch: int = 1) -> dict:
     """Run the modeler's side of one session (asking for a DP `release` of the result at
     the end, if given); return what it saw and chose, written to out/modeler.json even
     when the session fails part-way."""
     started, status, fits, released = time.perf_counter(), "error", [], {}
-    queries: list[int] = []
-    rewards: list[float] = []
+    answers: dict[int, tuple[int, float]] = {}  # seq -> (row, reward): a batch answers out of order
 
     def progress(seq: int, index: int, value: float) -> None:
-        queries.append(index)
-        rewards.append(value)
+        answers[seq] = (index, value)
         if verbose:
             print(f"[modeler] t={seq:>4} row={index:>7} y={value:+.5f}", flush=True)
+
+    shown: dict[int, float] = {}  # seq -> the wait last shown (a line a minute, not a poll)
+
+    def pending(seq: int, index: int, waited: float) -> None:
+        if verbose and (seq not in shown or waited - shown[seq] >= 60):
+            shown[seq] = waited
+            print(f"[modeler] t={seq:>4} row={index:>7} pending for {waited:.0f} s", flush=True)
 
     try:
         modeler = await run_modeler(channel, make_strategy(strategy, beta_scale),
                                     rng_for(seed, "modeler"),
                                     hyper=hyper, on_step=progress, release=release,
-                                    resume=resume)
+                                    resume=resume, batch=batch, on_pending=pending)
         released = {"release": None if modeler.release is None else asdict(modeler.release),
                     "release_error": modeler.release_error}
         fits = [{"kernel": f.kernel.name, "lengthscales": list(f.kernel.lengthscales),
@@ -276,11 +332,13 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                 for f in modeler.fits]
         status = "ok"
     finally:
+        queries = [answers[seq][0] for seq in sorted(answers)]
+        rewards = [answers[seq][1] for seq in sorted(answers)]
         best = int(np.argmax(rewards)) if rewards else None
         result = {"seed": seed, "strategy": strategy, "beta_scale": beta_scale,
                   "hyper": asdict(hyper), "fits": fits,
-                  "status": status, "queries": queries,
-                  "rewards": rewards,
+                  "status": status, "queries": queries, "rewards": rewards,
+                  "batch": batch,
                   "best_index": None if best is None else queries[best],
                   "best_reward": None if best is None else rewards[best],
                   **released, "seconds": time.perf_counter() - started,
@@ -335,7 +393,8 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
         cres, mres = await asyncio.gather(
             curate(cchan, session, out, verbose=verbose),
             optimise(mchan, config.seed, config.strategy, out, hyper=config.hyper,
-                     beta_scale=config.beta_scale, release=release_request(config)))
+                     beta_scale=config.beta_scale, release=release_request(config),
+                     batch=config.batch))
     finally:
         cchan.close()
         mchan.close()

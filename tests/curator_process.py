@@ -24,8 +24,9 @@ def free_port() -> int:
 class CuratorProcess:
     """`pobo curator synthetic --grid 8 --T T [extra]` bound to a free loopback port."""
 
-    def __init__(self, out: Path, T: int, extra: list[str] = ()) -> None:
-        self.endpoint = f"tcp://127.0.0.1:{free_port()}"
+    def __init__(self, out: Path, T: int, extra: list[str] = (),
+                 endpoint: str | None = None) -> None:
+        self.endpoint = endpoint or f"tcp://127.0.0.1:{free_port()}"
         self.out = out
         cmd = [sys.executable, "-m", "scenarios.cli", "curator", "synthetic", "--grid", "8",
                "--T", str(T), "--bind", self.endpoint, "--out", str(out),

@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
 from protocol.codec import decode, encode  # noqa: E402
 from protocol.errors import ErrorCode, ProtocolError  # noqa: E402
 from protocol.messages import (  # noqa: E402
-    KINDS, Dataset, End, Error, Hello, KernelParams, Mechanism, ProjectedDataset, Query,
+    KINDS, Dataset, End, Error, Hello, KernelParams, Mechanism, Pending, ProjectedDataset, Query,
     Release, ReleaseRequest, Reward, SessionParams, Welcome, kind_of,
 )
 from protocol.signing import ZERO, Link, Signer, open_frame, seal, verify, verify_key  # noqa: E402
@@ -83,12 +83,12 @@ def _params() -> SessionParams:
 def _valid_messages() -> list[tuple[str, object]]:
     Z = np.array([[0.5, -1.25], [2.0, 0.0], [1e-3, 7.5]], dtype="<f8")
     return [
-        ("hello-new", Hello(2, "spec-client", "", "gp-ucb", 0.001, "")),
-        ("hello-resume-signed-key", Hello(2, "c", "0123456789abcdef0123456789abcdef", "", 0.0,
+        ("hello-new", Hello(3, "spec-client", "", "gp-ucb", 0.001, "")),
+        ("hello-resume-signed-key", Hello(3, "c", "0123456789abcdef0123456789abcdef", "", 0.0,
                                           Signer(Ed25519PrivateKey.from_private_bytes(
                                               TEST_SEED)).public_hex)),
-        ("welcome", Welcome(2, "0123456789abcdef0123456789abcdef", _params(), "")),
-        ("welcome-non-private-initial-kernel", Welcome(2, "s", SessionParams(
+        ("welcome", Welcome(3, "0123456789abcdef0123456789abcdef", _params(), "")),
+        ("welcome-non-private-initial-kernel", Welcome(3, "s", SessionParams(
             "tuning", 2, 2, 1, "non-private", (), KernelParams("matern52", 0.5, 0.01, 1e-06,
                                                                "initial"), "seeded"))),
         ("dataset-f8", Dataset(ProjectedDataset("po-gp-ucb-projection", 3.0, 1e-05, 976.0, Z))),
@@ -104,14 +104,18 @@ def _valid_messages() -> list[tuple[str, object]]:
         ("release-request-defaults", ReleaseRequest("lipschitz", 0.5, 0.0)),
         ("release", Release("noisy", 1.0, 0.001, 17, 1.375, 0.25)),
         ("release-no-row", Release("noise-free", 1.0, 0.0, -1, 0.0, 2.0)),
+        ("hello-batch", Hello(3, "spec-client", "", "gp-ucb", 0.0, "", 4)),
+        ("pending", Pending(2, 17, 3600.5)),
         ("end", End("done")),
         ("error", Error("index_out_of_range", "row index 64 out of range [0, 64)")),
+        ("error-evaluation-failed", Error("evaluation_failed", "objective command "
+                                          "'./lab 17' exited with 1: sample lost", 2)),
     ]
 
 
 def _malformed() -> list[tuple[str, bytes, str]]:
     """(name, frame, error code) of body frames a receiver must refuse."""
-    hello = encode(Hello(2, "x"))
+    hello = encode(Hello(3, "x"))
     f8 = np.array([1.0, 2.0], "<f8").tobytes()
     # {"reason": [[[...2000 levels...[0]...]]], "kind": "end"}, packed by hand (msgpack's
     # own packer refuses such depth)
@@ -140,18 +144,22 @@ def _malformed() -> list[tuple[str, bytes, str]]:
         ("reward-value-inf", _pack({"seq": 1, "index": 2, "value": float("-inf"),
                                     "noise": "", "kind": "reward"}), "malformed"),
         ("end-reason-bytes", _pack({"reason": b"done", "kind": "end"}), "malformed"),
+        ("pending-waited-string", _pack({"seq": 1, "index": 2, "waited": "1h",
+                                         "kind": "pending"}), "malformed"),
+        ("hello-batch-float", _pack({"version": 3, "client": "x", "batch": 4.0,
+                                     "kind": "hello"}), "malformed"),
         ("hello-version-bool", _pack({"version": True, "client": "x", "kind": "hello"}),
          "malformed"),
         ("query-extra-field", _pack({"seq": 1, "index": 2, "urgent": True, "kind": "query"}),
          "malformed"),
         ("query-missing-field", _pack({"seq": 1, "kind": "query"}), "malformed"),
         ("welcome-params-missing-n", _pack({
-            "version": 2, "session": "s", "kind": "welcome", "params": {
+            "version": 3, "session": "s", "kind": "welcome", "params": {
                 "scenario": "x", "r": 1, "T": 1, "policy": "private", "mechanisms": [],
                 "kernel": {"kernel": "se", "lengthscale": 1.0, "signal_var": 1.0,
                            "noise_var": 0.1}, "randomness": "seeded"}}), "malformed"),
         ("welcome-mechanisms-not-array", _pack({
-            "version": 2, "session": "s", "kind": "welcome", "params": {
+            "version": 3, "session": "s", "kind": "welcome", "params": {
                 "scenario": "x", "n": 1, "r": 1, "T": 1, "policy": "private",
                 "mechanisms": {"name": "identity"},
                 "kernel": {"kernel": "se", "lengthscale": 1.0, "signal_var": 1.0,
@@ -193,9 +201,9 @@ def _envelopes() -> list[dict]:
     out = [
         {"name": "envelope-signed-query", "frame": signed, "verify_key": signer.public_hex},
         {"name": "envelope-signed-hello", "verify_key": signer.public_hex,
-         "frame": seal(encode(Hello(2, "spec", "", "", 0.0, signer.public_hex)), hello_link,
+         "frame": seal(encode(Hello(3, "spec", "", "", 0.0, signer.public_hex)), hello_link,
                        signer)},
-        {"name": "envelope-unsigned-hello", "frame": seal(encode(Hello(2, "spec")), hello_link,
+        {"name": "envelope-unsigned-hello", "frame": seal(encode(Hello(3, "spec")), hello_link,
                                                           None)},
         {"name": "envelope-unsigned-end", "frame": seal(encode(End("done")),
                                                         Link(sid, 9, ZERO, bytes([1]) * 32),
@@ -244,8 +252,8 @@ def generate() -> dict:
                         "expect": {"kind": kind_of(message), "fields": to_json(message)}})
     # valid but not canonical: a decoder must accept them, an encoder never makes them
     for name, frame, message in [
-        ("hello-defaults-absent", _pack({"version": 2, "client": "old", "kind": "hello"}),
-         Hello(2, "old")),
+        ("hello-defaults-absent", _pack({"version": 3, "client": "old", "kind": "hello"}),
+         Hello(3, "old")),
         ("query-kind-first", _pack({"kind": "query", "seq": 1, "index": 2}), Query(1, 2)),
         ("reward-value-int", _pack({"seq": 1, "index": 0, "value": 3, "kind": "reward"}),
          Reward(1, 0, 3.0)),
@@ -279,7 +287,7 @@ def generate() -> dict:
                                "body_hex": env.body.hex(), "sig_hex": env.sig.hex()}
         vectors.append(entry)
     return {
-        "about": "pobo protocol version 2 conformance vectors; see PROTOCOL.md section 11",
+        "about": "pobo protocol version 3 conformance vectors; see PROTOCOL.md section 11",
         "test_key": {
             "WARNING": "TEST KEY ONLY -- public by design, never use it to sign anything real",
             "ed25519_secret_hex": TEST_SEED.hex(),

@@ -1,0 +1,199 @@
+"""Objectives evaluated on demand: a Python function, a command, or a value entered later.
+
+A tabulated objective (a vector f over every row, `Problem.f`) is measured at once,
+inside the journal transaction that records the answer. A real curator evaluates f
+when asked -- a lab test on the chosen patient, a loan's outcome pulled from a system
+-- which can take seconds or days. Such an evaluation is first *reserved* in the
+journal (its ledger entries charged, so a refusal still comes before anything is
+evaluated), then measured here without holding the journal's write lock, then
+answered in a second transaction. Each objective below is one way of measuring:
+
+- `FunctionObjective`: a Python function of the row index (a scenario script's
+  `evaluate`), run in a worker thread;
+- `CommandObjective`: `--objective-cmd 'CMD {index}'`, whose standard output is the
+  value; a failing command is a typed `evaluation_failed` error, and the session may
+  retry the query (it is not charged again);
+- `DeferredObjective`: `--objective-wait` -- the value is entered later with
+  `pobo answer --journal DB SESSION SEQ VALUE` (any process, any time, also after a
+  curator restart), or written to a results file the curator watches
+  (`--results-file`, lines `SESSION SEQ VALUE`).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from parties.journal import Journal
+from protocol.errors import ErrorCode, PoboError, ProtocolError
+
+log = logging.getLogger("pobo.objective")
+PLACEHOLDERS = ("index", "session", "seq")
+
+
+class EvaluationFailed(ProtocolError):
+    """The objective could not be evaluated at a row (a command that failed or printed no
+    number, a function that raised or returned NaN): nothing is released, the
+    reservation stays, and the modeler may retry the query."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.EVALUATION_FAILED)
+
+
+@dataclass(frozen=True)
+class EvaluationRequest:
+    """One reserved evaluation: which session's query, at which row, and its journal."""
+
+    session: str
+    seq: int
+    index: int
+    journal: Journal
+
+
+class Objective(Protocol):
+    """Measures f at one row when asked (the curator's side of an on-demand objective)."""
+
+    name: str
+
+    async def measure(self, request: EvaluationRequest) -> float:
+        """The measured value of f at `request.index`; EvaluationFailed if there is none."""
+
+
+def checked_value(value: object, what: str) -> float:
+    """`value` as a finite float, or EvaluationFailed naming `what` produced it."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise EvaluationFailed(f"{what} gave {str(value)[:80]!r}, not a number") from None
+    if not math.isfinite(number):
+        raise EvaluationFailed(f"{what} gave {number}, not a finite number")
+    return number
+
+
+@dataclass(frozen=True)
+class FunctionObjective:
+    """f(index) computed by a Python function (a scenario script's `evaluate`), in a
+    worker thread so that a slow function never stalls the curator's other sessions."""
+
+    function: Callable[[int], float]
+    name: str = "function"
+
+    async def measure(self, request: EvaluationRequest) -> float:
+        """The function's value at the row (an exception becomes EvaluationFailed)."""
+        what = f"the objective function at row {request.index}"
+        try:
+            value = await asyncio.to_thread(self.function, request.index)
+        except Exception as exc:  # the user's code: any failure is a failed evaluation
+            raise EvaluationFailed(f"{what} raised {type(exc).__name__}: {exc}"[:500]) from None
+        return checked_value(value, what)
+
+
+@dataclass(frozen=True)
+class CommandObjective:
+    """f(index) printed by a command: `template` is split like a shell line (no shell
+    runs it) and each word formatted with {index}, {session} and {seq}; the command's
+    standard output, stripped, must be one number. A non-zero exit, a timeout or
+    anything else printed is EvaluationFailed."""
+
+    template: str
+    timeout: float = 3600.0
+    name: str = "command"
+
+    def __post_init__(self) -> None:
+        if not self.template.strip():
+            raise ValueError("--objective-cmd is empty")
+        if "{index}" not in self.template:
+            raise ValueError("--objective-cmd must name the row as {index}, e.g. "
+                             "'./measure.sh {index}'")
+        if not (self.timeout > 0):
+            raise ValueError(f"the command timeout must be > 0 seconds, got {self.timeout}")
+        self.argv(EvaluationRequest("s", 1, 0, None))  # type: ignore[arg-type]  # bad braces
+
+    def argv(self, request: EvaluationRequest) -> list[str]:
+        """The command line for one evaluation."""
+        values = {"index": request.index, "session": request.session, "seq": request.seq}
+        try:
+            return [word.format(**values) for word in shlex.split(self.template)]
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"--objective-cmd {self.template!r}: bad placeholder ({exc}); "
+                             f"it may use {{{'}, {'.join(PLACEHOLDERS)}}}") from None
+
+    async def measure(self, request: EvaluationRequest) -> float:
+        """Run the command for the row; its stdout is the value."""
+        argv = self.argv(request)
+        what = f"objective command {shlex.join(argv)!r}"
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE)
+        except OSError as exc:
+            raise EvaluationFailed(f"{what} could not start: {exc}") from None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            proc.kill()
+            await proc.wait()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise EvaluationFailed(f"{what} ran past {self.timeout:g} s and was killed") from None
+        if proc.returncode != 0:
+            last = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+            raise EvaluationFailed(f"{what} exited with {proc.returncode}: {last[0][:200]}")
+        return checked_value(out.decode(errors="replace").strip(), what)
+
+
+@dataclass(frozen=True)
+class DeferredObjective:
+    """f(index) entered later: the value a person or another system puts into the journal
+    (`pobo answer`), or a line `SESSION SEQ VALUE` of `results_file`; polled every
+    `poll` seconds. The reservation is in the journal, so a curator restarted in
+    between finds it again and the value may be entered while no curator runs."""
+
+    results_file: Path | None = None
+    poll: float = 1.0
+    name: str = "deferred"
+
+    async def measure(self, request: EvaluationRequest) -> float:
+        """Wait until a value for the query has been entered; return it."""
+        while True:
+            if self.results_file is not None:
+                ingest_results(self.results_file, request.journal)
+            value = request.journal.supplied(request.session, request.seq)
+            if value is not None:
+                return checked_value(value, f"the value entered for query {request.seq}")
+            await asyncio.sleep(self.poll)
+
+
+def ingest_results(path: str | Path, journal: Journal) -> int:
+    """Enter every line `SESSION SEQ VALUE` (whitespace or commas; '#' comments) of a
+    results file whose query is pending in `journal` and has no value yet; returns how
+    many were entered. A line for another journal's session, an answered query or a
+    malformed line is skipped (logged): the file may hold every session's results."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return 0
+    waiting = {(p.session, p.seq) for p in journal.pending() if p.measured is None}
+    entered = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].replace(",", " ").split()
+        if not words:
+            continue
+        try:
+            session, seq, value = words[0], int(words[1]), float(words[2])
+        except (IndexError, ValueError):
+            log.debug("%s:%d: not 'SESSION SEQ VALUE': %r", path, number, line[:80])
+            continue
+        if (session, seq) not in waiting:
+            continue
+        try:
+            journal.supply(session, seq, value)
+            entered += 1
+        except PoboError as exc:
+            log.warning("%s:%d: %s", path, number, exc)
+    return entered

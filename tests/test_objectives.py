@@ -1,0 +1,313 @@
+"""Objectives evaluated on demand (issue 14 item 3): a command, a Python function, a value
+entered later with `pobo answer` -- reserved and charged in the journal first, measured
+without its write lock, answered with exactly T evaluations, and surviving a curator
+restart while a value is awaited."""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parties.journal import Journal, Superseded
+from parties.objective import (
+    CommandObjective, DeferredObjective, EvaluationFailed, EvaluationRequest,
+    FunctionObjective, ingest_results,
+)
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.ledger import LOCAL, Budget, Entry, PrivacyBudgetExceeded
+from scenarios.cli import main
+from scenarios.session import RunConfig, run_inproc
+from tests.curator_process import ROOT, CuratorProcess, free_port
+
+PY = sys.executable
+LDP = [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 7)]
+
+
+def _journal_with_session(path=":memory:") -> Journal:
+    journal = Journal(path)
+    journal.open_session("s1", {}, b"w", "p", "d", "me")
+    return journal
+
+
+# -- the journal: reserve, supply, complete --------------------------------------------
+
+def test_a_reservation_is_charged_once_and_answered_once():
+    journal = _journal_with_session()
+    first = journal.reserve("s1", 1, 1, 7, LDP, Budget())
+    assert journal.reserve("s1", 1, 1, 7, LDP, Budget()) == first  # a retry: no new charge
+    assert journal.row_spent(7) == (0.5, 0.0)
+    with pytest.raises(ProtocolError) as moved:
+        journal.reserve("s1", 1, 1, 8, LDP, Budget())
+    assert moved.value.code is ErrorCode.SEQUENCE
+    assert [(p.seq, p.row, p.measured) for p in journal.pending()] == [(1, 7, None)]
+    journal.supply("s1", 1, 2.5)
+    assert journal.supplied("s1", 1) == 2.5
+    with pytest.raises(ProtocolError) as twice:
+        journal.supply("s1", 1, 3.0)  # the first value entered stands
+    assert twice.value.code is ErrorCode.DUPLICATE
+    journal.complete("s1", 1, 1, 7, 2.5, 2.7)
+    assert journal.pending() == [] and journal.load("s1").answers == [(1, 7, 2.5, 2.7)]
+    with pytest.raises(ProtocolError, match="already answered"):
+        journal.supply("s1", 1, 1.0)
+
+
+def test_a_reservation_past_the_row_budget_is_refused_before_anything_is_reserved():
+    journal = _journal_with_session()
+    budget = Budget(row_epsilon=0.75)
+    journal.reserve("s1", 1, 1, 7, LDP, budget)
+    with pytest.raises(PrivacyBudgetExceeded):
+        journal.reserve("s1", 1, 2, 7, LDP, budget)
+    assert [p.seq for p in journal.pending()] == [1]
+    # the query already reserved (and charged) is not refused on its retry
+    assert journal.reserve("s1", 1, 1, 7, LDP, budget) > 0
+
+
+def test_a_superseded_connection_neither_reserves_nor_completes():
+    journal = _journal_with_session()
+    journal.reserve("s1", 1, 1, 3, [], Budget())
+    assert journal.claim("s1", "me") == 2
+    with pytest.raises(Superseded):
+        journal.reserve("s1", 1, 2, 4, [], Budget())
+    with pytest.raises(Superseded):
+        journal.complete("s1", 1, 1, 3, 1.0, 1.0)
+    journal.complete("s1", 2, 1, 3, 1.0, 1.0)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_value_is_refused(bad):
+    journal = _journal_with_session()
+    journal.reserve("s1", 1, 1, 3, [], Budget())
+    with pytest.raises(ProtocolError, match="finite"):
+        journal.supply("s1", 1, bad)
+    with pytest.raises(ProtocolError, match="not pending"):
+        journal.supply("s1", 2, 1.0)
+
+
+def test_a_schema_2_journal_gains_the_pending_table(tmp_path):
+    import sqlite3
+    path = tmp_path / "old.db"
+    Journal(path).close()
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE pending")
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    journal = Journal(path)
+    journal.open_session("s1", {}, b"w", "p", "d", "me")
+    journal.reserve("s1", 1, 1, 0, [], Budget())
+    assert len(journal.pending()) == 1
+
+
+# -- the objectives ------------------------------------------------------------------
+
+def _measure(objective, index=3, journal=None):
+    request = EvaluationRequest("s1", 1, index, journal)
+    return asyncio.run(asyncio.wait_for(objective.measure(request), 30))
+
+
+def test_a_command_prints_the_value_and_a_failure_is_typed():
+    assert _measure(CommandObjective(f"{PY} -c 'print({{index}} * 2.5)'")) == 7.5
+    failing = CommandObjective(f"{PY} -c 'import sys; sys.exit(\"lab down {{index}}\")'")
+    with pytest.raises(EvaluationFailed, match="exited with 1: lab down 3") as exc:
+        _measure(failing)
+    assert exc.value.code is ErrorCode.EVALUATION_FAILED and exc.value.recoverable
+    with pytest.raises(EvaluationFailed, match="not a number"):
+        _measure(CommandObjective(f"{PY} -c 'print(\"positive\") or {{index}}'"))
+    with pytest.raises(EvaluationFailed, match="not a finite"):
+        _measure(CommandObjective(f"{PY} -c 'print(\"nan\") or {{index}}'"))
+    with pytest.raises(EvaluationFailed, match="could not start"):
+        _measure(CommandObjective("/no/such/command {index}"))
+
+
+def test_a_command_past_its_timeout_is_killed():
+    slow = CommandObjective(f"{PY} -c 'import time; time.sleep(30 + {{index}})'", timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(EvaluationFailed, match="killed"):
+        _measure(slow)
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("template", ["", "measure.sh", "measure.sh {row}", "m {index"])
+def test_a_bad_command_template_is_refused_at_once(template):
+    with pytest.raises(ValueError):
+        CommandObjective(template)
+
+
+def test_a_function_that_raises_is_a_failed_evaluation():
+    assert _measure(FunctionObjective(lambda i: i + 0.5)) == 3.5
+    with pytest.raises(EvaluationFailed, match="ZeroDivisionError"):
+        _measure(FunctionObjective(lambda i: 1 / 0))
+
+
+def test_a_deferred_value_comes_from_the_journal_or_the_results_file(tmp_path):
+    journal = _journal_with_session()
+    journal.open_session("s2", {}, b"w", "p", "d", "me")
+    journal.reserve("s1", 1, 1, 3, [], Budget())
+    journal.reserve("s2", 1, 1, 4, [], Budget())
+    results = tmp_path / "results.txt"
+    results.write_text("# session seq value\nnot a line\ns2, 1, 4.25\ns9 1 1.0\n")
+    assert ingest_results(results, journal) == 1
+    assert ingest_results(results, journal) == 0  # entered once
+    assert journal.supplied("s2", 1) == 4.25
+    wait = DeferredObjective(results, poll=0.01)
+
+    async def later() -> float:
+        task = asyncio.ensure_future(wait.measure(EvaluationRequest("s1", 1, 3, journal)))
+        await asyncio.sleep(0.1)
+        assert not task.done()  # still waiting: nothing entered for s1
+        journal.supply("s1", 1, -1.5)
+        return await asyncio.wait_for(task, 5)
+
+    assert asyncio.run(later()) == -1.5
+
+
+# -- whole sessions ------------------------------------------------------------------
+
+def _flaky_command(tmp_path: Path) -> str:
+    """A command that fails the first time it is asked for each row, then prints f."""
+    script = tmp_path / "lab.py"
+    script.write_text(
+        "import sys, pathlib\n"
+        "row = int(sys.argv[1]); seen = pathlib.Path(sys.argv[2]) / f'{row}.seen'\n"
+        "if not seen.exists():\n"
+        "    seen.touch(); sys.exit('the lab lost the sample')\n"
+        "print(-((row % 8) - 3) ** 2 - ((row // 8) - 5) ** 2)\n")
+    return f"{PY} {script} {{index}} {tmp_path}"
+
+
+def test_a_command_objective_completes_a_session_with_exactly_T_evaluations(tmp_path):
+    config = RunConfig("synthetic", T=12, seed=3, options={"grid": 8},
+                       objective_cmd=_flaky_command(tmp_path), ldp_epsilon=None,
+                       journal=str(tmp_path / "j.db"), timeout=20)
+    result = asyncio.run(run_inproc(config, tmp_path / "out"))
+    assert result["status"] == "ok" and result["consistent"]
+    assert len(result["queries"]) == 12 and result["objective"] == "command"
+    assert result["simple_regret"] is None and result["f_star"] is None  # f is not known
+    rows = result["queries"]
+    assert result["measured"] == [-((r % 8) - 3) ** 2 - ((r // 8) - 5) ** 2 for r in rows]
+    journal = Journal(tmp_path / "j.db")
+    assert len(journal.load(result["session"]).answers) == 12 and journal.pending() == []
+    # every distinct row failed once and was retried: the session still has T answers
+    assert len(list(tmp_path.glob("*.seen"))) == len(set(rows))
+
+
+def test_an_ldp_command_session_charges_each_query_once_despite_retries(tmp_path):
+    config = RunConfig("synthetic", T=6, seed=1, options={"grid": 8}, ldp_epsilon=1.0,
+                       reward_bound=40.0, noise_bound=0.0,
+                       objective_cmd=_flaky_command(tmp_path), timeout=20)
+    result = asyncio.run(run_inproc(config, tmp_path / "out"))
+    assert result["status"] == "ok" and len(result["queries"]) == 6
+    assert result["ledger"]["local"]["reports"] == 6  # not 12: a retry is not a new report
+
+
+def test_a_script_objective_is_evaluated_on_demand(tmp_path):
+    script = tmp_path / "lab.py"
+    script.write_text(
+        "import numpy as np\n"
+        "from scenarios.problem import Problem, fitted_prior\n"
+        "CALLS = []\n"
+        "def build(seed):\n"
+        "    X = np.random.default_rng(5).normal(size=(40, 3))\n"
+        "    def measure(i):\n"
+        "        CALLS.append(i)\n"
+        "        return float(-np.sum((X[i] - 0.3) ** 2))\n"
+        "    return Problem('lab', X, None, fitted_prior(), 2.0, 1e-3, 3, 8, evaluate=measure)\n")
+    result = asyncio.run(run_inproc(RunConfig(str(script), T=8, seed=0, timeout=20),
+                                    tmp_path / "out"))
+    assert result["status"] == "ok" and len(result["queries"]) == 8
+    assert result["objective"] == "function" and result["simple_regret"] is None
+
+
+def test_pobo_answer_lists_and_enters_values(tmp_path, capsys):
+    journal = _journal_with_session(tmp_path / "j.db")
+    journal.reserve("s1", 1, 1, 17, [], Budget())
+    journal.close()
+    assert main(["answer", "--journal", str(tmp_path / "j.db")]) == 0
+    assert "session s1 query 1: row 17" in capsys.readouterr().out
+    assert main(["answer", "--journal", str(tmp_path / "j.db"), "s1", "1", "0.25"]) == 0
+    assert main(["answer", "--journal", str(tmp_path / "j.db"), "s1", "1", "0.5"]) == 1
+    assert "already has the value 0.25" in capsys.readouterr().err
+    assert main(["answer", "--journal", str(tmp_path / "j.db"), "s1", "1"]) == 1
+    assert main(["answer", "--journal", str(tmp_path / "nope.db"), "--list"]) == 1
+    assert main(["curator", "synthetic", "--objective-wait"]) == 1  # needs --journal
+    assert "--objective-wait needs --journal" in capsys.readouterr().err
+
+
+def _pending(db: Path, count: int, timeout: float = 60) -> list[dict]:
+    """Wait (bounded) until `count` evaluations await a value; return them."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if db.exists():
+            out = subprocess.run([PY, "-m", "scenarios.cli", "answer", "--journal", str(db),
+                                  "--json"], capture_output=True, text=True, cwd=ROOT,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+            if out.returncode == 0:
+                waiting = [p for p in json.loads(out.stdout) if p["entered"] is None]
+                if len(waiting) >= count:
+                    return waiting
+        time.sleep(0.2)
+    raise AssertionError(f"no {count} pending evaluation(s) within {timeout} s")
+
+
+def _answer(db: Path, entry: dict) -> None:
+    value = -((entry["row"] % 8) - 3) ** 2 / 10
+    assert main(["answer", "--journal", str(db), entry["session"], str(entry["seq"]),
+                 repr(value)]) == 0
+
+
+def test_a_deferred_answer_entered_after_a_curator_restart_completes_the_session(tmp_path):
+    """kill -9 the curator while a value is awaited; enter the value while it is down;
+    restart it on the same journal: the modeler (still running) reconnects, resumes, and
+    the session ends with exactly T answers, each evaluated once."""
+    T, db, out = 4, tmp_path / "curator.db", tmp_path / "out"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    extra = ["--objective-wait", "--journal", str(db), "--seed", "2", "--timeout", "3"]
+    curator = CuratorProcess(out, T, extra, endpoint)
+    modeler = restarted = None
+    try:
+        curator.wait_listening()
+        modeler = subprocess.Popen(
+            [PY, "-m", "scenarios.cli", "modeler", "--connect", endpoint, "--out",
+             str(tmp_path / "m"), "--seed", "2", "--timeout", "3", "--patience", "120"],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        _answer(db, _pending(db, 1)[0])  # query 1, answered while the curator runs
+        waiting = _pending(db, 1)  # query 2 now awaits a value
+        assert waiting[0]["seq"] == 2
+        curator.proc.kill()  # kill -9 while query 2 is pending
+        curator.proc.wait(10)
+        time.sleep(4)  # past the modeler's timeout: it is reconnecting
+        assert modeler.poll() is None, modeler.communicate()[1][-2000:]
+        _answer(db, waiting[0])  # entered while no curator runs
+        restarted = CuratorProcess(out, T, extra, endpoint)
+        restarted.wait_listening()
+        for _ in range(T - 2):
+            _answer(db, _pending(db, 1)[0])
+        _, err = modeler.communicate(timeout=60)
+        assert modeler.returncode == 0, err[-2000:]
+        record = restarted.finish()
+    finally:
+        for p in (curator, restarted):
+            if p is not None:
+                p.kill()
+        if modeler is not None:
+            if modeler.poll() is None:
+                modeler.kill()
+            print("modeler:", modeler.communicate(timeout=10))
+        for p in (curator, restarted):
+            if p is not None:
+                print("curator:", p.proc.communicate(timeout=10))
+    assert record["status"] == "ok" and len(record["queries"]) == T
+    journal = Journal(db)
+    assert len(journal.load(record["session"]).answers) == T and journal.pending() == []
+    mine = json.loads((tmp_path / "m" / "modeler.json").read_text())
+    assert mine["queries"] == record["queries"] and mine["rewards"] == record["rewards"]
+    assert np.allclose(record["measured"], [-((r % 8) - 3) ** 2 / 10 for r in record["queries"]])
