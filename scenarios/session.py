@@ -21,7 +21,7 @@ from parties.runners import ResumeState, receive_hello, run_modeler, serve_sessi
 from parties.service import (
     DEFAULT_LIFT, CuratorService, CuratorSession, CuratorSettings,
 )
-from parties.strategies import make_strategy
+from parties.strategies import make_strategy, strategy_spec
 from protocol.channel import Channel
 from protocol.errors import PeerGone, PeerTimeout
 from protocol.ledger import Budget
@@ -29,8 +29,9 @@ from protocol.messages import Hello, ReleaseRequest
 from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from protocol.signing import Signer
 from protocol.transcript import Transcript
-from scenarios.problem import Problem, rng_for
-from scenarios.registry import build_problem, public_inputs
+from parties.dataset import regret_scale
+from scenarios.problem import Problem, distinct_hits, rng_for
+from scenarios.registry import DISTINCT_ROWS, build_problem, public_inputs
 from scenarios.releases import release_handler
 
 
@@ -79,10 +80,19 @@ class RunConfig:
     lift_delta: float | None = None
     reward_bound: float | None = None  # B and R: declared public bounds (scenario constants)
     noise_bound: float | None = None
+    moma_k: int | None = None  # MoMA's epoch length (None: the theorem's)
+    distinct: bool | None = None  # never re-query a row; None: the scenario's default
 
     def __post_init__(self) -> None:
         if self.non_private is None:
             object.__setattr__(self, "non_private", public_inputs(self.scenario))
+        if self.distinct is None:
+            object.__setattr__(self, "distinct", self.scenario in DISTINCT_ROWS)
+
+    @property
+    def strategy_spec(self) -> str:
+        """The modeler's strategy with its options, as `make_strategy` reads it."""
+        return strategy_spec(self.strategy, self.moma_k, bool(self.distinct))
 
 
 def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
@@ -234,11 +244,12 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "reward_bound": params.reward_bound, "noise_bound": params.noise_bound,
         "queries": curator.queries, "rewards": curator.rewards, "measured": curator.measured,
         "simple_regret": simple.tolist(), "cumulative_regret": cumulative.tolist(),
-        "hits": np.cumsum(problem.f[curator.queries]).tolist() if problem.metric == "hits" else None,
+        "hits": distinct_hits(problem.f, curator.queries) if problem.metric == "hits" else None,
         "sense": problem.sense, "metric": problem.metric,
         "random_hits_expected": (float(T * problem.f.mean()) if problem.metric == "hits"
                                  else None),
         "f_star": float(np.max(problem.f)), "sigma_f": float(np.std(problem.f)),
+        **dict(zip(("sigma_y", "sigma_y_source"), regret_scale(problem))),
         "kernel": asdict(problem.kernel), "noise_var": problem.noise_var,
         "source": problem.source, "dropped": problem.dropped, "seconds": seconds,
         "dataset_digest": service.digest, "ledger": session.ledger_view(),
@@ -334,7 +345,7 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     try:
         cres, mres = await asyncio.gather(
             curate(cchan, session, out, verbose=verbose),
-            optimise(mchan, config.seed, config.strategy, out, hyper=config.hyper,
+            optimise(mchan, config.seed, config.strategy_spec, out, hyper=config.hyper,
                      beta_scale=config.beta_scale, release=release_request(config)))
     finally:
         cchan.close()
