@@ -113,6 +113,7 @@ def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
         "simple_regret_sigma_y": result["simple_regret"][-1] / sy,
         "cumulative_regret": result["cumulative_regret"][-1],
         "hits": None if result.get("hits") is None else result["hits"][-1],
+        "random_hits_expected": result.get("random_hits_expected"),
         "sigma_y": sy, "sigma_y_source": result.get("sigma_y_source"),
         "sigma_f": result["sigma_f"], "seconds": result["seconds"],
     }

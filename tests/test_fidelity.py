@@ -136,3 +136,22 @@ def test_hospital_does_not_retest_a_patient(tmp_path):
 def test_the_full_2007_2011_file_loads():
     X, roi, table = bank.load(str(FULL))
     assert table.n > 42_000 and 5 < np.median(X[:, 1]) < 20  # rates in percent
+
+
+def test_fidelity_verdict_follows_the_csv(tmp_path):
+    from scenarios.fidelity import render
+    from scenarios.presets import PRESETS
+
+    def write(offset):
+        preset = PRESETS["table1"]
+        rows = ["scenario,strategy,epsilon,r,seed,T,n,lifted,simple_regret,"
+                "simple_regret_sigma_y,sigma_y,sigma_y_source"]
+        for r in preset.rs:
+            for seed in range(4):
+                v = preset.paper[r] + offset + 0.001 * (seed - 1.5)
+                rows.append(f"synthetic,gp-ucb,3.0,{r},{seed},50,100,False,{v},{v},1.0,declared")
+        (tmp_path / "table1.csv").write_text("\n".join(rows) + "\n")
+        return render(tmp_path)
+
+    assert "**Verdict: reproduces** (6 of 6" in write(0.0)
+    assert "**Verdict: does not reproduce** (0 of 6" in write(0.5)
