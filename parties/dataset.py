@@ -45,6 +45,8 @@ class Problem:
     dropped: dict = field(default_factory=dict)
     release: dict = field(default_factory=dict)  # constants of Kusner et al.'s releases
     evaluate: Callable[[int], float] | None = None  # f on demand (a scenario script's)
+    signal_std: float | None = None  # sigma_y for reporting regret (curator-private, never sent)
+    signal_std_source: str = ""  # how signal_std was obtained
 
     def __post_init__(self) -> None:
         if self.X.ndim != 2 or (self.f is not None and self.f.shape != (self.X.shape[0],)):
@@ -56,6 +58,17 @@ class Problem:
             raise ValueError(f"scenario {self.name}: evaluate must be a function of the row")
         if self.sense not in ("maximise", "minimise"):
             raise ValueError(f"sense must be maximise or minimise, got {self.sense!r}")
+
+
+def regret_scale(problem: Problem) -> tuple[float, str]:
+    """sigma_y, the unit the PO-GP-UCB paper reports regret in, and where it comes from:
+    the scenario's own value (declared or the curator's ML fit), else the declared
+    public kernel's signal std, else std(f) over the candidates (said so)."""
+    if problem.signal_std is not None:
+        return float(problem.signal_std), problem.signal_std_source or "scenario"
+    if problem.kernel.status == "public" and problem.kernel.signal_var > 0:
+        return float(np.sqrt(problem.kernel.signal_var)), "declared kernel"
+    return float(np.std(problem.f)) or 1.0, "std(f)"
 
 
 def dataset_digest(problem: Problem) -> str:

@@ -112,6 +112,8 @@ class Modeler:
         if robust:
             cls = ROBUST[strategy.name]
             extra = {} if cls.name == "tgp-ucb" else {"rng": rng}
+            if cls.name == "moma-gp-ucb" and strategy.moma_k is not None:
+                extra["k"] = strategy.moma_k
             self.learner = cls(release.Z, kernel, params.T, model, lam=strategy.lam,
                                delta=strategy.delta, scale=strategy.beta_scale, **extra)
         self.fits: list[Fit] = []

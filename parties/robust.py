@@ -193,6 +193,12 @@ class AdaptiveTruncationGPUCB(_FeatureUCB):
         self._posterior(phi, V, V_inv_half @ r_hat)
 
 
+def epoch_length(T: int, delta: float) -> int:
+    """k = ceil(24 ln(4eT/delta)), MoMA's epoch length in Theorem 4 (312 at T = 2000,
+    delta = 0.05: six epochs)."""
+    return math.ceil(24 * math.log(4 * math.e * T / delta))
+
+
 def median_of_means_index(thetas: np.ndarray, V: np.ndarray) -> int:
     """k* = argmin_j median_{s != j} ||theta_j - theta_s||_V (Algorithm 3, lines 11-12)."""
     diffs = thetas[:, None, :] - thetas[None, :, :]  # k x k x m
@@ -203,15 +209,20 @@ def median_of_means_index(thetas: np.ndarray, V: np.ndarray) -> int:
 
 
 class MedianOfMeansGPUCB(_FeatureUCB):
-    """(LDP-)MoMA-GP-UCB, Algorithm 3: epochs of k = ceil(24 ln(4eT/delta)) plays of one
-    point; after each epoch, k least-squares estimates and the median-of-means pick.
-    The T - N k rounds left after the N = floor(T/k) epochs replay the epoch's UCB point."""
+    """(LDP-)MoMA-GP-UCB, Algorithm 3: epochs of k plays of one point; after each epoch,
+    k least-squares estimates and the median-of-means pick. k is the theorem's
+    ceil(24 ln(4eT/delta)) (`epoch_length`) unless given (`--moma-k`: the paper's
+    experiments set parameters order-wise). The T - N k rounds left after the
+    N = floor(T/k) epochs replay the epoch's UCB point."""
 
     name = "moma-gp-ucb"
 
-    def __init__(self, Z, kernel, T, model, lam=1.0, delta=0.05, scale=1.0, rng=None):
+    def __init__(self, Z, kernel, T, model, lam=1.0, delta=0.05, scale=1.0, rng=None,
+                 k: int | None = None):
         super().__init__(Z, kernel, T, model, lam, delta, scale, rng or np.random.default_rng())
-        self.k = math.ceil(24 * math.log(4 * math.e * T / delta))
+        self.k = epoch_length(T, delta) if k is None else int(k)
+        if self.k < 2:
+            raise ValueError(f"MoMA's k must be an integer >= 2, got {self.k}")
         self.points: list[int] = []
         self.plays: list[list[float]] = []
 

@@ -87,6 +87,32 @@ class RandomChoice:
 
 
 @dataclass(frozen=True)
+class Distinct:
+    """`inner` restricted to rows not queried yet: for a tabulated, noise-free outcome
+    (a patient's test result) a second query of a row adds nothing and costs a query."""
+
+    inner: GPUCB | RandomChoice
+
+    @property
+    def name(self) -> str:
+        """The inner strategy's registered name (what the handshake declares)."""
+        return self.inner.name
+
+    def select(self, gp: IncrementalGP, t: int, rng: np.random.Generator) -> int:
+        """The inner rule's choice among the rows not yet observed (all, once every row is)."""
+        seen = np.unique(gp.indices[:gp.t])
+        if seen.size >= gp.n or (isinstance(self.inner, GPUCB) and gp.t == 0):
+            return self.inner.select(gp, t, rng)
+        if isinstance(self.inner, RandomChoice):
+            free = np.setdiff1d(np.arange(gp.n), seen, assume_unique=True)
+            return int(free[rng.integers(free.size)])
+        beta = self.inner.beta_scale**2 * beta_gp_ucb(t, gp.n, self.inner.delta)
+        score = gp.mean + math.sqrt(beta) * np.sqrt(gp.var)
+        score[seen] = -np.inf
+        return int(np.argmax(score))
+
+
+@dataclass(frozen=True)
 class Robust:
     """One of the heavy-tail strategies of parties.robust (stateful learners the modeler
     builds once it knows Z and the session's reward constants)."""
@@ -95,6 +121,7 @@ class Robust:
     beta_scale: float = 1.0
     lam: float = 1.0
     delta: float = 0.05
+    moma_k: int | None = None  # MoMA's epoch length; None: the theorem's ceil(24 ln(4eT/delta))
 
 
 # Exploration scales S that make each strategy useful at the LDP paper's setting: with
@@ -106,15 +133,44 @@ ROBUST_NAMES = ("tgp-ucb", "ata-gp-ucb", "moma-gp-ucb")
 STRATEGIES = ("gp-ucb", "random", *ROBUST_NAMES)
 
 
-def make_strategy(name: str, beta_scale: float | None = None) -> GPUCB | RandomChoice | Robust:
-    """The strategy registered under `name`; beta_scale None means its default."""
+def strategy_spec(name: str, moma_k: int | None = None, distinct: bool = False) -> str:
+    """The strategy as one string, 'name[+k=K][+distinct]', the form a session's
+    `strategy` travels in (so a separate modeler process gets the same options)."""
+    distinct = distinct and name in ("gp-ucb", "random")  # the others pick rows their own way
+    return name + ("" if moma_k is None else f"+k={int(moma_k)}") + ("+distinct" if distinct else "")
+
+
+def make_strategy(spec: str, beta_scale: float | None = None
+                  ) -> GPUCB | RandomChoice | Robust | Distinct:
+    """The strategy a spec names ('gp-ucb', 'moma-gp-ucb+k=8', 'gp-ucb+distinct', see
+    `strategy_spec`); beta_scale None means its default."""
+    name, *options = spec.split("+")
     scale = DEFAULT_BETA_SCALE.get(name, 1.0) if beta_scale is None else float(beta_scale)
     if not scale > 0:
         raise ValueError(f"beta scale must be positive, got {scale}")
+    moma_k, distinct = None, False
+    for option in options:
+        if option == "distinct" and name in ("gp-ucb", "random"):
+            distinct = True
+        elif option.startswith("k=") and name == "moma-gp-ucb":
+            moma_k = epoch_length_option(option[2:])
+        else:
+            raise ValueError(f"strategy {name!r} takes no option {option!r}")
     if name == "gp-ucb":
-        return GPUCB(beta_scale=scale)
+        return Distinct(GPUCB(beta_scale=scale)) if distinct else GPUCB(beta_scale=scale)
     if name == "random":
-        return RandomChoice()
+        return Distinct(RandomChoice()) if distinct else RandomChoice()
     if name in ROBUST_NAMES:
-        return Robust(name, scale)
+        return Robust(name, scale, moma_k=moma_k)
     raise ValueError(f"unknown strategy {name!r}; choose from {list(STRATEGIES)}")
+
+
+def epoch_length_option(text: str) -> int:
+    """MoMA's --moma-k: an integer of at least 2 (a median needs two estimates)."""
+    try:
+        k = int(text)
+    except ValueError:
+        raise ValueError(f"MoMA's k must be an integer >= 2, got {text!r}") from None
+    if k < 2:
+        raise ValueError(f"MoMA's k must be an integer >= 2, got {k}")
+    return k

@@ -1,11 +1,16 @@
 """The bank scenario (PO-GP-UCB sec. 4): pick the LendingClub loans with the best return.
 
 Inputs (d = 3): amount committed by investors (`funded_amnt_inv`), interest rate
-(`int_rate`, '19.99' or ' 10.65%'), annual income (`annual_inc`); the two amounts are
+(`int_rate`, '19.99', ' 10.65%' or the fraction 0.1065, all read as percent), annual
+income (`annual_inc`); the two amounts are
 log-transformed for their skew. Objective, maximised: log of the return ratio
 `total_pymnt_inv / funded_amnt_inv` (log(1 + ROI), the paper's log-transformed ROI),
 with the ratio floored at 0.01 for loans that returned nothing. Completed loans only
-(Fully Paid or Charged Off, including the 'does not meet the credit policy' variants).
+(Fully Paid or Charged Off, including the 'Does not meet the credit policy. Status:...'
+variants). Reads LendingClub's original export (a notice line before the header, footer
+lines after the loans: skipped and counted), the full 2007-2011 file in shared/data
+(42,535 loans; `lending-club-2007-2011.csv.gz`, what FIDELITY.md's bank rows use) and
+the course sample.
 Paper settings: r = 15, delta = 1e-5, T = 50; epsilon = e^2.9, the largest of Fig. 2b
 with sigma_min >= omega there. Declared bound for LDP rewards: |f| <= -ln 0.01.
 """
@@ -50,9 +55,18 @@ def load(path: str):
     """(X_raw, log return ratio, Table) from a LendingClub file by its column names."""
     table = read_columns(path, [*COLUMNS, "total_pymnt_inv"], ["loan_status"], keep=_completed)
     c = table.columns
-    X = np.column_stack([np.log(c["funded_amnt_inv"]), c["int_rate"], np.log(c["annual_inc"])])
+    X = np.column_stack([np.log(c["funded_amnt_inv"]), rate_percent(c["int_rate"]),
+                         np.log(c["annual_inc"])])
     ratio = np.maximum(c["total_pymnt_inv"] / c["funded_amnt_inv"], RATIO_FLOOR)
     return X, np.log(ratio), table
+
+
+def rate_percent(rate: np.ndarray) -> np.ndarray:
+    """Interest rates in percent, whichever way the file wrote them: ' 10.65%' and '10.65'
+    parse to 10.65; a file of fractions (0.1065, every rate <= 1: the R-package
+    conversion of the 2007-2011 loans) is multiplied by 100."""
+    rate = np.asarray(rate, dtype=float)
+    return rate * 100 if rate.size and np.max(rate) <= 1.0 else rate
 
 
 def generate(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

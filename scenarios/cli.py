@@ -27,7 +27,7 @@ from parties.journal import Journal
 from parties.budget import describe_journal_ledger, journal_ledger
 from parties.service import DEFAULT_LIFT, LIFT_MODES
 from parties.modeler import FIT_MODES, HyperFit
-from parties.strategies import STRATEGIES
+from parties.strategies import STRATEGIES, epoch_length_option, strategy_spec
 from protocol.errors import PoboError
 from protocol.ledger import describe_ledger
 from protocol.messages import ReleaseRequest
@@ -36,7 +36,7 @@ from scenarios.auditing import audit_files, signing_keys
 from scenarios.launch import TRANSPORTS, LaunchError, run
 from scenarios.presets import PRESETS, Preset
 from scenarios.registry import build_problem, is_script, scenario_names
-from scenarios.report import write_report
+from scenarios.report import admissible_r, write_report
 from scenarios.remote import connect_modeler, serve_curator
 from scenarios.session import RunConfig, Signing, prepare_service
 from scenarios.sweep import SweepSpec, dask_executor, run_sweep
@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="make every reward eps-LDP (CTL Laplace); several values are swept")
     p.add_argument("--beta-scales", type=float, nargs="+",
                    help="exploration scales S to sweep (default: each strategy's default)")
+    p.add_argument("--moma-k", type=moma_k_value, nargs="+", metavar="K",
+                   help="moma-gp-ucb epoch lengths to sweep (default: the theorem's k)")
     p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"))
     p.add_argument("--fit", choices=FIT_MODES, default="auto")
     p.add_argument("--n-init", type=int, default=5)
@@ -293,6 +295,12 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
                         "documented default; 1 = the theorem's value)")
     p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"),
                    help="modeler's kernel (default: the one the curator declares)")
+    p.add_argument("--moma-k", type=moma_k_value, metavar="K",
+                   help="moma-gp-ucb: plays per epoch (default: the theorem's "
+                        "ceil(24 ln(4eT/delta)), 312 at T = 2000)")
+    p.add_argument("--distinct", action=argparse.BooleanOptionalAction, default=None,
+                   help="gp-ucb, random: never query a row twice (default: on for hospital, "
+                        "whose tabulated outcome is exact)")
     p.add_argument("--fit", choices=FIT_MODES, default="auto",
                    help="hyperparameters: fixed (declared), once after --n-init random rows, "
                         "or every --fit-every rounds (maximum likelihood on Z and rewards); "
@@ -328,7 +336,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     modeler = ({"strategy": args.strategy, "hyper": hyper_from_args(args),
                 "beta_scale": args.beta_scale, "release": args.release,
                 "release_epsilon": args.release_eps, "release_delta": args.release_delta,
-                "batch": args.batch}
+                "batch": args.batch, "moma_k": args.moma_k, "distinct": args.distinct}
                if hasattr(args, "strategy") else {})
     batch = getattr(args, "batch", 1)
     max_batch = getattr(args, "max_batch", None) or batch
@@ -367,6 +375,14 @@ def scenario_arg(text: str) -> str:
     return text
 
 
+def moma_k_value(text: str) -> int:
+    """--moma-k: an integer of at least 2 (one-line argparse error otherwise)."""
+    try:
+        return epoch_length_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def r_value(text: str) -> int | str:
     """--r: a positive integer or 'auto'."""
     if text == "auto":
@@ -403,7 +419,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def summary(result: dict) -> str:
     """One human line about a finished run."""
-    sf = result.get("sigma_f") or 1.0
+    sy = result.get("sigma_y") or result["sigma_f"] or 1.0
     priv = ("non-private" if result["epsilon"] is None else
             f"eps={result['epsilon']:.4g} delta={result['delta']:.3g} omega={result['omega']:.4g} "
             f"sigma_min={result['sigma_min']:.4g} {'lifted' if result['lifted'] else 'not lifted'}"
@@ -417,10 +433,11 @@ def summary(result: dict) -> str:
                 f"best measured {result['measured'][best]:.6g} at row {result['queries'][best]}"
                 " (no regret: f is not known for every row)")
     if result.get("metric") == "hits":
-        return (f"{head}: {result['hits'][-1]:.0f} hits in {len(result['queries'])} queries "
+        return (f"{head}: {result['hits'][-1]:.0f} distinct positives in "
+                f"{len(result['queries'])} queries ({len(set(result['queries']))} distinct rows) "
                 f"(random selection expects {result['random_hits_expected']:.1f})")
     return (f"{head}: simple regret {result['simple_regret'][-1]:.4g} "
-            f"({result['simple_regret'][-1] / sf:.3g} sigma_f), cumulative "
+            f"({result['simple_regret'][-1] / sy:.3g} sigma_y), cumulative "
             f"{result['cumulative_regret'][-1]:.4g}")
 
 
@@ -443,6 +460,7 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
         strategies=tuple(args.strategies), hyper=hyper_from_args(args), options=options,
         transcripts=args.transcripts, ldp_epsilons=tuple(args.ldp_eps or (None,)),
         beta_scales=tuple(args.beta_scales or (None,)),
+        moma_ks=tuple(args.moma_k or (None,)),
         lift=args.lift or ("paper" if preset else DEFAULT_LIFT))
     return spec, preset
 
@@ -451,11 +469,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     spec, preset = sweep_spec_from_args(args)
     out = args.out or Path("runs") / f"sweep-{args.preset or spec.scenario}"
     executor = dask_executor(args.dask) if args.dask else None
+    dataset = admissible_r(spec.scenario, spec.options, spec.epsilons, spec.rs)
+    print(dataset, flush=True)  # once: sigma_min, sigma_y and the admissible r of the data
     rows = run_sweep(spec, out, executor=executor, workers=args.workers)
     print(write_report(rows, out, scenario=spec.scenario, options=spec.options,
                        epsilons=spec.epsilons, rs=spec.rs,
                        paper=preset.paper if preset else None,
-                       title=preset.caption if preset else f"{spec.scenario} sweep"))
+                       title=preset.caption if preset else f"{spec.scenario} sweep",
+                       dataset=dataset))
     return 0
 
 
@@ -581,7 +602,9 @@ def describe_pending(pending: list, as_json: bool = False) -> str:
 
 def _cmd_modeler(args: argparse.Namespace) -> int:
     result = asyncio.run(connect_modeler(args.connect, args.out, seed=args.seed,
-                                         strategy=args.strategy, hyper=hyper_from_args(args),
+                                         strategy=strategy_spec(args.strategy, args.moma_k,
+                                                                bool(args.distinct)),
+                                         hyper=hyper_from_args(args),
                                          beta_scale=args.beta_scale,
                                          release=release_from_args(args),
                                          non_private=args.non_private,

@@ -81,6 +81,9 @@ def modeler_argv(config: RunConfig) -> list[str]:
         argv += ["--kernel", h.kernel]
     if config.beta_scale is not None:
         argv += ["--beta-scale", repr(config.beta_scale)]
+    if config.moma_k is not None:
+        argv += ["--moma-k", str(config.moma_k)]
+    argv.append("--distinct" if config.distinct else "--no-distinct")
     if config.release is not None:
         argv += ["--release", config.release, "--release-eps", repr(config.release_epsilon),
                  "--release-delta", repr(config.release_delta)]

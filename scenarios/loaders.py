@@ -65,39 +65,57 @@ def open_text(path: str | Path) -> io.TextIOBase:
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
 
 
+HEADER_SEARCH = 5  # lines a notice may take before the header (LendingClub's export: 1)
+
+
+def find_header(reader, wanted: Sequence[str], path: str | Path) -> tuple[list[str], int]:
+    """The header row (the first of the first HEADER_SEARCH lines naming every wanted
+    column) and how many notice lines stood before it; a one-line error otherwise."""
+    first = None
+    for skipped in range(HEADER_SEARCH):
+        try:
+            header = [h.strip().lstrip("\ufeff") for h in next(reader)]
+        except StopIteration:
+            break
+        first = header if first is None else first
+        if all(c in header for c in wanted):
+            return header, skipped
+    if first is None:
+        raise ValueError(f"{path}: empty file")
+    missing = [c for c in wanted if c not in first]
+    raise ValueError(f"{path}: no column(s) {missing}; the file has {first[:12]}...")
+
+
 def read_columns(path: str | Path, numeric: Sequence[str], text: Sequence[str] = (),
                  keep: Callable[[dict[str, object]], str | None] | None = None,
                  converters: dict[str, Callable[[str], float]] | None = None) -> Table:
     """The named columns of a CSV file, parsed, with unusable rows dropped and counted.
 
-    A row is dropped when it has fewer fields than the header ("short row"), when a
+    Up to HEADER_SEARCH - 1 notice lines before the header are skipped and counted
+    ("notice line"). A row is dropped when it has fewer fields than the header (a
+    "note or footer line" when at most one field is filled, else a "short row"), when a
     numeric column is missing or unparseable ("missing <col>"), when `keep(row)`
     returns a reason string, or when it repeats an earlier kept row ("duplicate").
     `converters` overrides `parse_number` for some numeric columns.
     """
     converters = converters or {}
+    wanted = [*numeric, *text]
     with open_text(path) as fh:
         reader = csv.reader(fh)
-        try:
-            header = [h.strip().lstrip("\ufeff") for h in next(reader)]
-        except StopIteration:
-            raise ValueError(f"{path}: empty file") from None
-        wanted = [*numeric, *text]
-        missing = [c for c in wanted if c not in header]
-        if missing:
-            raise ValueError(f"{path}: no column(s) {missing}; the file has {header[:12]}...")
+        header, notices = find_header(reader, wanted, path)
         where = {c: header.index(c) for c in wanted}
         width = max(where.values()) + 1
         kept: list[tuple] = []
         seen: set[tuple] = set()
-        dropped: Counter[str] = Counter()
-        rows_read = 0
+        dropped: Counter[str] = Counter({"notice line": notices} if notices else {})
+        rows_read = notices
         for fields in reader:
             if not fields or (len(fields) == 1 and not fields[0].strip()):
                 continue  # blank line
             rows_read += 1
             if len(fields) < width:
-                dropped["short row"] += 1
+                lone = sum(bool(f.strip()) for f in fields) <= 1
+                dropped["note or footer line" if lone else "short row"] += 1
                 continue
             row: dict[str, object] = {}
             reason = None

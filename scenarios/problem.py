@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from parties.kernels import squared_exponential
+from parties.likelihood import fit_hyperparameters
 from parties.preparation import fit_ard_lengthscales, rescale_by_lengthscales, scale_to_max_norm
 from parties.dataset import Problem  # noqa: F401  (scenarios build Problems)
 from parties.noise import rng_for  # noqa: F401
 from protocol.messages import KernelParams
 
 MAX_NORM = 25.0
+SIGNAL_SAMPLE = 300  # rows of the prepared dataset the sigma_y fit uses (O(sample^3))
+ML_SIGMA_Y = "curator's maximum-likelihood fit on the prepared dataset"
 PREPARATION_SEED = 0  # the dataset's preparation stream: independent of the run seed
 
 
@@ -27,10 +31,36 @@ def prepare_inputs(X: np.ndarray, y: np.ndarray, seed: int | None, scaling: str 
     return scale_to_max_norm(Xr - Xr.mean(axis=0), MAX_NORM)
 
 
+def fit_signal_std(X: np.ndarray, f: np.ndarray, rng: np.random.Generator,
+                   sample: int = SIGNAL_SAMPLE) -> float:
+    """sigma_y of the prepared dataset: the signal std of an isotropic SE kernel fitted by
+    maximum likelihood (type II, with noise and constant mean) to at most `sample` rows
+    drawn with `rng` -- the unit of the PO-GP-UCB paper's regret tables. Curator-private:
+    used for reporting only, never sent."""
+    rows = rng.choice(X.shape[0], size=min(sample, X.shape[0]), replace=False)
+    Xs, fs = X[rows], f[rows]
+    vy = float(np.var(fs)) or 1.0
+    fit = fit_hyperparameters(squared_exponential(0.25 * MAX_NORM, vy), 0.1 * vy, Xs, fs, rng)
+    return float(np.sqrt(fit.kernel.variance))
+
+
 def fitted_prior(kernel: str = "se") -> KernelParams:
     """Declared starting values for a real-data scenario: the modeler fits its own
     hyperparameters (status 'initial'); l = 0.25 x max norm as in the authors' code."""
     return KernelParams(kernel, 0.25 * MAX_NORM, 1.0, 1e-2, "initial")
+
+
+def distinct_hits(f: np.ndarray, queries: list[int]) -> list[float]:
+    """Hits after each query: the distinct rows queried so far whose tabulated outcome
+    f is positive (a patient tested twice is one patient found)."""
+    seen: set[int] = set()
+    out, hits = [], 0
+    for i in queries:
+        if i not in seen:
+            seen.add(i)
+            hits += f[i] > 0
+        out.append(float(hits))
+    return out
 
 
 def subsample(arrays: tuple[np.ndarray, ...], n: int | None, seed: int | None,
@@ -53,7 +83,8 @@ def data_problem(name: str, X_raw: np.ndarray, objective: np.ndarray, seed: int 
 
     The preparation (the `n`-row subsample and the length-scale fit) is a property of
     the dataset, not of the run: it draws from PREPARATION_SEED whatever `seed` is, so
-    the same file gives the same prepared X and sigma_min for every run seed, and a
+    the same file gives the same prepared X, sigma_min and sigma_y (the curator's ML
+    signal std of the prepared data, for reporting regret) for every run seed, and a
     curator restarted on `--data` without a seed finds its journal's dataset again.
     `seed` is kept for the scenario builders' uniform signature."""
     del seed  # the run seed drives the projection, the design and the noise, not the data
@@ -62,5 +93,6 @@ def data_problem(name: str, X_raw: np.ndarray, objective: np.ndarray, seed: int 
     f = objective if sense == "maximise" else -objective
     X = prepare_inputs(X_raw, f, PREPARATION_SEED, scaling)
     defaults.setdefault("kernel", fitted_prior())
+    sigma_y = fit_signal_std(X, f, rng_for(PREPARATION_SEED, "signal-std"))
     return Problem(name, X, f, sense=sense, source=source, dropped=dict(dropped or {}),
-                   **defaults)
+                   signal_std=sigma_y, signal_std_source=ML_SIGMA_Y, **defaults)

@@ -22,6 +22,10 @@ from scenarios.problem import Problem
 
 ENTRY_POINTS = "pobo.scenarios"
 PUBLIC_INPUTS = frozenset({"ldp-synthetic", "tuning"})  # inputs are a public grid: no projection by default
+# The task is to find distinct rows (patients to test) and the tabulated outcome is exact:
+# by default the modeler's GP-UCB or random never queries a row twice (a public fact of
+# the task, not of the data).
+DISTINCT_ROWS = frozenset({"hospital"})
 SCENARIOS: dict[str, Callable[..., Problem]] = {
     "synthetic": synthetic.build, "branin": branin.build, "hospital": hospital.build,
     "bank": bank.build, "realestate": realestate.build, "ldp-synthetic": ldp_synthetic.build,

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from parties.projection import omega, singular_values
+from parties.dataset import regret_scale
+from parties.projection import largest_admissible_r, omega, singular_values
 from scenarios.registry import build_problem
 
 
@@ -34,34 +35,60 @@ def _eps_label(eps: float | None) -> str:
     return f"e^{math.log(eps):.2g} = {eps:.4g}"
 
 
-METRICS = {"hits": ("hits", "hits (positives found)"),
+METRICS = {"hits": ("hits", "hits (distinct positives found)"),
            "cumulative_regret": ("cumulative_regret", "R_T (cumulative regret)"),
-           "simple_regret": ("simple_regret_norm", "S_T / sigma_f")}
+           "simple_regret": ("simple_regret_sigma_y", "S_T / σ_y")}
 
 
 def _num(value) -> str:
     return "—" if value is None else f"{value:.4g}"
 
 
+def strategy_label(row: dict) -> str:
+    """The strategy's name, with MoMA's epoch length k when it was set."""
+    k = row.get("moma_k")
+    return row["strategy"] if k in (None, "") else f"{row['strategy']} (k={int(float(k))})"
+
+
+def sigma_y_line(rows: list[dict]) -> str:
+    """Which sigma_y the regret is divided by (one value, or the range over seeds)."""
+    values = sorted({round(float(r["sigma_y"]), 6) for r in rows if r.get("sigma_y") is not None})
+    if not values:
+        return ""
+    where = rows[0].get("sigma_y_source") or "?"
+    shown = f"{values[0]:.4g}" if len(values) == 1 else f"{values[0]:.4g}–{values[-1]:.4g}"
+    return f"σ_y = {shown} ({where}); S_T raw in the objective's own units beside it."
+
+
 def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "") -> str:
-    """The scenario's metric (S_T/sigma_f, hits or R_T) as mean +- standard error per
-    strategy, beta scale, LDP epsilon, projection epsilon and r, the non-private
-    release below, with the paper's value beside each r when given. "unlifted" counts
-    the runs whose release was not lifted: under --lift paper that is sigma_min >= omega
-    (the paper's guideline); under always/private a lifted release is the DP one."""
-    metric, name = METRICS[rows[0].get("metric", "simple_regret")]
+    """The scenario's metric (S_T/sigma_y with raw S_T beside it, hits or R_T) as mean +-
+    standard error per strategy, beta scale, LDP epsilon, projection epsilon and r, the
+    non-private release below, with the paper's S_T/sigma_y beside each r when given.
+    "unlifted" counts the runs whose release was not lifted: under --lift paper that is
+    sigma_min >= omega (the paper's guideline); under always/private a lifted release is
+    the DP one."""
+    kind = rows[0].get("metric", "simple_regret")
+    metric, name = METRICS[kind]
+    raw = kind == "simple_regret"
     cells: dict[tuple, list[float]] = defaultdict(list)
+    raws: dict[tuple, list[float]] = defaultdict(list)
     lifted: dict[tuple, list[bool]] = defaultdict(list)
     for row in rows:
-        key = (row["strategy"], row.get("beta_scale"), row.get("ldp_epsilon"), row["epsilon"],
-               row["r"] if row["epsilon"] is not None else None)
-        cells[key].append(row[metric])
+        key = (strategy_label(row), row.get("beta_scale"), row.get("ldp_epsilon"),
+               row["epsilon"], row["r"] if row["epsilon"] is not None else None)
+        cells[key].append(float(row[metric]))
+        raws[key].append(float(row["simple_regret"]))
         lifted[key].append(bool(row["lifted"]))
+    seeds = len({row["seed"] for row in rows})
     lines = [f"### {title}" if title else "", "",
-             f"{name}, mean ± standard error over seeds (n = {rows[0]['n']}, T = {rows[0]['T']})",
-             "", "| strategy | β scale | LDP ε | ε | r | " + name + " | runs | unlifted |"
-             + (" paper S_T |" if paper else ""),
-             "| --- | --- | --- | --- | --- | --- | --- | --- |" + (" --- |" if paper else "")]
+             f"{name}, mean ± standard error over {seeds} seeds "
+             f"(n = {rows[0]['n']}, T = {rows[0]['T']})",
+             sigma_y_line(rows) if raw else "",
+             "", "| strategy | β scale | LDP ε | ε | r | " + name + " |"
+             + (" S_T (raw) |" if raw else "") + " runs | unlifted |"
+             + (" paper S_T / σ_y |" if paper else ""),
+             "| --- | --- | --- | --- | --- | --- |" + (" --- |" if raw else "") + " --- | --- |"
+             + (" --- |" if paper else "")]
     order = lambda kv: tuple((v is None, v or 0) if not isinstance(v, str) else (False, v)  # noqa: E731
                              for v in kv[0])
     for key, values in sorted(cells.items(), key=order):
@@ -71,42 +98,66 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
         admissible = "—" if eps is None else ("yes" if not any(ok) else
                                               "no" if all(ok) else f"{ok.count(False)}/{len(ok)}")
         extra = f" {paper.get(r, '')} |" if paper else ""
+        rm, rse = mean_se(raws[key])
         lines.append(f"| {strategy} | {'default' if scale is None else _num(scale)} | "
                      f"{_num(ldp)} | {_eps_label(eps)} | {r if r is not None else 'd'} | "
-                     f"{m:.4f} ± {se:.4f} | {len(values)} | {admissible} |{extra}")
-    return "\n".join(lines).strip() + "\n"
+                     f"{m:.4f} ± {se:.4f} |" + (f" {rm:.4f} ± {rse:.4f} |" if raw else "")
+                     + f" {len(values)} | {admissible} |{extra}")
+    return "\n".join(line for i, line in enumerate(lines) if line or i in (1, 4)).strip() + "\n"
 
 
 def admissible_r(scenario: str, options: dict, epsilons, rs, seed: int = 0) -> str:
-    """Which r satisfy sigma_min >= omega for each epsilon (the paper's guideline)."""
+    """The dataset's sigma_min, sigma_y and, for each epsilon, the largest r with
+    sigma_min >= omega (the paper's guideline) and which swept r satisfy it. For a
+    real dataset (`--data`) these are properties of the file, the same for every seed."""
     problem = build_problem(scenario, seed, **options)
     sigma_min = float(singular_values(problem.X)[-1])
-    lines = [f"sigma_min(X) = {sigma_min:.4g} for {scenario} (seed {seed})"]
+    sigma_y, where = regret_scale(problem)
+    fixed = options.get("data") is not None or scenario in FIXED_INPUTS
+    lines = [f"{scenario}: n = {problem.X.shape[0]}, d = {problem.X.shape[1]}, "
+             f"sigma_min(X) = {sigma_min:.4g}, sigma_y = {sigma_y:.4g} ({where}); "
+             + ("prepared once, the same for every seed" if fixed
+                else f"seed {seed}'s dataset (this scenario draws its data from the seed)")]
     for eps in epsilons:
         if eps is None:
             continue
         delta = problem.delta
         ok = [r for r in rs if r is not None and omega(r, eps, delta) <= sigma_min]
-        lines.append(f"  eps = {eps:.4g} (delta = {delta:g}): sigma_min >= omega for r in "
-                     f"{ok if ok else 'none'}; omega = "
+        lines.append(f"  eps = {eps:.4g} (delta = {delta:g}): largest admissible r = "
+                     f"{largest_admissible_r(sigma_min, eps, delta)}; sigma_min >= omega for "
+                     f"swept r in {ok if ok else 'none'}; omega = "
                      + ", ".join(f"{omega(r, eps, delta):.4g} (r={r})" for r in rs if r))
     return "\n".join(lines)
 
 
-def plot_regret(rows: list[dict], out: Path, sweep_dir: Path) -> list[Path] | str:
-    """PNG plots like the paper's Fig. 2: mean S_t/sigma_f against t, one curve per
-    epsilon (non-private included), one figure per r; or a message without matplotlib."""
+FIXED_INPUTS = frozenset({"synthetic", "branin", "ldp-synthetic", "tuning"})  # X is a fixed grid
+
+
+def _plt():
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def plot_regret(rows: list[dict], out: Path, sweep_dir: Path) -> list[Path] | str:
+    """PNG plots like the paper's Fig. 2: mean S_t/sigma_y against t, one curve per
+    epsilon (non-private included), one figure per r (hits against queries for a hits
+    scenario); or a message without matplotlib."""
+    plt = _plt()
+    if plt is None:
         return "matplotlib is not installed: no plots (pip install 'pobo[plot]')"
+    if rows[0].get("metric") == "hits":
+        return plot_hits(rows, out, sweep_dir, plt)
     traces: dict[tuple, list[np.ndarray]] = defaultdict(list)
     for row in rows:
         result = json.loads((sweep_dir / "runs" / row["run"] / "result.json").read_text())
-        trace = np.asarray(result["simple_regret"]) / (result["sigma_f"] or 1.0)
-        traces[(row["strategy"], row["epsilon"], row["r"])].append(trace)
+        scale = result.get("sigma_y") or result["sigma_f"] or 1.0
+        trace = np.asarray(result["simple_regret"]) / scale
+        traces[(strategy_label(row), row["epsilon"], row["r"])].append(trace)
     rs = sorted({r for (_, eps, r) in traces if eps is not None})
     paths = []
     for r in rs:
@@ -120,7 +171,7 @@ def plot_regret(rows: list[dict], out: Path, sweep_dir: Path) -> list[Path] | st
             ax.plot(np.arange(1, len(m) + 1), m, label=label,
                     linestyle="--" if eps is None else "-")
         ax.set_xlabel("iteration t")
-        ax.set_ylabel("simple regret / σ_f")
+        ax.set_ylabel("simple regret / σ_y")
         ax.set_title(f"{rows[0]['scenario']}, r = {r}")
         ax.legend(fontsize=7)
         fig.tight_layout()
@@ -131,14 +182,48 @@ def plot_regret(rows: list[dict], out: Path, sweep_dir: Path) -> list[Path] | st
     return paths
 
 
+def plot_hits(rows: list[dict], out: Path, sweep_dir: Path, plt) -> list[Path]:
+    """hits.png: mean distinct positives found against queries per strategy and release,
+    with random selection's expectation t x (positive rate) as a dotted line."""
+    traces: dict[tuple, list[np.ndarray]] = defaultdict(list)
+    rate = None
+    for row in rows:
+        result = json.loads((sweep_dir / "runs" / row["run"] / "result.json").read_text())
+        traces[(strategy_label(row), row["epsilon"], row["r"])].append(np.asarray(result["hits"]))
+        rate = result["random_hits_expected"] / result["T"]
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    T = 0
+    for (strategy, eps, r), ts in sorted(traces.items(), key=lambda kv: (
+            kv[0][0], kv[0][1] is None, kv[0][1] or 0)):
+        m = np.mean(ts, axis=0)
+        T = max(T, len(m))
+        ax.plot(np.arange(1, len(m) + 1), m, label=f"{strategy}, {_eps_label(eps)}"
+                + ("" if eps is None else f", r = {r}"), linestyle="--" if eps is None else "-")
+    t = np.arange(1, T + 1)
+    ax.plot(t, rate * t, ":", color="grey", label="random (expected)")
+    ax.set_xlabel("queries t")
+    ax.set_ylabel("distinct positives found")
+    ax.set_title(f"{rows[0]['scenario']}: hits against queries")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "hits.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
 def write_report(rows: list[dict], out: Path | str, *, scenario: str, options: dict,
-                 epsilons, rs, paper: dict | None = None, title: str = "") -> str:
-    """runs.csv, table.md and the plots in `out`; returns the text to print."""
+                 epsilons, rs, paper: dict | None = None, title: str = "",
+                 dataset: str | None = None) -> str:
+    """runs.csv, table.md (with the dataset's sigma_min, sigma_y and admissible r, from
+    `dataset` if already computed) and the plots in `out`; returns the text to print
+    (without the dataset lines when they were passed in: printed once, before)."""
     out = Path(out)
     write_csv(rows, out / "runs.csv")
     table = markdown_table(rows, paper, title)
-    text = table + "\n" + admissible_r(scenario, options, epsilons, rs) + "\n"
-    (out / "table.md").write_text(text)
+    about = dataset if dataset is not None else admissible_r(scenario, options, epsilons, rs)
+    (out / "table.md").write_text(table + "\n" + about + "\n")
+    text = table + "\n" + ("" if dataset is not None else about + "\n")
     plots = plot_regret(rows, out, out)
     text += (plots if isinstance(plots, str) else
              "plots: " + ", ".join(str(p) for p in plots)) + "\n"

@@ -22,7 +22,7 @@ from parties.runners import ResumeState, receive_hello, run_modeler, serve_sessi
 from parties.service import (
     DEFAULT_LIFT, CuratorService, CuratorSession, CuratorSettings,
 )
-from parties.strategies import make_strategy
+from parties.strategies import make_strategy, strategy_spec
 from protocol.channel import Channel
 from protocol.errors import PeerGone, PeerTimeout
 from protocol.ledger import Budget
@@ -30,8 +30,9 @@ from protocol.messages import Hello, ReleaseRequest
 from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from protocol.signing import Signer
 from protocol.transcript import Transcript
-from scenarios.problem import Problem, rng_for
-from scenarios.registry import build_problem, public_inputs
+from parties.dataset import regret_scale
+from scenarios.problem import Problem, distinct_hits, rng_for
+from scenarios.registry import DISTINCT_ROWS, build_problem, public_inputs
 from scenarios.releases import release_handler
 
 
@@ -87,10 +88,19 @@ class RunConfig:
     batch: int = 1  # queries the modeler keeps outstanding (GP-BUCB)
     max_batch: int = 1  # the most the curator lets a session keep outstanding
     journal: str | None = None  # the curator's SQLite journal (None: in memory)
+    moma_k: int | None = None  # MoMA's epoch length (None: the theorem's)
+    distinct: bool | None = None  # never re-query a row; None: the scenario's default
 
     def __post_init__(self) -> None:
         if self.non_private is None:
             object.__setattr__(self, "non_private", public_inputs(self.scenario))
+        if self.distinct is None:
+            object.__setattr__(self, "distinct", self.scenario in DISTINCT_ROWS)
+
+    @property
+    def strategy_spec(self) -> str:
+        """The modeler's strategy with its options, as `make_strategy` reads it."""
+        return strategy_spec(self.strategy, self.moma_k, bool(self.distinct))
 
 
 def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
@@ -282,11 +292,13 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "queries": curator.queries, "rewards": curator.rewards, "measured": curator.measured,
         "simple_regret": None if f is None else simple.tolist(),
         "cumulative_regret": None if f is None else cumulative.tolist(),
-        "hits": np.cumsum(f[curator.queries]).tolist() if hits else None,
+        "hits": distinct_hits(f, curator.queries) if hits else None,
         "sense": problem.sense, "metric": problem.metric,
         "random_hits_expected": float(T * f.mean()) if hits else None,
         "f_star": None if f is None else float(np.max(f)),
         "sigma_f": None if f is None else float(np.std(f)),
+        **dict(zip(("sigma_y", "sigma_y_source"),
+                   regret_scale(problem) if f is not None else (None, "f not tabulated"))),
         "objective": "tabulated" if service.objective is None else service.objective.name,
         "pending": sorted(curator.reserved), "batch": params.batch,
         "kernel": asdict(problem.kernel), "noise_var": problem.noise_var,
@@ -392,7 +404,7 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     try:
         cres, mres = await asyncio.gather(
             curate(cchan, session, out, verbose=verbose),
-            optimise(mchan, config.seed, config.strategy, out, hyper=config.hyper,
+            optimise(mchan, config.seed, config.strategy_spec, out, hyper=config.hyper,
                      beta_scale=config.beta_scale, release=release_request(config),
                      batch=config.batch))
     finally:

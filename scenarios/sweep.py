@@ -41,6 +41,7 @@ class SweepSpec:
     ldp_epsilons: tuple[float | None, ...] = (None,)
     beta_scales: tuple[float | None, ...] = (None,)
     lift: str = DEFAULT_LIFT  # the paper presets pin "paper" (Algorithm 1 as published)
+    moma_ks: tuple[int | None, ...] = (None,)  # MoMA epoch lengths (moma-gp-ucb runs only)
 
     def runs(self) -> list[tuple[str, RunConfig]]:
         """(run id, config) for every run, seed-major so that a seed's runs are adjacent.
@@ -57,12 +58,15 @@ class SweepSpec:
             base = RunConfig(self.scenario, T=self.T, seed=seed, hyper=self.hyper,
                              options=dict(self.options), lift=self.lift)
             for strategy in self.strategies:
-                for scale in self.beta_scales:
-                    for ldp in self.ldp_epsilons:
-                        for eps, r, nonpriv in releases:
-                            cfg = replace(base, epsilon=eps, r=r, non_private=nonpriv,
-                                          strategy=strategy, ldp_epsilon=ldp, beta_scale=scale)
-                            out.append((run_id(cfg), cfg))
+                ks = self.moma_ks if strategy == "moma-gp-ucb" else (None,)
+                for k in ks:
+                    for scale in self.beta_scales:
+                        for ldp in self.ldp_epsilons:
+                            for eps, r, nonpriv in releases:
+                                cfg = replace(base, epsilon=eps, r=r, non_private=nonpriv,
+                                              strategy=strategy, ldp_epsilon=ldp,
+                                              beta_scale=scale, moma_k=k)
+                                out.append((run_id(cfg), cfg))
         return out
 
 
@@ -73,6 +77,7 @@ def run_id(cfg: RunConfig) -> str:
                f"-r{'default' if cfg.r is None else cfg.r}")
     extra = "" if cfg.ldp_epsilon is None else f"-ldp{cfg.ldp_epsilon:.6g}"
     extra += "" if cfg.beta_scale is None else f"-S{cfg.beta_scale:.6g}"
+    extra += "" if cfg.moma_k is None else f"-k{cfg.moma_k}"
     return f"{cfg.scenario}-{cfg.strategy}-{privacy}{extra}-seed{cfg.seed}"
 
 
@@ -94,9 +99,10 @@ def run_group(runs: list[tuple[str, RunConfig]], out: str, transcripts: bool = F
 
 def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
     """The CSV row of one run (its traces stay in its result.json)."""
-    sf = result["sigma_f"] or 1.0
+    sy = result.get("sigma_y") or result["sigma_f"] or 1.0
     return {
         "run": rid, "scenario": result["scenario"], "strategy": cfg.strategy,
+        "moma_k": cfg.moma_k,
         "beta_scale": cfg.beta_scale, "ldp_epsilon": result.get("ldp_epsilon"),
         "metric": result.get("metric", "simple_regret"),
         "policy": result["policy"], "epsilon": result["epsilon"], "r": result["r"],
@@ -104,9 +110,11 @@ def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
         "sigma_min": result["sigma_min"], "omega": result["omega"], "lifted": result["lifted"],
         "lift": result.get("lift"),
         "simple_regret": result["simple_regret"][-1],
-        "simple_regret_norm": result["simple_regret"][-1] / sf,
+        "simple_regret_sigma_y": result["simple_regret"][-1] / sy,
         "cumulative_regret": result["cumulative_regret"][-1],
         "hits": None if result.get("hits") is None else result["hits"][-1],
+        "random_hits_expected": result.get("random_hits_expected"),
+        "sigma_y": sy, "sigma_y_source": result.get("sigma_y_source"),
         "sigma_f": result["sigma_f"], "seconds": result["seconds"],
     }
 
@@ -176,7 +184,7 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = N
             for row in future.result():
                 rows[row["run"]] = row
                 say(f"[sweep] {len(rows)}/{total} {row['run']}: S_T = {row['simple_regret']:.4g} "
-                    f"({row['simple_regret_norm']:.3g} sigma_f)"
+                    f"({row['simple_regret_sigma_y']:.3g} sigma_y)"
                     + (f", hits {row['hits']:.0f}" if row["hits"] is not None else ""))
     finally:
         if own:

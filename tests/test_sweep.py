@@ -45,7 +45,7 @@ def test_report_files_and_admissible_r(tmp_path):
                         epsilons=SPEC.epsilons, rs=SPEC.rs, paper={2: 0.5}, title="t")
     assert (tmp_path / "runs.csv").read_text().count("\n") == len(rows) + 1
     assert "paper S_T" in (tmp_path / "table.md").read_text()
-    assert "sigma_min >= omega for r in" in text
+    assert "sigma_min >= omega for swept r in" in text and "largest admissible r" in text
     try:
         import matplotlib  # noqa: F401
         assert (tmp_path / "regret_r2.png").stat().st_size > 1000

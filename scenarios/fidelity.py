@@ -1,0 +1,319 @@
+"""FIDELITY.md: every table and figure pobo reproduces, the paper's numbers beside pobo's.
+
+    python -m scenarios.fidelity --collect runs/sweeps   # copy each sweep's runs.csv here
+    python -m scenarios.fidelity                          # fidelity/*.csv -> FIDELITY.md
+
+The numbers come only from the CSVs in `fidelity/` (one per sweep, written by `pobo
+sweep`, trimmed); the paper's numbers from `scenarios.presets` and the figure texts
+below; the verdict is computed (|pobo - paper| <= 2 se + TOLERANCE counts as agreeing),
+and the reason beside it is the best-supported explanation we have, stated as such.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from scenarios.presets import PRESETS
+from scenarios.report import mean_se
+
+TOLERANCE = 0.01  # sigma_y: an absolute slack beside 2 standard errors
+KEEP = ("scenario", "strategy", "moma_k", "beta_scale", "ldp_epsilon", "metric", "epsilon", "r",
+        "seed", "T", "n", "sigma_min", "lifted", "simple_regret", "simple_regret_sigma_y",
+        "cumulative_regret", "hits", "random_hits_expected", "sigma_y", "sigma_y_source")
+DATA = {"bank": "../shared/data/lending-club-2007-2011.csv.gz",
+        "realestate": "../shared/data/sg-private-projects.csv",
+        "hospital": "../shared/data/diabetic_data.csv.gz"}
+# Fig. 2's text (sec. 4): PO-GP-UCB's extra simple regret over non-private GP-UCB at T, in sigma_y
+FIGURE_EXCESS = {"fig2a": {1.1: 0.011, 0.9: 0.069, 0.0: 0.099},
+                 "fig2b": {2.9: 0.003, 2.0: 0.019, 1.0: 0.05},
+                 "fig2c": {2.8: 0.051, 1.0: 0.017, 0.5: 0.082}}
+# the level of each panel at its largest epsilon: the same setting in the paper's tables
+FIGURE_LEVEL = {"fig2a": (1.1, "Table 1", 0.014), "fig2b": (2.9, "Table 5", 0.077),
+                "fig2c": (2.8, "Table 8", 0.453)}
+REASONS = {
+    "synthetic": "the synthetic GP is fully specified (l = 6.25 as in the authors' code; the "
+                 "text's 1.25 is not what they ran) and sigma_y = 1 is declared, so the unit "
+                 "is the paper's; where it differs, pobo is lower than the paper, mostly at r "
+                 "above the admissible one (lifted releases), where our lifting seems to cost "
+                 "less than the authors' - unexplained; S_T of a few hundred 50-query runs is "
+                 "heavy-tailed (a few seeds miss the peak), so 2 se is optimistic.",
+    "bank": "the paper's 36,000 loans are an unstated subset of LendingClub's file (ours: all "
+            "42,254 completed 2007-2011 loans, credit-policy loans included), its ROI is not "
+            "defined precisely (ours: log total_pymnt_inv / funded_amnt_inv) and its sigma_y "
+            "is not given. The agreement rests on our sigma_y = 2.66, 5.4 x std(f) (the ML fit "
+            "puts much of f's spread into a long-length-scale signal); with 5 seeds the se is "
+            "large, so it is weak evidence either way.",
+    "realestate": "raw S_T (ln price per m²) is close to the authors' own code on the same file "
+                  "(0.71-0.73, issue 15); the gap is the unit: the curator's ML sigma_y of the "
+                  "prepared data is 0.28 ln-price (0.24 fitted on all 2,362 rows), and the "
+                  "paper's 0.45-0.68 sigma_y would need sigma_y ≈ 1.1-1.5 ln-price, which no fit we "
+                  "know of gives; the paper also has 2,004 properties, we 2,362.",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One table or figure: its CSV, where it comes from, and the command that makes it."""
+
+    name: str
+    paper: str
+    title: str
+    command: str
+
+
+def sweep_command(name: str, seeds: int, scenario: str) -> str:
+    """The `pobo sweep` command that regenerates fidelity/NAME.csv."""
+    data = f" --data {DATA[scenario]}" if scenario in DATA else ""
+    return (f"python -m scenarios.cli sweep --preset {name} --seeds {seeds}{data} --workers 1 "
+            f"--out runs/sweeps/{name}")
+
+
+def read_rows(path: Path) -> list[dict]:
+    """A fidelity CSV's rows with numbers parsed (empty cells None)."""
+    def parse(v: str):
+        if v in ("", "None"):
+            return None
+        try:
+            return float(v)
+        except ValueError:
+            return {"True": True, "False": False}.get(v, v)
+    with open(path, newline="") as fh:
+        return [{k: parse(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def collect(sweeps: Path, out: Path) -> list[str]:
+    """Copy each sweep folder's runs.csv (trimmed to KEEP) to out/NAME.csv; the names."""
+    out.mkdir(parents=True, exist_ok=True)
+    names = []
+    for runs in sorted(sweeps.glob("*/runs.csv")):
+        with open(runs, newline="") as fh, open(out / f"{runs.parent.name}.csv", "w",
+                                                 newline="") as dst:
+            reader = csv.DictReader(fh)
+            writer = csv.DictWriter(dst, fieldnames=[k for k in KEEP if k in reader.fieldnames])
+            writer.writeheader()
+            for row in reader:
+                writer.writerow({k: row[k] for k in writer.fieldnames})
+        names.append(runs.parent.name)
+    return names
+
+
+def _fmt(m: float, se: float) -> str:
+    return f"{m:.3f} ± {se:.3f}"
+
+
+PAPER_RUNS = 50
+
+
+def agrees(m: float, se: float, paper: float, seeds: int) -> bool:
+    """Within 2 standard errors of the difference plus TOLERANCE of the paper's value. The
+    paper gives no standard errors: its 50-run mean is taken to have our per-run spread,
+    se_paper = se sqrt(seeds / 50)."""
+    se_paper = se * math.sqrt(seeds / PAPER_RUNS)
+    return abs(m - paper) <= 2 * math.hypot(se, se_paper) + TOLERANCE
+
+
+def table_section(name: str, rows: list[dict]) -> str:
+    """A PO-GP-UCB table: per r, the paper's S_T/sigma_y and pobo's (sigma_y and raw)."""
+    preset = PRESETS[name]
+    seeds = len({r["seed"] for r in rows})
+    by_r: dict[int, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_r[int(row["r"])].append(row)
+    lines = [f"### {preset.caption} (PO-GP-UCB)", "",
+             f"pobo: {seeds} seeds (paper: 50), n = {int(rows[0]['n'])}, T = {int(rows[0]['T'])}, "
+             f"σ_y = {rows[0]['sigma_y']:.4g} ({rows[0]['sigma_y_source']}); "
+             f"`{sweep_command(name, seeds, preset.scenario)}`", "",
+             "| r | paper S_T/σ_y | pobo S_T/σ_y | pobo S_T raw | unlifted | agrees |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    good = 0
+    for r in preset.rs:
+        group = by_r.get(r, [])
+        if not group:
+            lines.append(f"| {r} | {preset.paper[r]} | not run | | | |")
+            continue
+        m, se = mean_se([g["simple_regret_sigma_y"] for g in group])
+        rm, rse = mean_se([g["simple_regret"] for g in group])
+        ok = agrees(m, se, preset.paper[r], len(group))
+        good += ok
+        unlifted = sum(not g["lifted"] for g in group)
+        lines.append(f"| {r} | {preset.paper[r]} | {_fmt(m, se)} | {_fmt(rm, rse)} | "
+                     f"{unlifted}/{len(group)} | {'yes' if ok else 'no'} |")
+    verdict = ("reproduces" if good == len(preset.rs) else
+               "reproduces mostly" if good >= len(preset.rs) - 2 else "does not reproduce")
+    lines += ["", f"**Verdict: {verdict}** ({good} of {len(preset.rs)} r within 2 se + "
+                  f"{TOLERANCE} σ_y of the paper). Why: {REASONS[preset.scenario]}", ""]
+    return "\n".join(lines)
+
+
+def figure_section(name: str, rows: list[dict]) -> str:
+    """A Fig. 2 panel: per epsilon, pobo's S_T/sigma_y and its excess over non-private
+    GP-UCB, beside the excess the paper's text states."""
+    preset = PRESETS[name]
+    seeds = len({r["seed"] for r in rows})
+    groups: dict[float | None, list[float]] = defaultdict(list)
+    for row in rows:
+        groups[row["epsilon"]].append(row["simple_regret_sigma_y"])
+    base = groups.get(None, [])
+    bm, bse = mean_se(base) if base else (math.nan, math.nan)
+    lines = [f"### {preset.caption} (PO-GP-UCB)", "",
+             f"pobo: {seeds} seeds (paper: 50), r = {preset.rs[0]}, T = {int(rows[0]['T'])}, "
+             f"σ_y = {rows[0]['sigma_y']:.4g}; `{sweep_command(name, seeds, preset.scenario)}`; "
+             f"non-private GP-UCB: S_T/σ_y = {_fmt(bm, bse)}", "",
+             "| ε | pobo S_T/σ_y | pobo excess over non-private | paper excess | agrees |",
+             "| --- | --- | --- | --- | --- |"]
+    good = total = 0
+    for x in preset.log_eps:
+        values = groups.get(math.exp(x)) or next((v for e, v in groups.items()
+                                                  if e and abs(math.log(e) - x) < 1e-6), [])
+        if not values:
+            lines.append(f"| e^{x} | not run | | | |")
+            continue
+        m, se = mean_se(values)
+        ex, exse = m - bm, math.hypot(se, bse)
+        paper = FIGURE_EXCESS[name].get(x)
+        ok = None if paper is None else agrees(ex, exse, paper, len(values))
+        total += ok is not None
+        good += bool(ok)
+        lines.append(f"| e^{x} | {_fmt(m, se)} | {_fmt(ex, exse)} | "
+                     f"{'—' if paper is None else paper} | "
+                     f"{'—' if ok is None else 'yes' if ok else 'no'} |")
+    verdict = "reproduces" if good == total else ("reproduces mostly" if good >= total - 1
+                                                  else "does not reproduce")
+    x, table, level = FIGURE_LEVEL[name]
+    at = groups.get(math.exp(x), [])
+    level_ok = bool(at) and agrees(*mean_se(at), level, len(at))
+    if not level_ok:
+        verdict = "does not reproduce"
+    lines += ["", f"**Verdict: {verdict}** ({good} of {total} stated excesses within 2 se + "
+                  f"{TOLERANCE} σ_y; the level at ε = e^{x}, {table}'s {level} σ_y, "
+                  f"{'agrees' if level_ok else 'does not agree'}). "
+                  f"Why: {REASONS[preset.scenario]}", ""]
+    return "\n".join(lines)
+
+
+def hospital_section(rows: list[dict]) -> str:
+    """The hospital example (no numbers in the paper): distinct positives found in T."""
+    seeds = len({r["seed"] for r in rows})
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for row in rows:
+        groups[(row["strategy"], row["epsilon"] is None)].append(row["hits"])
+    expected = rows[0]["random_hits_expected"]
+    lines = ["### Hospital readmission (PO-GP-UCB sec. 1, example (a): no experiment in the paper)",
+             "", f"pobo: {seeds} seeds, n = {int(rows[0]['n'])}, T = {int(rows[0]['T'])}, hits = "
+                 "distinct patients readmitted within 30 days found; no row queried twice; "
+                 "`python -m scenarios.cli sweep hospital --data ../shared/data/diabetic_data.csv.gz"
+                 f" --strategies gp-ucb random --seeds {seeds} --non-private --workers 1`", "",
+             "| strategy | release | hits |", "| --- | --- | --- |"]
+    for (strategy, nonpriv), values in sorted(groups.items()):
+        lines.append(f"| {strategy} | {'non-private' if nonpriv else 'PO-GP-UCB'} | "
+                     f"{_fmt(*mean_se(values))} |")
+    lines.append(f"| random (expected) | — | {expected:.2f} |")
+    gp = mean_se(groups.get(("gp-ucb", False), [math.nan]))
+    better = gp[0] - 2 * gp[1] > (expected or 0)
+    lines += ["", f"**Verdict: {'better than random' if better else 'no better than random'}** "
+                  "(PO-GP-UCB's mean hits minus 2 se against random's expectation). Why: the "
+                  "paper gives no numbers; the 9 inputs predict 30-day readmission weakly.", ""]
+    return "\n".join(lines)
+
+
+def moma_section(rows: list[dict]) -> str:
+    """LDP-MoMA-GP-UCB's cumulative regret against its epoch length k."""
+    seeds = len({r["seed"] for r in rows})
+    groups: dict[float | None, list[float]] = defaultdict(list)
+    for row in rows:
+        groups[row["moma_k"]].append(row["cumulative_regret"])
+    scale = rows[0]["beta_scale"]
+    lines = ["### LDP-MoMA-GP-UCB epoch length k (Zhou & Tan, Fig. 2a setting)", "",
+             f"pobo: ldp-synthetic (SE), LDP ε = {rows[0]['ldp_epsilon']:g}, T = "
+             f"{int(rows[0]['T'])}, {seeds} seeds, β scale "
+             f"{'default (0.01)' if scale is None else scale}; k and the β scale were chosen "
+             "on this same problem; `python -m scenarios.cli sweep ldp-synthetic --ldp-eps 1 "
+             f"--strategies moma-gp-ucb --moma-k 8 20 50 312 --seeds {seeds} --workers 1`", "",
+             "| k | epochs | R_T |", "| --- | --- | --- |"]
+    T = int(rows[0]["T"])
+    for k, values in sorted(groups.items(), key=lambda kv: kv[0] or 0):
+        lines.append(f"| {int(k)} | {T // int(k)} | {_fmt(*mean_se(values))} |")
+    means = {k: mean_se(v) for k, v in groups.items()}
+    best = min(means, key=lambda k: means[k][0])
+    theorem = max(means)
+    clear = means[theorem][0] - means[best][0] > 2 * math.hypot(means[best][1], means[theorem][1])
+    lines += ["", f"**Verdict: k = {int(best)} has the lowest R_T; against the theorem's "
+                  f"k = {int(theorem)} the difference is "
+                  f"{'larger' if clear else 'not larger'} than 2 se at {seeds} seeds.** The paper "
+                  "sets its constants \"order-wise\" without stating k, so which k it ran is not "
+                  "known; both k and β were chosen on this problem.", ""]
+    return "\n".join(lines)
+
+
+HEADER = """# FIDELITY: the papers' tables and figures, and pobo's
+
+Generated by `python -m scenarios.fidelity` from the sweep CSVs in `fidelity/` — do not
+edit by hand. Regret is in units of σ_y, as in the PO-GP-UCB paper: the declared signal
+std for the synthetic GP (σ_y = 1), and for real data the curator's maximum-likelihood
+signal std of its prepared dataset (fitted once, on 300 rows drawn with the fixed
+preparation seed); the raw value is beside it. Each real dataset is prepared once,
+independent of the run seed. "Agrees" means within 2 standard errors of the difference
++ {tol} σ_y; the paper reports no standard errors, so its 50-run means are taken to have
+pobo's per-run spread (se_paper = se_pobo √(seeds/50)).
+Fewer seeds than the paper's 50 where the 2-core machine did not allow more (stated
+per table).
+"""
+
+NOT_REPRODUCED = """## Not reproduced
+
+- **Kusner et al. 2015, Figures 1-3** (DP hyperparameter tuning of SVM / logistic
+  regression on their datasets): pobo implements the three releases (Algorithms 1-3,
+  `--release`; the `tuning` scenario runs Algorithm 3 on a generated validation set) and
+  tests their mechanisms, but does not rerun the paper's experiments: the datasets and
+  the tuned models are not in this project.
+- **Zhou & Tan, Fig. 2b-c and 3** (real-data LDP experiments) and the non-private
+  heavy-tailed Fig. 2d-f: not run here for lack of compute; `ldp-synthetic --noise
+  student-t` runs the latter's setting.
+"""
+
+
+def render(folder: Path) -> str:
+    """The whole FIDELITY.md from the CSVs in `folder`."""
+    parts = [HEADER.format(tol=TOLERANCE), "## PO-GP-UCB (Kharkovskii et al. 2020)", ""]
+    for name in [*(f"table{i}" for i in range(1, 10)), "fig2a", "fig2b", "fig2c"]:
+        path = folder / f"{name}.csv"
+        if not path.exists():
+            parts.append(f"### {PRESETS[name].caption}\n\nnot run in this version (compute "
+                         f"budget): `{sweep_command(name, 10, PRESETS[name].scenario)}`\n")
+            continue
+        rows = read_rows(path)
+        parts.append(figure_section(name, rows) if name.startswith("fig") else
+                     table_section(name, rows))
+    if (folder / "hospital.csv").exists():
+        parts.append(hospital_section(read_rows(folder / "hospital.csv")))
+    parts += ["## Local DP BO (Zhou & Tan)", ""]
+    if (folder / "ldp-moma-k.csv").exists():
+        parts.append(moma_section(read_rows(folder / "ldp-moma-k.csv")))
+    parts.append(NOT_REPRODUCED)
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Collect sweep CSVs (--collect) and/or write FIDELITY.md."""
+    parser = argparse.ArgumentParser(prog="python -m scenarios.fidelity",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--csv", type=Path, default=Path("fidelity"), help="the CSV folder")
+    parser.add_argument("--collect", type=Path, metavar="SWEEPS",
+                        help="copy SWEEPS/*/runs.csv (trimmed) into the CSV folder first")
+    parser.add_argument("--out", type=Path, default=Path("FIDELITY.md"))
+    args = parser.parse_args(argv)
+    if args.collect is not None:
+        print("collected:", ", ".join(collect(args.collect, args.csv)) or "nothing")
+    if not args.csv.is_dir():
+        parser.error(f"no CSV folder {args.csv}")
+    args.out.write_text(render(args.csv))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
