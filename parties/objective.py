@@ -39,7 +39,13 @@ PLACEHOLDERS = ("index", "session", "seq")
 class EvaluationFailed(ProtocolError):
     """The objective could not be evaluated at a row (a command that failed or printed no
     number, a function that raised or returned NaN): nothing is released, the
-    reservation stays, and the modeler may retry the query."""
+    reservation stays, and the modeler may retry the query.
+
+    Its text (the command's stderr, what it printed, the exception) is about the row's
+    data, so it stays with the curator (its log); the modeler is told only `public`."""
+
+    public = ("the curator could not evaluate this query (its own log says why); "
+              "it may be retried")
 
     def __init__(self, message: str) -> None:
         super().__init__(message, ErrorCode.EVALUATION_FAILED)

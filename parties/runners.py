@@ -28,6 +28,7 @@ StepCallback = Callable[[int, int, float], None]
 PendingCallback = Callable[[int, int, float], None]  # (seq, row, seconds waited)
 ReleaseHandler = Callable[[ReleaseRequest], Release]
 Measure = Callable[[int, int], Awaitable[float]]  # (seq, row) -> the measured value
+MAX_ATTEMPTS = 5  # failed evaluations of one query a connection runs before refusing it
 
 
 async def serve_session(channel: Channel, curator: Curator, params: SessionParams,
@@ -58,15 +59,17 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     if asked:
         channel.boundary.restore_queries(asked)
     evaluations: dict[int, asyncio.Task] = {}
+    failed: dict[int, int] = {}  # seq -> evaluations that failed on this connection
 
     async def evaluate(seq: int, index: int) -> None:
         try:
             value = curator.complete(seq, await measure(seq, index))
         except ProtocolError as exc:
             evaluations.pop(seq, None)
-            log.info("session %s: query %d (row %d) not evaluated: %s", session_id[:12], seq,
-                     index, exc)
-            await _send_error(channel, exc.code, str(exc), seq)
+            failed[seq] = failed.get(seq, 0) + 1
+            log.warning("session %s: query %d (row %d) not evaluated: %s", session_id[:12],
+                        seq, index, exc)  # the cause stays here: it may be about the row
+            await _send_error(channel, exc.code, getattr(exc, "public", str(exc)), seq)
             return
         evaluations.pop(seq, None)
         await channel.send(Reward(seq, index, value, curator.noise_tag))
@@ -75,6 +78,11 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
 
     async def on_query(message: Query) -> None:
         seq, index = message.seq, message.index
+        if failed.get(seq, 0) >= MAX_ATTEMPTS and seq not in evaluations:
+            await _send_error(channel, ErrorCode.EVALUATION_FAILED,
+                              f"query {seq} failed {MAX_ATTEMPTS} times: this connection "
+                              "evaluates it no more (a resumed session may)", seq)
+            return
         if seq not in evaluations:
             fresh = seq not in curator.answered
             try:

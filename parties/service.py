@@ -292,7 +292,13 @@ class CuratorService:
 
     def privacy_unit(self) -> dict:
         """What each mechanism protects, and what no mechanism covers (DESIGN.md)."""
-        return privacy_unit(self.settings, self.ldp, self.test_epsilon, self.test_delta)
+        unit = privacy_unit(self.settings, self.ldp, self.test_epsilon, self.test_delta)
+        if self.objective is not None:
+            unit["not_covered"].append(
+                f"f is measured on demand ({self.objective.name}): how long an evaluation "
+                "takes, and whether it fails, is seen by the modeler (when its Reward or a "
+                "typed evaluation_failed comes); the failure's cause is not sent")
+        return unit
 
 
 def declared_bound(problem: Problem, s: CuratorSettings) -> float:

@@ -21,7 +21,7 @@ from parties.objective import (
     CommandObjective, DeferredObjective, EvaluationFailed, EvaluationRequest,
     FunctionObjective, ingest_results,
 )
-from protocol.errors import ErrorCode, ProtocolError
+from protocol.errors import ErrorCode, PeerError, ProtocolError
 from protocol.ledger import LOCAL, Budget, Entry, PrivacyBudgetExceeded
 from scenarios.cli import main
 from scenarios.session import RunConfig, run_inproc
@@ -181,6 +181,65 @@ def _flaky_command(tmp_path: Path) -> str:
         "    seen.touch(); sys.exit('the lab lost the sample')\n"
         "print(-((row % 8) - 3) ** 2 - ((row // 8) - 5) ** 2)\n")
     return f"{PY} {script} {{index}} {tmp_path}"
+
+
+def test_a_failed_evaluation_tells_the_modeler_nothing_about_the_row(tmp_path, caplog):
+    """The command's stderr ('HIV positive') is about the patient: it is logged at the
+    curator, and never crosses; the modeler gets a typed evaluation_failed."""
+    import logging
+    lab = tmp_path / "lab.py"
+    lab.write_text("import sys\nsys.exit('patient ' + sys.argv[1] + ' is HIV positive')\n")
+    config = RunConfig("synthetic", T=3, seed=1, options={"grid": 8}, timeout=5,
+                       objective_cmd=f"{PY} {lab} {{index}}")
+    with caplog.at_level(logging.WARNING, "pobo.session"):
+        with pytest.raises(PeerError) as failed:
+            asyncio.run(run_inproc(config, tmp_path / "out"))
+    assert failed.value.code == "evaluation_failed" and "HIV" not in str(failed.value)
+    assert "HIV" in caplog.text  # the curator's operator sees why
+    for role in ("curator", "modeler"):
+        assert b"HIV" not in (tmp_path / "out" / f"{role}.transcript").read_bytes()
+    assert json.loads((tmp_path / "out" / "curator.json").read_text())["queries"] == []
+
+
+async def _hammer(config: RunConfig, tries: int) -> Exception:
+    """A modeler that retries one failing query `tries` times; the error it ends with."""
+    from parties.runners import ask
+    from protocol.messages import PROTOCOL_VERSION, Hello, Query
+    from protocol.policy import CURATOR, MODELER
+    from scenarios.session import curate, open_channel, prepare_curator
+    from transport.inproc import pipe_pair
+
+    cpipe, mpipe = pipe_pair()
+    cchan = open_channel(cpipe, CURATOR, False, None, 10)
+    mchan = open_channel(mpipe, MODELER, False, None, 10)
+    serving = asyncio.ensure_future(curate(cchan, prepare_curator(config), None,
+                                           verbose=False, raise_errors=False))
+    await mchan.send(Hello(PROTOCOL_VERSION, "hammer"))
+    await mchan.recv()
+    await mchan.recv()
+    try:
+        await ask(mchan, Query(1, 3), tries)
+    except PeerError as exc:
+        return exc
+    finally:
+        serving.cancel()
+        await asyncio.gather(serving, return_exceptions=True)
+        cchan.close()
+        mchan.close()
+    raise AssertionError("the query was answered")
+
+
+def test_a_modeler_retrying_a_failing_query_forever_is_refused_after_5_evaluations(tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    lab = tmp_path / "lab.py"
+    lab.write_text("import sys, pathlib, uuid\n"
+                   f"(pathlib.Path({str(runs)!r}) / uuid.uuid4().hex).touch()\nsys.exit(3)\n")
+    config = RunConfig("synthetic", T=3, seed=1, options={"grid": 8},
+                       objective_cmd=f"{PY} {lab} {{index}}")
+    error = asyncio.run(asyncio.wait_for(_hammer(config, 9), 60))
+    assert error.code == "evaluation_failed" and "failed 5 times" in str(error)
+    assert len(list(runs.iterdir())) == 5  # the command ran 5 times, not 10
 
 
 def test_a_command_objective_completes_a_session_with_exactly_T_evaluations(tmp_path):
