@@ -28,9 +28,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from parties.gp import IncrementalGP, posterior_dense  # noqa: E402
-from parties.kernels import squared_exponential  # noqa: E402
-from parties.projection import project  # noqa: E402
+from pobo.parties.gp import IncrementalGP, posterior_dense  # noqa: E402
+from pobo.parties.kernels import squared_exponential  # noqa: E402
+from pobo.parties.projection import project  # noqa: E402
 
 R = 10  # projection dimension of the candidates (the paper's synthetic r)
 STEPS = 9  # timed steps per case; the median is reported

@@ -33,9 +33,9 @@ import zmq.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from protocol.codec import decode, encode  # noqa: E402
-from protocol.messages import PROTOCOL_VERSION, End, Hello, Query  # noqa: E402
-from scenarios.remote import LISTENING  # noqa: E402
+from pobo.protocol.codec import decode, encode  # noqa: E402
+from pobo.protocol.messages import PROTOCOL_VERSION, End, Hello, Query  # noqa: E402
+from pobo.scenarios.remote import LISTENING  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--T", type=int, default=400)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="pobo-hostile-") as out:
-        cmd = [sys.executable, "-m", "scenarios.cli", "curator", args.scenario, "--seed", "0",
+        cmd = [sys.executable, "-m", "pobo", "curator", args.scenario, "--seed", "0",
                "--bind", "tcp://127.0.0.1:0", "--sessions", "0", "--T", str(args.T),
                "--timeout", "30", "--out", out]
         curator = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -178,7 +178,7 @@ def main() -> None:
             sampler = Sampler(curator.pid)
             sampler.start()
             started = time.perf_counter()
-            from scenarios.registry import build_problem
+            from pobo.scenarios.registry import build_problem
             n = build_problem(args.scenario, 0).X.shape[0]
             quiet, during, refused = asyncio.run(flood(endpoint, args, n))
             wall = time.perf_counter() - started

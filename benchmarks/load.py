@@ -30,13 +30,13 @@ import zmq.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from protocol.channel import Channel  # noqa: E402
-from protocol.messages import PROTOCOL_VERSION, Dataset, End, Hello, Query, Reward, Welcome  # noqa: E402
-from protocol.policy import MODELER, PRIVATE, Boundary  # noqa: E402
-from protocol.signing import load_signing_key, load_verify_key  # noqa: E402
-from transport.security import make_signing_keys  # noqa: E402
-from scenarios.remote import LISTENING  # noqa: E402
-from transport.sockets import DealerPipe  # noqa: E402
+from pobo.protocol.channel import Channel  # noqa: E402
+from pobo.protocol.messages import PROTOCOL_VERSION, Dataset, End, Hello, Query, Reward, Welcome  # noqa: E402
+from pobo.protocol.policy import MODELER, PRIVATE, Boundary  # noqa: E402
+from pobo.protocol.signing import load_signing_key, load_verify_key  # noqa: E402
+from pobo.transport.security import make_signing_keys  # noqa: E402
+from pobo.scenarios.remote import LISTENING  # noqa: E402
+from pobo.transport.sockets import DealerPipe  # noqa: E402
 
 
 async def session(ctx, endpoint: str, seed: int, rtts: list[float],
@@ -118,7 +118,7 @@ def run_load(sessions: int, T: int, signed: bool = False):
             sign = ["--sign-secret", str(keys / "curator.sign_secret"),
                     "--sign-allow", str(keys / "allowed")]
         curator = subprocess.Popen(
-            [sys.executable, "-m", "scenarios.cli", "curator", "synthetic", "--grid", "20",
+            [sys.executable, "-m", "pobo", "curator", "synthetic", "--grid", "20",
              "--T", str(T), "--seed", "1", "--bind", "tcp://127.0.0.1:0", "--sessions",
              str(sessions), "--timeout", "120", "--out", str(Path(out) / "c"), *sign],
             stdout=subprocess.PIPE, text=True)
@@ -143,8 +143,8 @@ def run_load(sessions: int, T: int, signed: bool = False):
 
 def ed25519_costs(n: int = 2000) -> tuple[float, float]:
     """Microseconds to seal (sign) a reward frame and to open and verify one."""
-    from protocol.codec import encode
-    from protocol.signing import Link, Signer, open_frame, seal, verify
+    from pobo.protocol.codec import encode
+    from pobo.protocol.signing import Link, Signer, open_frame, seal, verify
 
     signer, body = Signer.generate(), encode(Reward(3, 17, 0.123))
     link = Link("0" * 32, 10, bytes(32), bytes(32))

@@ -21,10 +21,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from parties.gp import IncrementalGP  # noqa: E402
-from parties.kernels import squared_exponential  # noqa: E402
-from parties.robust import ROBUST, RewardModel  # noqa: E402
-from parties.strategies import DEFAULT_BETA_SCALE, beta_gp_ucb  # noqa: E402
+from pobo.parties.gp import IncrementalGP  # noqa: E402
+from pobo.parties.kernels import squared_exponential  # noqa: E402
+from pobo.parties.robust import ROBUST, RewardModel  # noqa: E402
+from pobo.parties.strategies import DEFAULT_BETA_SCALE, beta_gp_ucb  # noqa: E402
 
 ROUNDS = 30
 

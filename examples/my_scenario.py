@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scenarios.problem import Problem, data_problem
+from pobo.scenarios.problem import Problem, data_problem
 
 
 def build(seed: int | None, n: int = 400) -> Problem:

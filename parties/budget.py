@@ -12,8 +12,8 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
-from parties.journal import Journal
-from protocol.ledger import (
+from pobo.parties.journal import Journal
+from pobo.protocol.ledger import (
     CENTRAL, Budget, Entry, Ledger, PrivacyBudgetExceeded, describe_ledger, ledger_dict,
 )
 

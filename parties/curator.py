@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parties.budget import DatasetLedger
-from parties.journal import Journal
-from parties.ldp import ConvertToLaplace
-from parties.noise import NoiseSource
-from parties.objective import EvaluationFailed
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.ledger import LOCAL, Entry
-from protocol.policy import LDP_REWARD
+from pobo.parties.budget import DatasetLedger
+from pobo.parties.journal import Journal
+from pobo.parties.ldp import ConvertToLaplace
+from pobo.parties.noise import NoiseSource
+from pobo.parties.objective import EvaluationFailed
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.ledger import LOCAL, Entry
+from pobo.protocol.policy import LDP_REWARD
 
 NOISE_MODELS = ("gaussian", "uniform", "student-t")
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from protocol.messages import KernelParams
+from pobo.protocol.messages import KernelParams
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ import math
 import numpy as np
 import scipy.linalg
 
-from parties.kernels import Kernel
-from protocol.errors import PoboError
+from pobo.parties.kernels import Kernel
+from pobo.protocol.errors import PoboError
 
 DEFAULT_JITTER = 1e-10
 PIVOT_FLOOR = 1e-12  # a Cholesky pivot below this fraction of its diagonal is lost to rounding

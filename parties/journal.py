@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocol.errors import ErrorCode, PoboError, ProtocolError
-from protocol.ledger import CENTRAL, LOCAL, Budget, Entry, PrivacyBudgetExceeded, local_summary
+from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
+from pobo.protocol.ledger import CENTRAL, LOCAL, Budget, Entry, PrivacyBudgetExceeded, local_summary
 
 log = logging.getLogger("pobo.journal")
 SCHEMA_VERSION = 3  # 3: evaluations pending (schema 2 journals gain the table on open)

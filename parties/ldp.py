@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from parties.noise import NoiseSource, lattice_laplace
+from pobo.parties.noise import NoiseSource, lattice_laplace
 
 CTL = "ctl-laplace"
 

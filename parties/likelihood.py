@@ -16,8 +16,8 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from parties.gp import DEFAULT_JITTER
-from parties.kernels import Kernel
+from pobo.parties.gp import DEFAULT_JITTER
+from pobo.parties.kernels import Kernel
 
 
 @dataclass(frozen=True)

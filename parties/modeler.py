@@ -19,13 +19,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from parties.gp import IncrementalGP
-from parties.kernels import kernel_by_name
-from parties.likelihood import Fit, fit_hyperparameters
-from parties.robust import ROBUST, RewardModel
-from parties.strategies import KusnerUCB, Robust, Strategy
-from protocol.messages import ProjectedDataset, Release, ReleaseRequest, SessionParams
-from protocol.policy import LDP_REWARD
+from pobo.parties.gp import IncrementalGP
+from pobo.parties.kernels import kernel_by_name
+from pobo.parties.likelihood import Fit, fit_hyperparameters
+from pobo.parties.robust import ROBUST, RewardModel
+from pobo.parties.strategies import KusnerUCB, Robust, Strategy
+from pobo.protocol.messages import ProjectedDataset, Release, ReleaseRequest, SessionParams
+from pobo.protocol.policy import LDP_REWARD
 
 FIT_MODES = ("auto", "fixed", "once", "every")
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from parties.journal import Journal
-from protocol.errors import ErrorCode, PoboError, ProtocolError
+from pobo.parties.journal import Journal
+from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 
 log = logging.getLogger("pobo.objective")
 PLACEHOLDERS = ("index", "session", "seq")

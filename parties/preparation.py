@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from parties.kernels import ard_squared_exponential, squared_exponential
-from parties.likelihood import fit_hyperparameters
+from pobo.parties.kernels import ard_squared_exponential, squared_exponential
+from pobo.parties.likelihood import fit_hyperparameters
 
 
 def fit_ard_lengthscales(X: np.ndarray, y: np.ndarray, rng: np.random.Generator,

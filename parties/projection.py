@@ -102,9 +102,9 @@ from typing import NamedTuple, Protocol, Union
 import numpy as np
 import scipy.linalg
 
-from parties.noise import NoiseSource, lattice_laplace, lattice_step
-from protocol.messages import ProjectedDataset
-from protocol.policy import DP_PROJECTION, IDENTITY
+from pobo.parties.noise import NoiseSource, lattice_laplace, lattice_step
+from pobo.protocol.messages import ProjectedDataset
+from pobo.protocol.policy import DP_PROJECTION, IDENTITY
 
 LIFT_MODES = ("paper", "always", "private")
 TEST_EPSILON_SHARE = 0.1  # default test_epsilon = 0.1 * epsilon; default test_delta = delta

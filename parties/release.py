@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp
 
-from parties.gp import IncrementalGP
-from parties.kernels import Kernel
-from parties.noise import NoiseSource, lattice_laplace
+from pobo.parties.gp import IncrementalGP
+from pobo.parties.kernels import Kernel
+from pobo.parties.noise import NoiseSource, lattice_laplace
 
 DEFAULT_SIMILARITY = 0.9  # k(D, D') for datasets differing in one record
 # A replayed query passes when ucb(x_t) >= max ucb - UCB_RTOL (1 + |max ucb|): float64

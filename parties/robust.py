@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from parties.gp import IncrementalGP
-from parties.kernels import Kernel
+from pobo.parties.gp import IncrementalGP
+from pobo.parties.kernels import Kernel
 
 ACCURACY = 0.5  # the Nystrom accuracy epsilon in (0, 1); rho = (1 + eps) / (1 - eps) = 3
 

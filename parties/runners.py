@@ -10,15 +10,15 @@ from pathlib import Path
 
 import numpy as np
 
-from parties.curator import Curator
-from parties.modeler import HyperFit, Modeler
-from parties.strategies import KusnerUCB, Robust, Strategy, declaration, for_release
-from protocol.channel import Channel
-from protocol.codec import decode
-from protocol.signing import body_of
-from protocol.transcript import read_transcript
-from protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
-from protocol.messages import (
+from pobo.parties.curator import Curator
+from pobo.parties.modeler import HyperFit, Modeler
+from pobo.parties.strategies import KusnerUCB, Robust, Strategy, declaration, for_release
+from pobo.protocol.channel import Channel
+from pobo.protocol.codec import decode
+from pobo.protocol.signing import body_of
+from pobo.protocol.transcript import read_transcript
+from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
+from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, End, Error, Hello, Pending, ProjectedDataset, Query, Release,
     ReleaseRequest, Reward, SessionParams, Welcome,
 )

@@ -18,23 +18,23 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from parties.budget import DatasetLedger, session_ledger
-from parties.curator import Curator, Oracle
-from parties.dataset import Problem, dataset_digest
-from parties.journal import Journal, JournalError, JournalFault, JournaledSession
-from parties.ldp import ConvertToLaplace, subweibull_clip
-from parties.noise import SECURE, SEEDED, NoiseSource, rng_for
-from parties.objective import EvaluationRequest, FunctionObjective, Objective
-from parties.projection import (
+from pobo.parties.budget import DatasetLedger, session_ledger
+from pobo.parties.curator import Curator, Oracle
+from pobo.parties.dataset import Problem, dataset_digest
+from pobo.parties.journal import Journal, JournalError, JournalFault, JournaledSession
+from pobo.parties.ldp import ConvertToLaplace, subweibull_clip
+from pobo.parties.noise import SECURE, SEEDED, NoiseSource, rng_for
+from pobo.parties.objective import EvaluationRequest, FunctionObjective, Objective
+from pobo.parties.projection import (
     choose_projection, identity_release, lift_test_needed, singular_values,
 )
-from protocol.codec import decode, encode
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
-from protocol.messages import (
+from pobo.protocol.codec import decode, encode
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
+from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
-from protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
+from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
 
 LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
 LIFT_MODES = ("paper", "always", "private")

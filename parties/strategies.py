@@ -7,8 +7,8 @@ from typing import Protocol
 
 import numpy as np
 
-from parties.gp import IncrementalGP
-from parties.release import beta_kusner
+from pobo.parties.gp import IncrementalGP
+from pobo.parties.release import beta_kusner
 
 
 class Strategy(Protocol):

@@ -3,7 +3,7 @@
 Knows no sockets and no Bayesian optimisation: everything here is about what may
 cross between the curator and the modeler, and in what form.
 """
-from protocol.errors import (
+from pobo.protocol.errors import (
     ErrorCode,
     PeerError,
     PeerGone,
@@ -12,7 +12,7 @@ from protocol.errors import (
     PolicyViolation,
     ProtocolError,
 )
-from protocol.messages import (
+from pobo.protocol.messages import (
     PROTOCOL_VERSION,
     Dataset,
     End,

@@ -58,13 +58,13 @@ from pathlib import Path
 
 import numpy as np
 
-from protocol.codec import decode
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
-from protocol.messages import Dataset, End, Error, Hello, Release, Reward, Welcome
-from protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
-from protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
-from protocol.transcript import (
+from pobo.protocol.codec import decode
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
+from pobo.protocol.messages import Dataset, End, Error, Hello, Release, Reward, Welcome
+from pobo.protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
+from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
+from pobo.protocol.transcript import (
     GENESIS, REFUSED, REFUSED_SUMMARY, Record, TranscriptError, blob_dirs, raw_records, resolve,
 )
 

@@ -13,14 +13,14 @@ import asyncio
 import hashlib
 from typing import Protocol
 
-from protocol.codec import DEFAULT_MAX_FRAME, decode, encode
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import PROTOCOL_VERSION, Error, Hello, Message, Welcome, kind_of
-from protocol.signing import (
+from pobo.protocol.codec import DEFAULT_MAX_FRAME, decode, encode
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.messages import PROTOCOL_VERSION, Error, Hello, Message, Welcome, kind_of
+from pobo.protocol.signing import (
     SIGNED, UNSIGNED, ZERO, Link, Signer, key_id, open_frame, seal, verify, verify_key,
 )
-from protocol.policy import Boundary
-from protocol.transcript import Transcript
+from pobo.protocol.policy import Boundary
+from pobo.protocol.transcript import Transcript
 
 
 class FramePipe(Protocol):

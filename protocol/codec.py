@@ -19,8 +19,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import KINDS, Message, kind_of
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.messages import KINDS, Message, kind_of
 
 ARRAY_EXT = 1
 MAX_NDIM = 4

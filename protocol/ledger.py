@@ -18,7 +18,7 @@ import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 
-from protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.errors import ErrorCode, ProtocolError
 
 CENTRAL, LOCAL = "central", "local"
 _TOL = 1e-12  # relative slack for floating-point sums against a budget

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from protocol.errors import ErrorCode, PolicyViolation, ProtocolError
-from protocol.messages import (
+from pobo.protocol.errors import ErrorCode, PolicyViolation, ProtocolError
+from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, Hello, Message, Pending, Query, Release, ReleaseRequest, Reward,
     SessionParams, Welcome, kind_of,
 )

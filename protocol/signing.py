@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey, Ed25519PublicKey,
 )
 
-from protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.errors import ErrorCode, ProtocolError
 
 DOMAIN = b"pobo-v2 signed frame\x00"
 ZERO = bytes(32)

@@ -40,7 +40,7 @@ from typing import BinaryIO
 
 import msgpack
 
-from protocol.signing import rebuild, split_envelope
+from pobo.protocol.signing import rebuild, split_envelope
 
 GENESIS = "0" * 64
 REFUSED = "refused"

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from parties.dataset import arrays_digest
-from protocol.audit import AuditReport, audit_session, audit_transcript, readable_records
-from protocol.policy import CURATOR, MODELER
-from protocol.signing import load_verify_key
+from pobo.parties.dataset import arrays_digest
+from pobo.protocol.audit import AuditReport, audit_session, audit_transcript, readable_records
+from pobo.protocol.policy import CURATOR, MODELER
+from pobo.protocol.signing import load_verify_key
 
 
 def anchor_for(transcript: Path, role: str) -> dict | None:

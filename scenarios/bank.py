@@ -20,8 +20,8 @@ import math
 
 import numpy as np
 
-from scenarios.loaders import read_columns
-from scenarios.problem import Problem, data_problem, rng_for
+from pobo.scenarios.loaders import read_columns
+from pobo.scenarios.problem import Problem, data_problem, rng_for
 
 COLUMNS = ("funded_amnt_inv", "int_rate", "annual_inc")
 COMPLETED = ("fully paid", "charged off")

@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from parties.preparation import scale_to_max_norm
-from scenarios.problem import MAX_NORM, Problem, fitted_prior
+from pobo.parties.preparation import scale_to_max_norm
+from pobo.scenarios.problem import MAX_NORM, Problem, fitted_prior
 
 BRANIN_MIN = 0.397887
 

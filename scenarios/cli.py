@@ -23,24 +23,24 @@ from pathlib import Path
 
 import numpy as np
 
-from parties.journal import Journal
-from parties.budget import describe_journal_ledger, journal_ledger
-from parties.service import DEFAULT_LIFT, LIFT_MODES
-from parties.modeler import FIT_MODES, HyperFit
-from parties.strategies import STRATEGIES, epoch_length_option, strategy_spec
-from protocol.errors import PoboError
-from protocol.ledger import describe_ledger
-from protocol.messages import ReleaseRequest
-from protocol.signing import load_allowed_keys, load_signing_key, load_verify_key
-from scenarios.auditing import audit_files, signing_keys
-from scenarios.launch import TRANSPORTS, LaunchError, run
-from scenarios.presets import PRESETS, Preset
-from scenarios.registry import build_problem, is_script, scenario_names
-from scenarios.report import admissible_r, write_report
-from scenarios.remote import connect_modeler, serve_curator
-from scenarios.session import RunConfig, Signing, prepare_service
-from scenarios.sweep import SweepSpec, dask_executor, run_sweep
-from transport.security import CurveClient, CurveServer, make_keys
+from pobo.parties.journal import Journal
+from pobo.parties.budget import describe_journal_ledger, journal_ledger
+from pobo.parties.service import DEFAULT_LIFT, LIFT_MODES
+from pobo.parties.modeler import FIT_MODES, HyperFit
+from pobo.parties.strategies import STRATEGIES, epoch_length_option, strategy_spec
+from pobo.protocol.errors import PoboError
+from pobo.protocol.ledger import describe_ledger
+from pobo.protocol.messages import ReleaseRequest
+from pobo.protocol.signing import load_allowed_keys, load_signing_key, load_verify_key
+from pobo.scenarios.auditing import audit_files, signing_keys
+from pobo.scenarios.launch import TRANSPORTS, LaunchError, run
+from pobo.scenarios.presets import PRESETS, Preset
+from pobo.scenarios.registry import build_problem, is_script, scenario_names
+from pobo.scenarios.report import admissible_r, write_report
+from pobo.scenarios.remote import connect_modeler, serve_curator
+from pobo.scenarios.session import RunConfig, Signing, prepare_service
+from pobo.scenarios.sweep import SweepSpec, dask_executor, run_sweep
+from pobo.transport.security import CurveClient, CurveServer, make_keys
 
 SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objective",
                     "minimise")

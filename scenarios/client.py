@@ -1,7 +1,7 @@
 """An ask/tell modeler client: drive the modeler side of a session from any optimizer.
 
 ```python
-from scenarios.client import ModelerClient
+from pobo.scenarios.client import ModelerClient
 
 with ModelerClient.connect("tcp://127.0.0.1:5555", out="runs/m") as client:
     Z = client.Z                                   # the released n x r matrix (read-only)
@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 import zmq.asyncio
 
-from parties.runners import PendingCallback, QueryWindow, expect
-from protocol.errors import PeerError, PeerTimeout
-from protocol.messages import (
+from pobo.parties.runners import PendingCallback, QueryWindow, expect
+from pobo.protocol.errors import PeerError, PeerTimeout
+from pobo.protocol.messages import (
     PROTOCOL_VERSION,
     Dataset,
     End,
@@ -60,10 +60,10 @@ from protocol.messages import (
     SessionParams,
     Welcome,
 )
-from protocol.policy import CURATOR, MODELER, RELEASE_ALGORITHMS
-from scenarios.session import Signing, open_channel, write_json
-from transport.security import CurveClient
-from transport.sockets import DealerPipe
+from pobo.protocol.policy import CURATOR, MODELER, RELEASE_ALGORITHMS
+from pobo.scenarios.session import Signing, open_channel, write_json
+from pobo.transport.security import CurveClient
+from pobo.transport.sockets import DealerPipe
 
 CLIENT_NAME = "pobo-client"
 

@@ -17,8 +17,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from scenarios.presets import PRESETS
-from scenarios.report import mean_se
+from pobo.scenarios.presets import PRESETS
+from pobo.scenarios.report import mean_se
 
 TOLERANCE = 0.01  # sigma_y: an absolute slack beside 2 standard errors
 KEEP = ("scenario", "strategy", "moma_k", "beta_scale", "ldp_epsilon", "metric", "epsilon", "r",
@@ -68,7 +68,7 @@ class Entry:
 def sweep_command(name: str, seeds: int, scenario: str) -> str:
     """The `pobo sweep` command that regenerates fidelity/NAME.csv."""
     data = f" --data {DATA[scenario]}" if scenario in DATA else ""
-    return (f"python -m scenarios.cli sweep --preset {name} --seeds {seeds}{data} --workers 1 "
+    return (f"pobo sweep --preset {name} --seeds {seeds}{data} --workers 1 "
             f"--out runs/sweeps/{name}")
 
 
@@ -205,7 +205,7 @@ def hospital_section(rows: list[dict]) -> str:
     lines = ["### Hospital readmission (PO-GP-UCB sec. 1, example (a): no experiment in the paper)",
              "", f"pobo: {seeds} seeds, n = {int(rows[0]['n'])}, T = {int(rows[0]['T'])}, hits = "
                  "distinct patients readmitted within 30 days found; no row queried twice; "
-                 "`python -m scenarios.cli sweep hospital --data ../shared/data/diabetic_data.csv.gz"
+                 "`pobo sweep hospital --data ../shared/data/diabetic_data.csv.gz"
                  f" --strategies gp-ucb random --seeds {seeds} --non-private --workers 1`", "",
              "| strategy | release | hits |", "| --- | --- | --- |"]
     for (strategy, nonpriv), values in sorted(groups.items()):
@@ -231,7 +231,7 @@ def moma_section(rows: list[dict]) -> str:
              f"pobo: ldp-synthetic (SE), LDP ε = {rows[0]['ldp_epsilon']:g}, T = "
              f"{int(rows[0]['T'])}, {seeds} seeds, β scale "
              f"{'default (0.01)' if scale is None else scale}; k and the β scale were chosen "
-             "on this same problem; `python -m scenarios.cli sweep ldp-synthetic --ldp-eps 1 "
+             "on this same problem; `pobo sweep ldp-synthetic --ldp-eps 1 "
              f"--strategies moma-gp-ucb --moma-k 8 20 50 312 --seeds {seeds} --workers 1`", "",
              "| k | epochs | R_T |", "| --- | --- | --- |"]
     T = int(rows[0]["T"])

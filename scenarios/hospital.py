@@ -17,8 +17,8 @@ import math
 
 import numpy as np
 
-from scenarios.loaders import read_columns
-from scenarios.problem import Problem, data_problem, rng_for
+from pobo.scenarios.loaders import read_columns
+from pobo.scenarios.problem import Problem, data_problem, rng_for
 
 COUNTS = ("time_in_hospital", "num_lab_procedures", "num_procedures", "num_medications",
           "number_outpatient", "number_emergency", "number_inpatient", "number_diagnoses")

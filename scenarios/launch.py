@@ -1,8 +1,8 @@
 """Start the curator and the modeler as two separate OS processes and merge their results.
 
 `run_processes(config, out)` is what `pobo run --transport tcp|ipc` does: it starts
-`python -m scenarios.cli curator --bind ...`, reads the endpoint the curator bound,
-starts `python -m scenarios.cli modeler --connect ...`, forwards the curator's
+`pobo curator --bind ...`, reads the endpoint the curator bound,
+starts `pobo modeler --connect ...`, forwards the curator's
 progress lines, and always stops both processes before returning, pass or fail.
 """
 from __future__ import annotations
@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocol.errors import PoboError
-from scenarios.remote import LISTENING
-from protocol.signing import load_verify_key
-from scenarios.session import RunConfig, Signing, merge_results, run_inproc
-from transport.security import make_keys, make_signing_keys
+from pobo.protocol.errors import PoboError
+from pobo.scenarios.remote import LISTENING
+from pobo.protocol.signing import load_verify_key
+from pobo.scenarios.session import RunConfig, Signing, merge_results, run_inproc
+from pobo.transport.security import make_keys, make_signing_keys
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
 
@@ -207,8 +207,10 @@ def _found_endpoint(line: str, endpoint: list[str], ready: threading.Event) -> N
 
 
 def _spawn(role: str, argv: list[str], verbose: bool, on_line=None) -> Spawned:
-    """Start `python -m scenarios.cli ARGV`, forwarding its stdout line by line."""
-    process = subprocess.Popen([sys.executable, "-m", "scenarios.cli", *argv],
+    """Start `python -m pobo ARGV` -- the installed package, so that a `scenarios/`
+    folder in the working directory cannot shadow it -- forwarding its stdout line by
+    line."""
+    process = subprocess.Popen([sys.executable, "-m", "pobo", *argv],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                stdin=subprocess.DEVNULL, text=True, bufsize=1)
     lines: list[str] = []

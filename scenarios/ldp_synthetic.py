@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from parties.kernels import kernel_by_name
-from protocol.messages import KernelParams
-from scenarios.problem import Problem, rng_for
+from pobo.parties.kernels import kernel_by_name
+from pobo.protocol.messages import KernelParams
+from pobo.scenarios.problem import Problem, rng_for
 
 LENGTHSCALE = 0.2
 DECLARED_B = 10.0  # max |f| is below 10.4 for 99 % of seeds (SE and Matern, 300 seeds)

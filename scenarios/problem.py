@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from parties.kernels import squared_exponential
-from parties.likelihood import fit_hyperparameters
-from parties.preparation import fit_ard_lengthscales, rescale_by_lengthscales, scale_to_max_norm
-from parties.dataset import Problem  # noqa: F401  (scenarios build Problems)
-from parties.noise import rng_for  # noqa: F401
-from protocol.messages import KernelParams
+from pobo.parties.kernels import squared_exponential
+from pobo.parties.likelihood import fit_hyperparameters
+from pobo.parties.preparation import fit_ard_lengthscales, rescale_by_lengthscales, scale_to_max_norm
+from pobo.parties.dataset import Problem  # noqa: F401  (scenarios build Problems)
+from pobo.parties.noise import rng_for  # noqa: F401
+from pobo.protocol.messages import KernelParams
 
 MAX_NORM = 25.0
 SIGNAL_SAMPLE = 300  # rows of the prepared dataset the sigma_y fit uses (O(sample^3))

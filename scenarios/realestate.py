@@ -13,8 +13,8 @@ import math
 
 import numpy as np
 
-from scenarios.loaders import read_columns
-from scenarios.problem import Problem, data_problem, rng_for
+from pobo.scenarios.loaders import read_columns
+from pobo.scenarios.problem import Problem, data_problem, rng_for
 
 EMBEDDED_N = 2362  # projects in the public file
 CBD = (1.285, 103.851)

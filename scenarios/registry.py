@@ -15,10 +15,10 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from scenarios import (
+from pobo.scenarios import (
     bank, branin, hospital, ldp_synthetic, realestate, synthetic, table, tuning,
 )
-from scenarios.problem import Problem
+from pobo.scenarios.problem import Problem
 
 ENTRY_POINTS = "pobo.scenarios"
 PUBLIC_INPUTS = frozenset({"ldp-synthetic", "tuning"})  # inputs are a public grid: no projection by default

@@ -32,19 +32,19 @@ from collections.abc import Callable
 
 import numpy as np
 
-from parties.curator import Curator, Oracle
-from parties.gp import IncrementalGP, NumericalError
-from parties.kernels import Kernel, kernel_by_name
-from parties.noise import NoiseSource
-from parties.release import (
+from pobo.parties.curator import Curator, Oracle
+from pobo.parties.gp import IncrementalGP, NumericalError
+from pobo.parties.kernels import Kernel, kernel_by_name
+from pobo.parties.noise import NoiseSource
+from pobo.parties.release import (
     DEFAULT_SIMILARITY, UCB_RTOL, ReleaseResult, gamma_bound, lipschitz_release,
     noise_free_release, noisy_release, ucb_replay,
 )
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.ledger import Entry, Ledger
-from protocol.messages import Hello, KernelParams, Release, ReleaseRequest
-from protocol.policy import KUSNER_UCB
-from scenarios.problem import Problem
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.ledger import Entry, Ledger
+from pobo.protocol.messages import Hello, KernelParams, Release, ReleaseRequest
+from pobo.protocol.policy import KUSNER_UCB
+from pobo.scenarios.problem import Problem
 
 # Algorithm 1 releases both the row and the value, each (eps, delta)-DP: (2 eps, 2 delta)
 COST = {"noisy": 2, "noise-free": 1, "lipschitz": 1}

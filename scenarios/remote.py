@@ -15,16 +15,16 @@ from pathlib import Path
 
 import zmq.asyncio
 
-from parties.modeler import HyperFit
-from parties.runners import receive_hello, resume_state
-from parties.service import CuratorService
-from protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
-from protocol.messages import Error, ReleaseRequest
-from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
-from protocol.transcript import Transcript
-from scenarios.session import Signing, curate, open_channel, optimise
-from transport.security import CurveClient, CurveServer, start_authenticator
-from transport.sockets import DealerPipe, RouterHub
+from pobo.parties.modeler import HyperFit
+from pobo.parties.runners import receive_hello, resume_state
+from pobo.parties.service import CuratorService
+from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
+from pobo.protocol.messages import Error, ReleaseRequest
+from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from pobo.protocol.transcript import Transcript
+from pobo.scenarios.session import Signing, curate, open_channel, optimise
+from pobo.transport.security import CurveClient, CurveServer, start_authenticator
+from pobo.transport.sockets import DealerPipe, RouterHub
 
 LISTENING = "[curator] listening on "
 log = logging.getLogger("pobo.curator")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from parties.dataset import regret_scale
-from parties.projection import largest_admissible_r, omega, singular_values
-from scenarios.registry import build_problem
+from pobo.parties.dataset import regret_scale
+from pobo.parties.projection import largest_admissible_r, omega, singular_values
+from pobo.scenarios.registry import build_problem
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:

@@ -15,25 +15,25 @@ from pathlib import Path
 
 import numpy as np
 
-from parties.journal import Journal
-from parties.modeler import HyperFit
-from parties.objective import CommandObjective, DeferredObjective, Objective
-from parties.runners import ResumeState, receive_hello, run_modeler, serve_session
-from parties.service import (
+from pobo.parties.journal import Journal
+from pobo.parties.modeler import HyperFit
+from pobo.parties.objective import CommandObjective, DeferredObjective, Objective
+from pobo.parties.runners import ResumeState, receive_hello, run_modeler, serve_session
+from pobo.parties.service import (
     DEFAULT_LIFT, CuratorService, CuratorSession, CuratorSettings,
 )
-from parties.strategies import make_strategy, strategy_spec
-from protocol.channel import Channel
-from protocol.errors import PeerGone, PeerTimeout
-from protocol.ledger import Budget
-from protocol.messages import Hello, ReleaseRequest
-from protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
-from protocol.signing import Signer
-from protocol.transcript import Transcript
-from parties.dataset import regret_scale
-from scenarios.problem import Problem, distinct_hits, rng_for
-from scenarios.registry import DISTINCT_ROWS, build_problem, public_inputs
-from scenarios.releases import release_handler
+from pobo.parties.strategies import make_strategy, strategy_spec
+from pobo.protocol.channel import Channel
+from pobo.protocol.errors import PeerGone, PeerTimeout
+from pobo.protocol.ledger import Budget
+from pobo.protocol.messages import Hello, ReleaseRequest
+from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from pobo.protocol.signing import Signer
+from pobo.protocol.transcript import Transcript
+from pobo.parties.dataset import regret_scale
+from pobo.scenarios.problem import Problem, distinct_hits, rng_for
+from pobo.scenarios.registry import DISTINCT_ROWS, build_problem, public_inputs
+from pobo.scenarios.releases import release_handler
 
 
 @dataclass(frozen=True)
@@ -390,7 +390,7 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     `problem` reuses an already built dataset (sweeps share one per seed); without
     `transcripts` the channels still encode, decode and police every message.
     """
-    from transport.inproc import pipe_pair  # scenarios choose the transport
+    from pobo.transport.inproc import pipe_pair  # scenarios choose the transport
 
     out = Path(out)
     session = prepare_curator(config, problem)

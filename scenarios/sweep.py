@@ -18,10 +18,10 @@ from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from parties.modeler import HyperFit
-from scenarios.registry import build_problem, public_inputs
-from parties.service import DEFAULT_LIFT
-from scenarios.session import RunConfig, run_inproc
+from pobo.parties.modeler import HyperFit
+from pobo.scenarios.registry import build_problem, public_inputs
+from pobo.parties.service import DEFAULT_LIFT
+from pobo.scenarios.session import RunConfig, run_inproc
 
 
 @dataclass(frozen=True)

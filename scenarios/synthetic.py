@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
-from protocol.messages import KernelParams
-from parties.preparation import scale_to_max_norm
-from scenarios.problem import Problem, rng_for
+from pobo.protocol.messages import KernelParams
+from pobo.parties.preparation import scale_to_max_norm
+from pobo.scenarios.problem import Problem, rng_for
 
 LENGTHSCALE = 6.25  # 0.25 x max norm, as in the authors' code (the paper's text says 1.25)
 SIGNAL_VAR = 1.0

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from scenarios.loaders import read_columns
-from scenarios.problem import Problem, data_problem
+from pobo.scenarios.loaders import read_columns
+from pobo.scenarios.problem import Problem, data_problem
 
 
 def columns(names: str | list[str] | tuple[str, ...]) -> list[str]:

@@ -16,8 +16,8 @@ import math
 import numpy as np
 import scipy.optimize
 
-from protocol.messages import KernelParams
-from scenarios.problem import Problem, rng_for
+from pobo.protocol.messages import KernelParams
+from pobo.scenarios.problem import Problem, rng_for
 
 LAM_MIN, LAM_MAX = 0.1, 1.0  # Delta ~ (lam_max - lam_min)/(lam_max lam_min) = 9
 

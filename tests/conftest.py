@@ -1,12 +1,26 @@
-"""Shared fixtures: small public session parameters and one message of every kind."""
+"""Shared fixtures: small public session parameters and one message of every kind; the
+`--full` option (the statistical checks at full length, see README)."""
+import os
+
 import numpy as np
 import pytest
 
-from protocol.messages import (
+from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, End, Error, Hello, KernelParams, Mechanism, ProjectedDataset,
     Query, Reward, SessionParams, Welcome,
 )
-from protocol.policy import DP_PROJECTION
+from pobo.protocol.policy import DP_PROJECTION
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true",
+                     help="run the statistical checks (marked slow) at full length: more "
+                          "seeds and repetitions (minutes); without it they run reduced")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--full"):
+        os.environ["POBO_FULL"] = "1"  # read by the tests' REDUCED flags at collection
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ class CuratorProcess:
                  endpoint: str | None = None) -> None:
         self.endpoint = endpoint or f"tcp://127.0.0.1:{free_port()}"
         self.out = out
-        cmd = [sys.executable, "-m", "scenarios.cli", "curator", "synthetic", "--grid", "8",
+        cmd = [sys.executable, "-m", "pobo", "curator", "synthetic", "--grid", "8",
                "--T", str(T), "--bind", self.endpoint, "--out", str(out),
                "--accept-timeout", "60", "--timeout", "30", *extra]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -9,13 +9,13 @@ import msgpack
 import numpy as np
 import pytest
 
-from protocol.audit import audit_session, audit_transcript
-from protocol.codec import encode
-from protocol.messages import Dataset, ProjectedDataset, Reward
-from protocol.policy import IDENTITY
-from protocol.transcript import Transcript, raw_records
-from scenarios.auditing import audit_files
-from scenarios.session import RunConfig, run_inproc
+from pobo.protocol.audit import audit_session, audit_transcript
+from pobo.protocol.codec import encode
+from pobo.protocol.messages import Dataset, ProjectedDataset, Reward
+from pobo.protocol.policy import IDENTITY
+from pobo.protocol.transcript import Transcript, raw_records
+from pobo.scenarios.auditing import audit_files
+from pobo.scenarios.session import RunConfig, run_inproc
 
 
 @pytest.fixture
@@ -98,11 +98,11 @@ def test_data_check_and_cli_exit_status(tmp_path):
     out = tmp_path / "np"
     asyncio.run(run_inproc(RunConfig(T=3, options={"grid": 8}), out))
     data = tmp_path / "data.npz"
-    done = subprocess.run([sys.executable, "-m", "scenarios.cli", "export-data", "synthetic",
+    done = subprocess.run([sys.executable, "-m", "pobo", "export-data", "synthetic",
                            "--grid", "8", "--out", str(data)], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    ok = subprocess.run([sys.executable, "-m", "scenarios.cli", "audit",
+    ok = subprocess.run([sys.executable, "-m", "pobo", "audit",
                          str(out / "curator.transcript"), "--data", str(data), "--json"],
                         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and json.loads(ok.stdout)[0]["ok"]
@@ -115,7 +115,7 @@ def test_data_check_and_cli_exit_status(tmp_path):
     forged.append("sent", "dataset", encode(Dataset(ProjectedDataset("po-gp-ucb-projection",
                                                                      3.0041660239464334, 1e-5, 1.0, X))))
     forged.close()
-    bad = subprocess.run([sys.executable, "-m", "scenarios.cli", "audit",
+    bad = subprocess.run([sys.executable, "-m", "pobo", "audit",
                           str(tmp_path / "x.transcript"), "--data", str(data)],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "rows of X appear verbatim" in bad.stdout
@@ -126,7 +126,7 @@ def test_a_transcript_cut_before_its_end_is_reported_incomplete(session, tmp_pat
     but the audit says the session is incomplete instead of a plain OK."""
     import shutil
 
-    from protocol.audit import audit_transcript
+    from pobo.protocol.audit import audit_transcript
     whole = audit_transcript(session / "curator.transcript")
     assert whole.complete and whole.to_dict()["complete"] is True
     cut = tmp_path / "cut" / "curator.transcript"

@@ -12,16 +12,16 @@ import time
 import numpy as np
 import pytest
 
-from parties.journal import Journal
-from protocol.codec import decode
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import Hello, Query, Reward, SessionParams, Welcome
-from protocol.policy import CURATOR, PRIVATE, Boundary
-from protocol.signing import body_of
-from protocol.transcript import read_transcript
-from scenarios.auditing import audit_files
-from scenarios.cli import main
-from scenarios.session import RunConfig, run_inproc
+from pobo.parties.journal import Journal
+from pobo.protocol.codec import decode
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.messages import Hello, Query, Reward, SessionParams, Welcome
+from pobo.protocol.policy import CURATOR, PRIVATE, Boundary
+from pobo.protocol.signing import body_of
+from pobo.protocol.transcript import read_transcript
+from pobo.scenarios.auditing import audit_files
+from pobo.scenarios.cli import main
+from pobo.scenarios.session import RunConfig, run_inproc
 from tests.curator_process import CuratorProcess
 
 PY = sys.executable
@@ -115,7 +115,7 @@ def test_a_sequential_strategy_refuses_a_batch(tmp_path, strategy, capsys):
 
 
 def test_the_client_asks_for_a_batch(tmp_path):
-    from scenarios.client import ClientError, ModelerClient
+    from pobo.scenarios.client import ClientError, ModelerClient
 
     curator = CuratorProcess(tmp_path / "c", 8, ["--max-batch", "3"])
     try:

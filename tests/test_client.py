@@ -17,11 +17,11 @@ import pytest
 
 from curator_process import CuratorProcess, free_port  # test helper: runs the CLI
 
-from protocol.errors import PeerError, PeerTimeout
-from protocol.signing import load_signing_key, load_verify_key
-from scenarios.client import ClientError, ModelerClient
-from scenarios.session import Signing
-from transport.security import CurveClient
+from pobo.protocol.errors import PeerError, PeerTimeout
+from pobo.protocol.signing import load_signing_key, load_verify_key
+from pobo.scenarios.client import ClientError, ModelerClient
+from pobo.scenarios.session import Signing
+from pobo.transport.security import CurveClient
 
 ROOT = Path(__file__).resolve().parents[1]
 N = 64  # synthetic --grid 8
@@ -29,7 +29,7 @@ N = 64  # synthetic --grid 8
 
 def _pobo() -> list[str]:
     script = Path(sys.executable).with_name("pobo")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "scenarios.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pobo"]
 
 
 def _ucb_choice(Z: np.ndarray, history: list[tuple[int, float]], rng) -> int:

@@ -6,9 +6,9 @@ import msgpack
 import numpy as np
 import pytest
 
-from protocol.codec import ARRAY_EXT, decode, encode
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import Dataset, End, Hello, ProjectedDataset, Query, Reward
+from pobo.protocol.codec import ARRAY_EXT, decode, encode
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.messages import Dataset, End, Hello, ProjectedDataset, Query, Reward
 
 
 def test_every_message_round_trips(every_message):

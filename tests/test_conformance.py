@@ -29,13 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from protocol.codec import decode, encode  # noqa: E402
-from protocol.errors import ErrorCode, ProtocolError  # noqa: E402
-from protocol.messages import (  # noqa: E402
+from pobo.protocol.codec import decode, encode  # noqa: E402
+from pobo.protocol.errors import ErrorCode, ProtocolError  # noqa: E402
+from pobo.protocol.messages import (  # noqa: E402
     KINDS, Dataset, End, Error, Hello, KernelParams, Mechanism, Pending, ProjectedDataset, Query,
     Release, ReleaseRequest, Reward, SessionParams, Welcome, kind_of,
 )
-from protocol.signing import ZERO, Link, Signer, open_frame, seal, verify, verify_key  # noqa: E402
+from pobo.protocol.signing import ZERO, Link, Signer, open_frame, seal, verify, verify_key  # noqa: E402
 
 VECTORS = Path(__file__).parent / "conformance" / "vectors.json"
 TEST_SEED = bytes(range(32))  # the TEST KEY's secret: 00 01 02 ... 1f, public by design

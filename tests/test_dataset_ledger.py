@@ -13,15 +13,15 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from parties.dataset import dataset_digest
-from parties.journal import Journal, JournalError
-from parties.noise import NoiseSource
-from protocol.audit import audit_transcript, numeric_fields
-from protocol.errors import ErrorCode, PeerError, ProtocolError
-from protocol.ledger import PrivacyBudgetExceeded
-from scenarios.registry import build_problem
-from scenarios.session import RunConfig, curate, open_channel, optimise, prepare_service
-from transport.inproc import pipe_pair
+from pobo.parties.dataset import dataset_digest
+from pobo.parties.journal import Journal, JournalError
+from pobo.parties.noise import NoiseSource
+from pobo.protocol.audit import audit_transcript, numeric_fields
+from pobo.protocol.errors import ErrorCode, PeerError, ProtocolError
+from pobo.protocol.ledger import PrivacyBudgetExceeded
+from pobo.scenarios.registry import build_problem
+from pobo.scenarios.session import RunConfig, curate, open_channel, optimise, prepare_service
+from pobo.transport.inproc import pipe_pair
 
 SMALL = dict(T=3, seed=0, timeout=10.0, options={"grid": 8})
 
@@ -70,7 +70,7 @@ def test_a_second_session_gets_the_same_projection_and_no_new_charge():
 
 def test_a_restarted_curator_serves_the_same_z_from_its_journal_without_charging(
         tmp_path, monkeypatch):
-    import parties.service as service_module
+    import pobo.parties.service as service_module
 
     config = cfg(budget_epsilon=10.0)
     journal = Journal(tmp_path / "journal.db")
@@ -124,12 +124,12 @@ def test_sessions_never_spend_more_than_the_budget_before_and_after_a_restart(tm
 
 
 def _request(config):
-    from scenarios.session import release_request
+    from pobo.scenarios.session import release_request
     return release_request(config)
 
 
 def test_a_projection_past_the_budget_is_refused_before_anything_is_drawn(monkeypatch):
-    import parties.service as service_module
+    import pobo.parties.service as service_module
 
     def boom(*args, **kwargs):
         raise AssertionError("the projection was drawn")
@@ -179,7 +179,7 @@ def test_a_refused_ldp_report_reaches_the_modeler_as_a_typed_error(tmp_path):
         def select(self, gp, t, rng):
             return 0
 
-    import scenarios.session as session_module
+    import pobo.scenarios.session as session_module
     original = session_module.make_strategy
     session_module.make_strategy = lambda name, scale=None: AlwaysRowZero()
     try:
@@ -251,7 +251,7 @@ def test_pobo_ledger_prints_the_dataset_ledger_as_json(tmp_path):
     for row in (1, 1, 2):
         service.new_session().curator().respond(1, row)
     journal.close()
-    cmd = [sys.executable, "-m", "scenarios.cli", "ledger", "--journal", str(tmp_path / "j.db")]
+    cmd = [sys.executable, "-m", "pobo", "ledger", "--journal", str(tmp_path / "j.db")]
     data = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True,
                                      timeout=60, check=True).stdout)
     assert data["central"]["epsilon"] == pytest.approx(service.settings.epsilon)
@@ -265,7 +265,7 @@ def test_pobo_ledger_prints_the_dataset_ledger_as_json(tmp_path):
 
 
 def test_pobo_ledger_on_a_missing_journal_is_one_line(tmp_path):
-    cmd = [sys.executable, "-m", "scenarios.cli", "ledger", "--journal", str(tmp_path / "no.db")]
+    cmd = [sys.executable, "-m", "pobo", "ledger", "--journal", str(tmp_path / "no.db")]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and len(run.stderr.strip().splitlines()) == 1
     assert "no journal" in run.stderr
@@ -283,8 +283,8 @@ def test_the_result_states_the_privacy_unit_and_the_lift(tmp_path):
 def _wide_problem(scale: float):
     """n = 4 rows in d = 6 (n - 1 <= d: the private lift test decides), rows scaled so
     that sigma_(n-1) of the centred X is about `scale`."""
-    from parties.dataset import Problem
-    from protocol.messages import KernelParams
+    from pobo.parties.dataset import Problem
+    from pobo.protocol.messages import KernelParams
     rng = np.random.default_rng(11)
     X = rng.standard_normal((4, 6))
     X -= X.mean(0)
@@ -297,7 +297,7 @@ def _wide_problem(scale: float):
 def test_the_private_lift_test_decides_and_is_charged_once(scale, lifted, tmp_path):
     """n - 1 <= d: the test runs on a noisy sigma_(n-1), charges (0.1 eps, delta) beside
     the projection -- once, however many sessions and restarts -- and is announced."""
-    from parties.service import CuratorService, CuratorSettings
+    from pobo.parties.service import CuratorService, CuratorSettings
     settings = CuratorSettings(3.0, 1e-5, 2, 2, lift="private", seed=None)
     for _ in range(2):  # a restart on the same journal
         journal = Journal(tmp_path / "j.db")

@@ -12,22 +12,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from protocol.signing import body_of
-from protocol.codec import decode, encode
-from protocol.errors import ErrorCode, PeerTimeout, ProtocolError
-from protocol.messages import PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Reward, Welcome
-from protocol.policy import CURATOR
-from protocol.transcript import read_transcript
-from scenarios.remote import LISTENING, connect_modeler
-from scenarios.session import RunConfig, curate, open_channel, prepare_curator, run_inproc
-from transport.inproc import pipe_pair
+from pobo.protocol.signing import body_of
+from pobo.protocol.codec import decode, encode
+from pobo.protocol.errors import ErrorCode, PeerTimeout, ProtocolError
+from pobo.protocol.messages import PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Reward, Welcome
+from pobo.protocol.policy import CURATOR
+from pobo.protocol.transcript import read_transcript
+from pobo.scenarios.remote import LISTENING, connect_modeler
+from pobo.scenarios.session import RunConfig, curate, open_channel, prepare_curator, run_inproc
+from pobo.transport.inproc import pipe_pair
 
 SMALL = ["--grid", "12", "--T", "6", "--r", "4"]
 
 
 def _pobo() -> list[str]:
     script = Path(sys.executable).with_name("pobo")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "scenarios.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "pobo"]
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -96,7 +96,7 @@ def test_pobo_curator_and_pobo_modeler_as_two_commands(tmp_path):
 
 
 def test_non_private_baseline_over_ipc_is_recorded_as_such(tmp_path):
-    from scenarios.launch import run
+    from pobo.scenarios.launch import run
     result = run(RunConfig(T=4, non_private=True, options={"grid": 10}), tmp_path, "ipc",
                  verbose=False, wall_timeout=120)
     assert result["policy"] == "non-private" and result["epsilon"] is None

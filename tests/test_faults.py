@@ -8,14 +8,14 @@ import sys
 import time
 
 
-from protocol.codec import decode, encode
-from protocol.messages import PROTOCOL_VERSION, End, Hello, Query, Reward
-from protocol.policy import CURATOR
-from scenarios.remote import LISTENING
-from scenarios.session import RunConfig, curate, open_channel, prepare_curator
-from transport.inproc import pipe_pair
+from pobo.protocol.codec import decode, encode
+from pobo.protocol.messages import PROTOCOL_VERSION, End, Hello, Query, Reward
+from pobo.protocol.policy import CURATOR
+from pobo.scenarios.remote import LISTENING
+from pobo.scenarios.session import RunConfig, curate, open_channel, prepare_curator
+from pobo.transport.inproc import pipe_pair
 
-POBO = [sys.executable, "-m", "scenarios.cli"]
+POBO = [sys.executable, "-m", "pobo"]
 
 
 async def test_a_repeated_sequence_number_is_answered_from_the_record(tmp_path):

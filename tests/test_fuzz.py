@@ -11,11 +11,11 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from protocol.codec import ARRAY_EXT, decode, encode
-from protocol.errors import ErrorCode
-from protocol.messages import PROTOCOL_VERSION, Error, Hello, Query, Reward, Welcome
-from scenarios.remote import connect_modeler, serve_curator
-from scenarios.session import RunConfig, prepare_service, run_inproc
+from pobo.protocol.codec import ARRAY_EXT, decode, encode
+from pobo.protocol.errors import ErrorCode
+from pobo.protocol.messages import PROTOCOL_VERSION, Error, Hello, Query, Reward, Welcome
+from pobo.scenarios.remote import connect_modeler, serve_curator
+from pobo.scenarios.session import RunConfig, prepare_service, run_inproc
 
 CFG = RunConfig(T=12, seed=3, options={"grid": 10}, timeout=20.0)
 FRAMES_PER_PEER = 2600

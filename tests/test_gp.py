@@ -5,14 +5,14 @@ import math
 import numpy as np
 import pytest
 
-from parties.gp import IncrementalGP, NumericalError, posterior_dense
-from parties.kernels import (
+from pobo.parties.gp import IncrementalGP, NumericalError, posterior_dense
+from pobo.parties.kernels import (
     Kernel, ard_squared_exponential, kernel_by_name, matern52, squared_exponential,
 )
-from parties.likelihood import fit_hyperparameters, log_marginal_likelihood
-from parties.modeler import HyperFit, Modeler
-from parties.strategies import GPUCB, beta_gp_ucb
-from protocol.messages import KernelParams, ProjectedDataset, SessionParams
+from pobo.parties.likelihood import fit_hyperparameters, log_marginal_likelihood
+from pobo.parties.modeler import HyperFit, Modeler
+from pobo.parties.strategies import GPUCB, beta_gp_ucb
+from pobo.protocol.messages import KernelParams, ProjectedDataset, SessionParams
 
 KERNELS = {
     "se": squared_exponential(1.3, 2.0),
@@ -187,7 +187,7 @@ def test_modeler_queries_the_ucb_argmax_of_the_dense_posterior():
 
 
 def test_curator_preparation_makes_an_isotropic_kernel_fit():
-    from parties.preparation import fit_ard_lengthscales, rescale_by_lengthscales
+    from pobo.parties.preparation import fit_ard_lengthscales, rescale_by_lengthscales
     rng = np.random.default_rng(8)
     X = rng.uniform(0, 1, size=(400, 2)) * np.array([100.0, 1.0])  # wildly different units
     y = np.sin(X[:, 0] / 20) + np.cos(3 * X[:, 1]) + 0.05 * rng.standard_normal(400)

@@ -33,15 +33,15 @@ from pathlib import Path
 
 import pytest
 
-from protocol.audit import audit_session, compare, readable_records
-from protocol.codec import encode
-from protocol.messages import PROTOCOL_VERSION, Hello, Reward
-from scenarios.cli import main as pobo_main
-from scenarios.remote import LISTENING
-from scenarios.session import RunConfig, run_inproc
-from transport.security import make_signing_keys
+from pobo.protocol.audit import audit_session, compare, readable_records
+from pobo.protocol.codec import encode
+from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Reward
+from pobo.scenarios.cli import main as pobo_main
+from pobo.scenarios.remote import LISTENING
+from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.transport.security import make_signing_keys
 
-POBO = [sys.executable, "-m", "scenarios.cli"]
+POBO = [sys.executable, "-m", "pobo"]
 T, SEED, TRIALS = 8, 4, 10
 SCENARIO = ["synthetic", "--grid", "10", "--T", str(T), "--seed", str(SEED), "--ldp-eps", "2"]
 F_SETPIPE_SZ = 1031

@@ -8,24 +8,24 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from parties.kernels import matern52, squared_exponential
-from parties.ldp import ConvertToLaplace, subweibull_clip
-from parties.noise import NoiseSource, discrete_laplace, lattice_laplace, lattice_step
-from parties.robust import (
+from pobo.parties.kernels import matern52, squared_exponential
+from pobo.parties.ldp import ConvertToLaplace, subweibull_clip
+from pobo.parties.noise import NoiseSource, discrete_laplace, lattice_laplace, lattice_step
+from pobo.parties.robust import (
     RewardModel, TruncatedGPUCB, median_of_means_index, nystrom_embedding,
 )
-from protocol.errors import PolicyViolation
-from protocol.messages import (
+from pobo.protocol.errors import PolicyViolation
+from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, Hello, KernelParams, Mechanism, Query, Reward, SessionParams,
     Welcome,
 )
-from protocol.policy import CURATOR, DP_PROJECTION, LDP_REWARD, MODELER, PRIVATE, Boundary
-from protocol.transcript import read_transcript
-from protocol.signing import body_of
-from protocol.codec import decode
-from scenarios.session import RunConfig, run_inproc
+from pobo.protocol.policy import CURATOR, DP_PROJECTION, LDP_REWARD, MODELER, PRIVATE, Boundary
+from pobo.protocol.transcript import read_transcript
+from pobo.protocol.signing import body_of
+from pobo.protocol.codec import decode
+from pobo.scenarios.session import RunConfig, run_inproc
 
-REDUCED = bool(os.environ.get("CI") or os.environ.get("POBO_REDUCED"))
+REDUCED = not os.environ.get("POBO_FULL")  # pytest --full: the full-length checks
 
 
 def _draws(scale_sensitivity=2.0, epsilon=1.0, count=4000, seed=0):
@@ -108,7 +108,7 @@ def test_an_ldp_session_end_to_end_records_the_mechanism_and_randomness(tmp_path
     cfg = RunConfig("ldp-synthetic", T=12, seed=4, ldp_epsilon=1.0, strategy="tgp-ucb")
     result = asyncio.run(run_inproc(cfg, tmp_path))
     assert result["ldp_epsilon"] == 1.0 and result["randomness"] == "seeded"
-    from scenarios.ldp_synthetic import DECLARED_B
+    from pobo.scenarios.ldp_synthetic import DECLARED_B
     # B is the scenario's declared constant, never max |f| of the instance
     assert result["ldp_scale"] == pytest.approx(2 * (DECLARED_B + 1.0) / 1.0)
     frames = [decode(body_of(r.frame)) for r in read_transcript(tmp_path / "modeler.transcript")]

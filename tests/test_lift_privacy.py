@@ -27,10 +27,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from parties.noise import NoiseSource
-from parties.projection import lift_test_needed, omega, project, singular_values
+from pobo.parties.noise import NoiseSource
+from pobo.parties.projection import lift_test_needed, omega, project, singular_values
 
-REDUCED = bool(os.environ.get("CI") or os.environ.get("POBO_REDUCED"))
+REDUCED = not os.environ.get("POBO_FULL")  # pytest --full: the full-length checks
 N = 4000 if REDUCED else 10000  # repetitions per dataset and mode (~0.3 ms each for private)
 N_ROWS, EPS, DELTA, R = 40, 3.0, 1e-5, 5
 TEST_EPS, TEST_DELTA = 0.1 * EPS, 0.01  # the default te; td large enough to see passes

@@ -11,10 +11,10 @@ import uuid
 
 import pytest
 
-from scenarios.remote import LISTENING
-from transport.security import make_keys
+from pobo.scenarios.remote import LISTENING
+from pobo.transport.security import make_keys
 
-POBO = [sys.executable, "-m", "scenarios.cli"]
+POBO = [sys.executable, "-m", "pobo"]
 
 
 def _ip(*args: str) -> None:

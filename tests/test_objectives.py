@@ -16,15 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parties.journal import Journal, Superseded
-from parties.objective import (
+from pobo.parties.journal import Journal, Superseded
+from pobo.parties.objective import (
     CommandObjective, DeferredObjective, EvaluationFailed, EvaluationRequest,
     FunctionObjective, ingest_results,
 )
-from protocol.errors import ErrorCode, PeerError, ProtocolError
-from protocol.ledger import LOCAL, Budget, Entry, PrivacyBudgetExceeded
-from scenarios.cli import main
-from scenarios.session import RunConfig, run_inproc
+from pobo.protocol.errors import ErrorCode, PeerError, ProtocolError
+from pobo.protocol.ledger import LOCAL, Budget, Entry, PrivacyBudgetExceeded
+from pobo.scenarios.cli import main
+from pobo.scenarios.session import RunConfig, run_inproc
 from tests.curator_process import ROOT, CuratorProcess, free_port
 
 PY = sys.executable
@@ -203,11 +203,11 @@ def test_a_failed_evaluation_tells_the_modeler_nothing_about_the_row(tmp_path, c
 
 async def _hammer(config: RunConfig, tries: int) -> Exception:
     """A modeler that retries one failing query `tries` times; the error it ends with."""
-    from parties.runners import ask
-    from protocol.messages import PROTOCOL_VERSION, Hello, Query
-    from protocol.policy import CURATOR, MODELER
-    from scenarios.session import curate, open_channel, prepare_curator
-    from transport.inproc import pipe_pair
+    from pobo.parties.runners import ask
+    from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Query
+    from pobo.protocol.policy import CURATOR, MODELER
+    from pobo.scenarios.session import curate, open_channel, prepare_curator
+    from pobo.transport.inproc import pipe_pair
 
     cpipe, mpipe = pipe_pair()
     cchan = open_channel(cpipe, CURATOR, False, None, 10)
@@ -243,17 +243,17 @@ def test_a_modeler_retrying_a_failing_query_forever_is_refused_after_5_evaluatio
 
 
 def test_a_command_objective_completes_a_session_with_exactly_T_evaluations(tmp_path):
-    config = RunConfig("synthetic", T=12, seed=3, options={"grid": 8},
+    config = RunConfig("synthetic", T=6, seed=3, options={"grid": 8},
                        objective_cmd=_flaky_command(tmp_path), ldp_epsilon=None,
                        journal=str(tmp_path / "j.db"), timeout=20)
     result = asyncio.run(run_inproc(config, tmp_path / "out"))
     assert result["status"] == "ok" and result["consistent"]
-    assert len(result["queries"]) == 12 and result["objective"] == "command"
+    assert len(result["queries"]) == 6 and result["objective"] == "command"
     assert result["simple_regret"] is None and result["f_star"] is None  # f is not known
     rows = result["queries"]
     assert result["measured"] == [-((r % 8) - 3) ** 2 - ((r // 8) - 5) ** 2 for r in rows]
     journal = Journal(tmp_path / "j.db")
-    assert len(journal.load(result["session"]).answers) == 12 and journal.pending() == []
+    assert len(journal.load(result["session"]).answers) == 6 and journal.pending() == []
     # every distinct row failed once and was retried: the session still has T answers
     assert len(list(tmp_path.glob("*.seen"))) == len(set(rows))
 
@@ -305,7 +305,7 @@ def _pending(db: Path, count: int, timeout: float = 60) -> list[dict]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if db.exists():
-            out = subprocess.run([PY, "-m", "scenarios.cli", "answer", "--journal", str(db),
+            out = subprocess.run([PY, "-m", "pobo", "answer", "--journal", str(db),
                                   "--json"], capture_output=True, text=True, cwd=ROOT,
                                  env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
             if out.returncode == 0:
@@ -334,7 +334,7 @@ def test_a_deferred_answer_entered_after_a_curator_restart_completes_the_session
     try:
         curator.wait_listening()
         modeler = subprocess.Popen(
-            [PY, "-m", "scenarios.cli", "modeler", "--connect", endpoint, "--out",
+            [PY, "-m", "pobo", "modeler", "--connect", endpoint, "--out",
              str(tmp_path / "m"), "--seed", "2", "--timeout", "3", "--patience", "120"],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from parties.journal import Journal, JournalFault
-from protocol.errors import ErrorCode, ProtocolError
-from scenarios.session import RunConfig, prepare_service
+from pobo.parties.journal import Journal, JournalFault
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.scenarios.session import RunConfig, prepare_service
 
-POBO = [sys.executable, "-m", "scenarios.cli"]
+POBO = [sys.executable, "-m", "pobo"]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sg-private-projects.csv"
 
 

@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from protocol.errors import ErrorCode, PolicyViolation, ProtocolError
-from protocol.messages import (
+from pobo.protocol.errors import ErrorCode, PolicyViolation, ProtocolError
+from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, End, Error, Hello, ProjectedDataset, Query, Reward, Welcome,
 )
-from protocol.policy import CURATOR, IDENTITY, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from pobo.protocol.policy import CURATOR, IDENTITY, MODELER, NON_PRIVATE, PRIVATE, Boundary
 
 
 def _ready_pair(params, release, policy=PRIVATE):

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import scipy.linalg
 
-from parties.noise import NoiseSource, lattice_step
-from parties.projection import (
+from pobo.parties.noise import NoiseSource, lattice_step
+from pobo.parties.projection import (
     LIFT_MODES, REASON_ALWAYS, REASON_NO_TEST, REASON_PAPER, REASON_TEST, choose_projection,
     identity_release, largest_admissible_r, lift_test_margin, lift_test_needed,
     lifted_dataset, omega, passes_lift_test, private_r, project, singular_values,
 )
-from scenarios.synthetic import grid_points
+from pobo.scenarios.synthetic import grid_points
 
 
 def test_omega_matches_the_formula_by_hand():

@@ -8,18 +8,18 @@ import pytest
 from scipy import stats
 from scipy.special import softmax
 
-from parties.kernels import squared_exponential
-from parties.noise import NoiseSource
-from parties.release import (
+from pobo.parties.kernels import squared_exponential
+from pobo.parties.noise import NoiseSource
+from pobo.parties.release import (
     exponential_mechanism, gamma_bound, greedy_information_gain, kusner_q, lipschitz_release,
     lipschitz_sensitivity, noise_free_release, noisy_release, similarity_term, ucb_replay,
 )
-from protocol.errors import ErrorCode, PolicyViolation, ProtocolError
-from protocol.ledger import LOCAL, Budget, Entry, Ledger, PrivacyBudgetExceeded
-from protocol.messages import (
+from pobo.protocol.errors import ErrorCode, PolicyViolation, ProtocolError
+from pobo.protocol.ledger import LOCAL, Budget, Entry, Ledger, PrivacyBudgetExceeded
+from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, Hello, Query, Release, ReleaseRequest, Reward, Welcome,
 )
-from protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
+from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
 
 
 def _source(seed=0):
@@ -135,7 +135,7 @@ def test_ledger_composes_central_parts_and_keeps_local_reports_per_row():
 
 
 def test_run_ledger_with_projection_ldp_and_release(tmp_path):
-    from scenarios.session import RunConfig, run_inproc
+    from pobo.scenarios.session import RunConfig, run_inproc
 
     cfg = RunConfig(T=6, options={"grid": 12}, ldp_epsilon=2.0, release="noisy",
                     release_epsilon=0.5, release_delta=1e-3)
@@ -154,7 +154,7 @@ def test_run_ledger_with_projection_ldp_and_release(tmp_path):
 
 
 def test_budget_refuses_a_release_before_noise_and_a_session_that_cannot_start(tmp_path):
-    from scenarios.session import RunConfig, prepare_curator, run_inproc
+    from pobo.scenarios.session import RunConfig, prepare_curator, run_inproc
 
     cfg = RunConfig(T=4, options={"grid": 10}, release="noisy", budget_epsilon=3.5)
     result = asyncio.run(run_inproc(cfg, tmp_path))
@@ -198,7 +198,7 @@ def test_a_release_request_before_the_last_query_is_refused(params, release):
 
 
 def test_tuning_scenario_lipschitz_release_end_to_end(tmp_path):
-    from scenarios.session import RunConfig, run_inproc
+    from pobo.scenarios.session import RunConfig, run_inproc
 
     result = asyncio.run(run_inproc(RunConfig("tuning", T=8, release="lipschitz"), tmp_path))
     rel = result["release"]
@@ -215,14 +215,14 @@ DELTA = 1e-3
 def _problem(noise_var=1e-5):
     from dataclasses import replace
 
-    from scenarios.synthetic import build
+    from pobo.scenarios.synthetic import build
     problem = build(0, grid=6)  # n = 36 on the max-norm-25 grid, SE l = 6.25
     return replace(problem, noise_var=noise_var,
                    kernel=replace(problem.kernel, noise_var=max(noise_var, 1e-5)))
 
 
 def _params(problem, T, ldp=None):
-    from protocol.messages import Mechanism, SessionParams
+    from pobo.protocol.messages import Mechanism, SessionParams
     mechanisms = () if ldp is None else (Mechanism("ctl-laplace", ldp.epsilon, ldp.delta),)
     return SessionParams(problem.name, problem.X.shape[0], problem.X.shape[1], T, "non-private",
                          mechanisms, problem.kernel, "seeded", reward_bound=4.0,
@@ -231,7 +231,7 @@ def _params(problem, T, ldp=None):
 
 def _curator(problem, T, rows=(), ldp=None, seed=1):
     """A curator whose record holds `rows` answered (y = f + N(0, noise_var))."""
-    from parties.curator import Curator, Oracle
+    from pobo.parties.curator import Curator, Oracle
     curator = Curator(Oracle(problem.f, problem.noise_var), T, np.random.default_rng(seed), ldp)
     rng = np.random.default_rng(seed + 100)
     for seq, row in enumerate(rows, start=1):
@@ -242,9 +242,9 @@ def _curator(problem, T, rows=(), ldp=None, seed=1):
 
 def _kusner_record(problem, T, delta=DELTA, seed=1):
     """A curator record and modeler after T rounds of the modeler's Kusner GP-UCB."""
-    from parties.modeler import Modeler
-    from parties.projection import identity_release
-    from parties.strategies import KusnerUCB
+    from pobo.parties.modeler import Modeler
+    from pobo.parties.projection import identity_release
+    from pobo.parties.strategies import KusnerUCB
     curator = _curator(problem, T, seed=seed)
     modeler = Modeler(_params(problem, T), identity_release(problem.X), KusnerUCB(delta),
                       np.random.default_rng(seed + 1))
@@ -258,7 +258,7 @@ def _kusner_record(problem, T, delta=DELTA, seed=1):
 
 
 def _handle(problem, curator, hello, request, ledger):
-    from scenarios.releases import release_handler
+    from pobo.scenarios.releases import release_handler
     return release_handler(problem, problem.X, problem.kernel, curator, ledger, _source(7),
                            hello=hello)(request)
 
@@ -343,8 +343,8 @@ def test_fitted_hyperparameters_never_shrink_the_release_noise():
     from dataclasses import replace
     problem, T = _problem(), 8
     curator, modeler = _kusner_record(problem, T)
-    from parties.noise import NoiseSource
-    from scenarios.releases import compute
+    from pobo.parties.noise import NoiseSource
+    from pobo.scenarios.releases import compute
     request = modeler.with_kernel(ReleaseRequest("noisy", 1.0, DELTA))
     Z, kp = problem.X, replace(problem.kernel, status="initial")
 
@@ -357,7 +357,7 @@ def test_fitted_hyperparameters_never_shrink_the_release_noise():
 
 
 def test_ucb_replay_accepts_ties_and_refuses_a_dominated_row_within_the_tolerance():
-    from parties.release import UCB_RTOL
+    from pobo.parties.release import UCB_RTOL
     Z = np.array([[0.0], [0.0], [10.0]])  # rows 0 and 1 are the same point
     kern, noise = squared_exponential(1.0), 1e-4
     # t = 1: every row ties; t = 2: rows 0 and 1 tie (argmax says 0): 1 is a maximiser too
@@ -372,8 +372,8 @@ def test_ucb_replay_accepts_ties_and_refuses_a_dominated_row_within_the_toleranc
 def test_a_whole_kusner_session_over_the_protocol_is_granted(ldp_eps):
     """run_modeler asked for a noisy release switches GP-UCB to Kusner's beta (the LDP
     session replayed on the noisy rewards the modeler saw, with its inflated noise)."""
-    from parties.ldp import ConvertToLaplace
-    from parties.strategies import make_strategy
+    from pobo.parties.ldp import ConvertToLaplace
+    from pobo.parties.strategies import make_strategy
     ldp = None if ldp_eps is None else ConvertToLaplace(ldp_eps, 4.0, 0.1)
     hello, modeler, ledger, sent = asyncio.run(_session(make_strategy("gp-ucb", 0.3), ldp))
     assert (hello.strategy, hello.release_delta) == ("gp-ucb", DELTA)
@@ -387,12 +387,12 @@ def test_a_whole_kusner_session_over_the_protocol_is_granted(ldp_eps):
 async def _session(strategy, ldp=None, T=8):
     """One in-process session: run_modeler against serve_session with this release
     handler, which is handed the Hello the curator received."""
-    from parties.projection import identity_release
-    from parties.runners import receive_hello, run_modeler, serve_session
-    from protocol.channel import Channel
-    from protocol.policy import NON_PRIVATE
-    from scenarios.releases import release_handler
-    from transport.inproc import pipe_pair
+    from pobo.parties.projection import identity_release
+    from pobo.parties.runners import receive_hello, run_modeler, serve_session
+    from pobo.protocol.channel import Channel
+    from pobo.protocol.policy import NON_PRIVATE
+    from pobo.scenarios.releases import release_handler
+    from pobo.transport.inproc import pipe_pair
     problem = _problem()
     release, params = identity_release(problem.X), _params(problem, T, ldp)
     cpipe, mpipe = pipe_pair()
@@ -415,13 +415,13 @@ async def _session(strategy, ldp=None, T=8):
 
 
 def test_the_modeler_runs_kusner_gp_ucb_only_for_a_noisy_release():
-    from parties.strategies import GPUCB, KusnerUCB, declaration, for_release, make_strategy
+    from pobo.parties.strategies import GPUCB, KusnerUCB, declaration, for_release, make_strategy
     ucb = make_strategy("gp-ucb", 0.3)
     assert for_release(ucb, "noisy", DELTA) == KusnerUCB(DELTA)  # no beta scale
     assert declaration(KusnerUCB(DELTA)) == ("gp-ucb", DELTA)
     assert isinstance(for_release(ucb, "noise-free", DELTA), GPUCB)
     assert declaration(for_release(make_strategy("random"), "noisy", DELTA)) == ("random", 0.0)
-    from parties.gp import IncrementalGP
+    from pobo.parties.gp import IncrementalGP
     rng, Z, disagree = np.random.default_rng(0), np.array([[0.0], [1.0], [3.0]]), 0
     kusner = math.sqrt(2 * math.log(3 * 4 * math.pi**2 / (3 * DELTA)))  # beta_2, |X| = 3
     srinivas = math.sqrt(2 * math.log(3 * 4 * math.pi**2 / (6 * DELTA)))
@@ -437,9 +437,9 @@ def test_the_modeler_runs_kusner_gp_ucb_only_for_a_noisy_release():
 def test_initial_hyperparameters_stay_fixed_under_kusner_gp_ucb():
     from dataclasses import replace
 
-    from parties.modeler import HyperFit, Modeler
-    from parties.projection import identity_release
-    from parties.strategies import KusnerUCB
+    from pobo.parties.modeler import HyperFit, Modeler
+    from pobo.parties.projection import identity_release
+    from pobo.parties.strategies import KusnerUCB
     problem = _problem()
     params = _params(problem, 6)
     params = replace(params, kernel=replace(params.kernel, status="initial"))
@@ -451,7 +451,7 @@ def test_initial_hyperparameters_stay_fixed_under_kusner_gp_ucb():
 # --- Algorithm 2: noise-free observations (Theorem 5 rests on de Freitas et al.) ---
 
 def test_noise_free_release_needs_exact_observations_seen_without_ldp():
-    from parties.ldp import ConvertToLaplace
+    from pobo.parties.ldp import ConvertToLaplace
     from dataclasses import replace
     undeclared, T = _problem(noise_var=0.0), 5
     rows = np.random.default_rng(5).integers(undeclared.X.shape[0], size=T)
@@ -472,9 +472,9 @@ def test_noise_free_release_needs_exact_observations_seen_without_ldp():
 def test_new_fields_round_trip_and_the_policy_checks_them(params, release):
     from dataclasses import replace
 
-    from parties.strategies import STRATEGIES
-    from protocol.codec import decode, encode
-    from protocol.policy import DECLARED_STRATEGIES
+    from pobo.parties.strategies import STRATEGIES
+    from pobo.protocol.codec import decode, encode
+    from pobo.protocol.policy import DECLARED_STRATEGIES
     assert set(STRATEGIES) | {""} == DECLARED_STRATEGIES
     full = ReleaseRequest("noisy", 1.0, DELTA, "matern52", 2.5, 1.5, 1e-3)
     for message in (_kusner_hello(), full, ReleaseRequest("noisy", 1.0, DELTA)):

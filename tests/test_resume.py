@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
-from protocol.audit import audit_session, audit_transcript
-from scenarios.remote import LISTENING
-from scenarios.session import RunConfig, run_inproc
+from pobo.protocol.audit import audit_session, audit_transcript
+from pobo.scenarios.remote import LISTENING
+from pobo.scenarios.session import RunConfig, run_inproc
 
-POBO = [sys.executable, "-m", "scenarios.cli"]
+POBO = [sys.executable, "-m", "pobo"]
 T, SEED = 12, 4
 SCENARIO = ["synthetic", "--grid", "10", "--T", str(T), "--seed", str(SEED), "--ldp-eps", "2"]
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from scenarios.registry import build_problem, scenario_names
+from pobo.scenarios.registry import build_problem, scenario_names
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "my_scenario.py"
-POBO = [sys.executable, "-m", "scenarios.cli"]
+POBO = [sys.executable, "-m", "pobo"]
 
 
 def test_the_example_script_runs_through_pobo_run(tmp_path):

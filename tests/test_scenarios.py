@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scenarios import bank, branin, hospital, realestate
-from scenarios.loaders import parse_number, read_columns
-from scenarios.registry import SCENARIOS, build_problem
-from scenarios.session import RunConfig, run_inproc
+from pobo.scenarios import bank, branin, hospital, realestate
+from pobo.scenarios.loaders import parse_number, read_columns
+from pobo.scenarios.registry import SCENARIOS, build_problem
+from pobo.scenarios.session import RunConfig, run_inproc
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -94,7 +94,7 @@ def test_minimisation_regret_is_in_the_paper_sense():
     problem = realestate.build(0, n=100)
     assert problem.sense == "minimise"
     log_price = -problem.f
-    from parties.curator import regret_traces
+    from pobo.parties.curator import regret_traces
     queried = np.array([5, 17, 3])
     simple, cumulative = regret_traces(problem.f, queried)
     inst = log_price[queried] - log_price.min()

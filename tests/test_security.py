@@ -15,13 +15,13 @@ import zmq
 import zmq.asyncio
 import zmq.auth
 
-from protocol.errors import AuthenticationFailed, HandshakeFailed, PeerTimeout
-from scenarios.remote import connect_modeler, serve_curator
-from scenarios.session import RunConfig, prepare_service
-from transport.security import (
+from pobo.protocol.errors import AuthenticationFailed, HandshakeFailed, PeerTimeout
+from pobo.scenarios.remote import connect_modeler, serve_curator
+from pobo.scenarios.session import RunConfig, prepare_service
+from pobo.transport.security import (
     CurveClient, CurveServer, LoggingAuthenticator, make_keys, secure_client, start_authenticator,
 )
-from transport.sockets import DealerPipe, RouterHub
+from pobo.transport.sockets import DealerPipe, RouterHub
 
 CFG = RunConfig(T=4, seed=2, options={"grid": 8}, timeout=10.0)
 

@@ -16,15 +16,15 @@ import zmq
 import zmq.asyncio
 import zmq.auth
 
-from parties.curator import Oracle
-from protocol.codec import decode, encode
-from protocol.errors import ErrorCode
-from protocol.messages import (
+from pobo.parties.curator import Oracle
+from pobo.protocol.codec import decode, encode
+from pobo.protocol.errors import ErrorCode
+from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, Error, Hello, Query, Reward, Welcome,
 )
-from scenarios.remote import connect_modeler, serve_curator
-from scenarios.session import RunConfig, prepare_service
-from transport.security import CurveServer, make_keys
+from pobo.scenarios.remote import connect_modeler, serve_curator
+from pobo.scenarios.session import RunConfig, prepare_service
+from pobo.transport.security import CurveServer, make_keys
 
 CFG = RunConfig(T=4, seed=5, options={"grid": 8}, timeout=10.0)
 
@@ -243,7 +243,7 @@ async def test_max_sessions_refuses_a_hello_with_busy(tmp_path):
 
 
 def test_a_seeded_curator_restarts_on_its_own_journal(tmp_path):
-    from parties.journal import Journal
+    from pobo.parties.journal import Journal
     ids = []
     for _ in range(3):
         journal = Journal(tmp_path / "j.db")
@@ -261,7 +261,7 @@ def test_a_seeded_curator_restarts_on_its_own_journal(tmp_path):
 def test_two_processes_sharing_a_journal_never_evaluate_f_twice(tmp_path):
     """A resume that lands on a second curator while the first is evaluating f waits for
     the first's transaction (typed busy, no fault), so f is evaluated once."""
-    from parties.journal import Journal
+    from pobo.parties.journal import Journal
     config = RunConfig(T=3, seed=3, options={"grid": 8})
     a = prepare_service(config, journal=Journal(tmp_path / "j.db"))
     b = prepare_service(config, journal=Journal(tmp_path / "j.db", busy_timeout=0.2))
@@ -291,7 +291,7 @@ def test_a_deployed_curator_never_serves_a_seeded_projection_from_its_journal(tm
     """A seeded trial run and a deployment on the same journal: the deployment draws
     (and pays for) its own Z from the OS CSPRNG instead of serving the seeded one, whose
     seed would give M and G away."""
-    from parties.journal import Journal
+    from pobo.parties.journal import Journal
     seeded = RunConfig(T=3, seed=0, options={"grid": 8})
     journal = Journal(tmp_path / "j.db")
     z_seeded = prepare_service(seeded, journal=journal).release.Z

@@ -18,17 +18,17 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from protocol.audit import audit_session, audit_transcript
-from protocol.channel import Channel
-from protocol.codec import decode, encode
-from protocol.errors import ErrorCode, ProtocolError
-from protocol.messages import PROTOCOL_VERSION, Error, Hello, Query, Reward, Welcome
-from protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
-from protocol.signing import Link, Signer, open_frame, seal
-from protocol.transcript import Transcript, raw_records, read_transcript
-from scenarios.cli import main as pobo_main
-from scenarios.session import RunConfig, Signing, run_inproc
-from transport.inproc import pipe_pair
+from pobo.protocol.audit import audit_session, audit_transcript
+from pobo.protocol.channel import Channel
+from pobo.protocol.codec import decode, encode
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.messages import PROTOCOL_VERSION, Error, Hello, Query, Reward, Welcome
+from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
+from pobo.protocol.signing import Link, Signer, open_frame, seal
+from pobo.protocol.transcript import Transcript, raw_records, read_transcript
+from pobo.scenarios.cli import main as pobo_main
+from pobo.scenarios.session import RunConfig, Signing, run_inproc
+from pobo.transport.inproc import pipe_pair
 
 CONFIG = RunConfig(T=4, options={"grid": 8}, release="noisy")
 
@@ -294,7 +294,7 @@ def test_audit_data_of_another_scenario_is_not_ok(tmp_path):
                        ("branin", ["branin", "--grid", "8"]),
                        ("reseeded", ["synthetic", "--grid", "8", "--seed", "3"])):
         exported[name] = tmp_path / f"{name}.npz"
-        done = subprocess.run([sys.executable, "-m", "scenarios.cli", "export-data", *argv,
+        done = subprocess.run([sys.executable, "-m", "pobo", "export-data", *argv,
                                "--out", str(exported[name])], capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 0, done.stderr
@@ -347,8 +347,8 @@ def test_an_envelope_with_an_out_of_range_record_number_is_malformed(seq):
     escape the handlers (found while writing PROTOCOL.md)."""
     import msgpack
 
-    from protocol.errors import ErrorCode, ProtocolError
-    from protocol.signing import open_frame
+    from pobo.protocol.errors import ErrorCode, ProtocolError
+    from pobo.protocol.signing import open_frame
     frame = msgpack.packb({"body": b"x", "link": {"session": "", "seq": seq, "prev": bytes(32),
                                                   "peer": bytes(32)}, "sig": b""},
                           use_bin_type=True)

@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from scenarios.report import markdown_table, write_report
-from scenarios.sweep import SweepSpec, run_sweep
+from pobo.scenarios.report import markdown_table, write_report
+from pobo.scenarios.sweep import SweepSpec, run_sweep
 
 SPEC = SweepSpec("synthetic", epsilons=(2.0, 20.0), rs=(2, 3), seeds=3, T=6,
                  non_private=True, options={"grid": 12})
@@ -58,7 +58,7 @@ def test_dask_cluster_gives_the_same_table_as_the_process_pool(tmp_path):
     small = SweepSpec("synthetic", epsilons=(3.0,), rs=(2, 4), seeds=2, T=5, options={"grid": 10})
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
-        from scenarios.sweep import dask_executor
+        from pobo.scenarios.sweep import dask_executor
         executor = dask_executor(cluster.scheduler_address)
         on_dask = run_sweep(small, tmp_path / "dask", executor=executor, progress=None)
         executor._client.close()
@@ -67,7 +67,7 @@ def test_dask_cluster_gives_the_same_table_as_the_process_pool(tmp_path):
 
 
 def test_pobo_sweep_command_prints_a_table_and_the_wall_time(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "scenarios.cli", "sweep", "synthetic",
+    done = subprocess.run([sys.executable, "-m", "pobo", "sweep", "synthetic",
                            "--grid", "10", "--T", "4", "--seeds", "2", "--r", "2", "3",
                            "--log-eps", "1.1", "--non-private", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=300)

@@ -7,10 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from scenarios.registry import build_problem
-from scenarios.session import RunConfig, run_inproc
+from pobo.scenarios.registry import build_problem
+from pobo.scenarios.session import RunConfig, run_inproc
 
-POBO = [sys.executable, "-m", "scenarios.cli"]
+POBO = [sys.executable, "-m", "pobo"]
 
 
 @pytest.fixture

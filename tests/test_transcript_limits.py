@@ -10,19 +10,19 @@ import msgpack
 import numpy as np
 import pytest
 
-from parties.runners import resume_state
-from protocol.audit import audit_session, audit_transcript, compare, readable_records
-from protocol.channel import Channel
-from protocol.codec import decode, encode
-from protocol.messages import PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Reward
-from protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
-from protocol.signing import open_frame
-from protocol.transcript import (
+from pobo.parties.runners import resume_state
+from pobo.protocol.audit import audit_session, audit_transcript, compare, readable_records
+from pobo.protocol.channel import Channel
+from pobo.protocol.codec import decode, encode
+from pobo.protocol.messages import PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Reward
+from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
+from pobo.protocol.signing import open_frame
+from pobo.protocol.transcript import (
     REFUSED, REFUSED_RECORD_BYTES, REFUSED_SUMMARY, Transcript, TranscriptError,
     raw_records, read_transcript,
 )
-from scenarios.session import RunConfig, curate, optimise, prepare_service
-from transport.inproc import pipe_pair
+from pobo.scenarios.session import RunConfig, curate, optimise, prepare_service
+from pobo.transport.inproc import pipe_pair
 
 FLOOD = 10_000
 

@@ -7,8 +7,8 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from protocol.errors import PeerGone, PeerTimeout, ProtocolError
-from transport.sockets import HubLimits, RouterHub, SocketOptions, check_endpoint, is_loopback
+from pobo.protocol.errors import PeerGone, PeerTimeout, ProtocolError
+from pobo.transport.sockets import HubLimits, RouterHub, SocketOptions, check_endpoint, is_loopback
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ async def test_plaintext_bind_beyond_loopback_needs_insecure(ctx, caplog):
 
 
 async def test_curve_may_bind_beyond_loopback(ctx, tmp_path):
-    from transport.security import CurveServer, make_keys
+    from pobo.transport.security import CurveServer, make_keys
     keys = make_keys(tmp_path / "keys")
     hub = RouterHub.bind(ctx, "tcp://0.0.0.0:0", curve=CurveServer(keys["curator_secret"],
                                                                    keys["allowed"]))

@@ -3,7 +3,7 @@
 Knows ZeroMQ and asyncio, nothing of Bayesian optimisation; a pipe is wrapped in a
 `protocol.channel.Channel` before any party sees it.
 """
-from transport.inproc import QueuePipe, pipe_pair
-from transport.sockets import DealerPipe, RouterHub, RouterPipe, SocketOptions
+from pobo.transport.inproc import QueuePipe, pipe_pair
+from pobo.transport.sockets import DealerPipe, RouterHub, RouterPipe, SocketOptions
 
 __all__ = ["DealerPipe", "QueuePipe", "RouterHub", "RouterPipe", "SocketOptions", "pipe_pair"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import asyncio
 
-from protocol.errors import PeerGone, PeerTimeout
+from pobo.protocol.errors import PeerGone, PeerTimeout
 
 _CLOSED = object()
 

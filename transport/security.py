@@ -150,7 +150,7 @@ def make_signing_keys(directory: str | Path, force: bool = False) -> dict[str, P
     the modeler's public half in `allowed/` (the curator's --sign-allow folder). The same
     rules as the CURVE keys: umask 077, staged and moved into place, never overwritten
     without `force`."""
-    from protocol.signing import Signer  # transport may use protocol, never the reverse
+    from pobo.protocol.signing import Signer  # transport may use protocol, never the reverse
 
     directory = Path(directory)
     paths: dict[str, Path] = {}

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 import zmq
 import zmq.asyncio
 
-from protocol.errors import (
+from pobo.protocol.errors import (
     AuthenticationFailed, ErrorCode, HandshakeFailed, PeerGone, PeerTimeout, ProtocolError,
 )
-from transport.security import (
+from pobo.transport.security import (
     CURVE, PLAINTEXT, CurveClient, CurveServer, secure_client, secure_server,
 )
 
