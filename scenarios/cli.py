@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pobo import __version__
 from pobo.parties.journal import Journal
 from pobo.parties.budget import describe_journal_ledger, journal_ledger
 from pobo.parties.service import DEFAULT_LIFT, LIFT_MODES
@@ -49,19 +50,46 @@ SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objec
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `pobo` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
+    _terminate_like_interrupt()
     try:
         return args.handler(args)
     except (PoboError, ValueError, OSError, sqlite3.Error) as exc:
         print(f"pobo {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        result = getattr(exc, "result", None)
+        if result is not None:
+            print(summary(result))
+            print(f"result (interrupted): {Path(exc.out) / 'result.json'}")
         print(f"pobo {args.command}: interrupted", file=sys.stderr)
         return 130
 
 
+def _terminate_like_interrupt() -> None:
+    """SIGTERM (what `pobo run` sends a party that will not stop) unwinds like Ctrl-C, so
+    that every record is still written (a curator's own loop also watches both)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the mistake and where help is, not the whole usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every pobo subcommand."""
-    parser = argparse.ArgumentParser(prog="pobo", description=__doc__.splitlines()[0])
+    parser = Parser(prog="pobo", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"pobo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="run curator and modeler of a scenario end to end")
@@ -75,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--journal", type=Path,
                    help="the curator's SQLite journal (default: in memory; with "
                         "--objective-wait: OUT/curator.journal)")
-    p.add_argument("--max-batch", type=int,
+    p.add_argument("--max-batch", type=positive_int,
                    help="the most queries the curator lets the modeler keep outstanding "
                         "(default: --batch)")
     p.set_defaults(handler=_cmd_run)
@@ -84,34 +112,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scenario", nargs="?", type=scenario_arg, metavar="SCENARIO",
                    help="the scenario (optional with --preset)")
     p.add_argument("--preset", choices=sorted(PRESETS), help="one of the paper's experiments")
-    p.add_argument("--eps", type=float, nargs="+", help="epsilons")
-    p.add_argument("--log-eps", type=float, nargs="+", help="epsilons as e^x (the paper's way)")
-    p.add_argument("--r", type=int, nargs="+", help="projection dimensions")
-    p.add_argument("--seeds", type=int, help="seeds 0..N-1 (default 10, presets 50)")
-    p.add_argument("--T", type=int, help="query budget")
+    p.add_argument("--eps", type=positive, nargs="+", help="epsilons")
+    p.add_argument("--log-eps", type=finite, nargs="+", help="epsilons as e^x (the paper's way)")
+    p.add_argument("--r", type=positive_int, nargs="+", help="projection dimensions")
+    p.add_argument("--seeds", type=positive_int, help="seeds 0..N-1 (default 10, presets 50)")
+    p.add_argument("--T", type=positive_int, help="query budget")
     p.add_argument("--non-private", action="store_true", help="add the non-private baseline")
     p.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=["gp-ucb"])
-    p.add_argument("--workers", type=int, default=2, help="local worker processes")
+    p.add_argument("--workers", type=positive_int, default=2, help="local worker processes")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a dask.distributed scheduler")
     p.add_argument("--transcripts", action="store_true", help="keep both transcripts of every run")
     p.add_argument("--lift", choices=LIFT_MODES,
                    help="Algorithm 1's branch (default: paper for a --preset, else "
                         f"{DEFAULT_LIFT})")
-    p.add_argument("--grid", type=int, help="synthetic, branin: grid side")
+    p.add_argument("--grid", type=positive_int, help="synthetic, branin: grid side")
     p.add_argument("--data", help="hospital, bank, realestate: the public CSV")
-    p.add_argument("--n", type=int, help="hospital, bank, realestate: use n random rows")
+    p.add_argument("--n", type=positive_int, help="hospital, bank, realestate: use n random rows")
     _ldp_synthetic_arguments(p)
-    p.add_argument("--ldp-eps", type=float, nargs="+",
+    p.add_argument("--ldp-eps", type=positive, nargs="+",
                    help="make every reward eps-LDP (CTL Laplace); several values are swept")
-    p.add_argument("--beta-scales", type=float, nargs="+",
+    p.add_argument("--beta-scales", type=positive, nargs="+",
                    help="exploration scales S to sweep (default: each strategy's default)")
     p.add_argument("--moma-k", type=moma_k_value, nargs="+", metavar="K",
                    help="moma-gp-ucb epoch lengths to sweep (default: the theorem's k)")
     p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"))
     p.add_argument("--fit", choices=FIT_MODES, default="auto")
-    p.add_argument("--n-init", type=int, default=5)
-    p.add_argument("--fit-every", type=int, default=10)
-    p.add_argument("--restarts", type=int, default=3)
+    p.add_argument("--n-init", type=at_least_two, default=5)
+    p.add_argument("--fit-every", type=positive_int, default=10)
+    p.add_argument("--restarts", type=count, default=3)
     p.add_argument("--out", type=Path, help="output folder (default runs/sweep-NAME)")
     p.set_defaults(handler=_cmd_sweep)
 
@@ -148,12 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure", action="store_true",
                    help="allow binding a non-loopback address without CURVE (plaintext on "
                         "the network: anyone on the path reads Z and the rewards)")
-    p.add_argument("--max-sessions", type=int, default=0,
+    p.add_argument("--max-sessions", type=count, default=0,
                    help="sessions served at once; a Hello past it is refused with 'busy' "
                         "(default 0: no cap)")
-    p.add_argument("--accept-timeout", type=float, default=600.0,
+    p.add_argument("--accept-timeout", type=positive, default=600.0,
                    help="seconds to wait for a modeler to connect")
-    p.add_argument("--sessions", type=int, default=1,
+    p.add_argument("--sessions", type=count, default=1,
                    help="modeler sessions to serve concurrently, in OUT/SESSION/ (0: until "
                         "SIGINT/SIGTERM); all share the dataset's projection, ledger and budget")
     p.add_argument("--journal", type=Path,
@@ -168,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the curator's signing key (curator.sign_secret): sign every frame")
     p.add_argument("--sign-allow", type=Path, metavar="DIR",
                    help="admit only modelers signing with a key in DIR/*.sign_public")
-    p.add_argument("--max-batch", type=int, default=1,
+    p.add_argument("--max-batch", type=positive_int, default=1,
                    help="the most queries one session may keep outstanding (a modeler's "
                         "--batch is capped by it; default 1)")
     p.add_argument("--out", type=Path, default=Path("runs/curator"))
@@ -178,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "(--objective-wait), or list the ones pending")
     p.add_argument("--journal", type=Path, required=True, help="the curator's SQLite journal")
     p.add_argument("session", nargs="?", help="the session id (as `--list` prints it)")
-    p.add_argument("seq", nargs="?", type=int, help="the query's sequence number")
+    p.add_argument("seq", nargs="?", type=positive_int, help="the query's sequence number")
     p.add_argument("value", nargs="?", type=float, help="the measured value of f at its row")
     p.add_argument("--list", action="store_true",
                    help="list the pending evaluations (the default without SESSION SEQ VALUE)")
@@ -200,14 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("modeler", help="run the modeler alone, connected to a curator")
     p.add_argument("--connect", required=True, help="the curator's endpoint")
-    p.add_argument("--seed", type=int, default=None, help="modeler seed (default: OS entropy)")
+    p.add_argument("--seed", type=count, default=None, help="modeler seed (default: OS entropy)")
     _modeler_arguments(p)
     p.add_argument("--non-private", action="store_true",
                    help="accept the curator's non-private identity release of X")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for a reply")
+    p.add_argument("--timeout", type=positive, default=60.0, help="seconds to wait for a reply")
     p.add_argument("--resume", action="store_true",
                    help="continue the session recorded in OUT/modeler.transcript")
-    p.add_argument("--patience", type=float, default=86400.0,
+    p.add_argument("--patience", type=non_negative, default=86400.0,
                    help="seconds to keep reconnecting to a curator that vanished while an "
                         "evaluation was pending (it resumes the session; default 1 day)")
     p.add_argument("--curve-secret", type=Path, help="CURVE: the modeler's secret key file")
@@ -227,41 +255,41 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("scenario", type=scenario_arg, metavar="SCENARIO",
                    help=f"one of {', '.join(scenario_names())}, or a path to a scenario script "
                         "(.py defining build(seed, **options) -> Problem; see examples/)")
-    p.add_argument("--eps", type=float, help="DP epsilon of the projection")
-    p.add_argument("--delta", type=float, help="DP delta of the projection")
+    p.add_argument("--eps", type=positive, help="DP epsilon of the projection")
+    p.add_argument("--delta", type=probability, help="DP delta of the projection")
     p.add_argument("--r", type=r_value, help="projection dimension, or 'auto': the largest r "
                                               "whose omega passes the lift test (private/paper)")
-    p.add_argument("--T", type=int, help="query budget (BO iterations)")
-    p.add_argument("--seed", type=int, default=default_seed,
+    p.add_argument("--T", type=positive_int, help="query budget (BO iterations)")
+    p.add_argument("--seed", type=count, default=default_seed,
                    help=f"run seed (default: {'OS entropy' if default_seed is None else default_seed})")
     p.add_argument("--non-private", action="store_true",
                    help="send X itself (non-private GP-UCB baseline, recorded as such)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the peer")
-    p.add_argument("--grid", type=int, help="synthetic, branin: grid side (n = grid^2, default 100)")
+    p.add_argument("--timeout", type=positive, default=60.0, help="seconds to wait for the peer")
+    p.add_argument("--grid", type=positive_int, help="synthetic, branin: grid side (n = grid^2, default 100)")
     p.add_argument("--data", help="hospital, bank, realestate: the public CSV (.csv or .csv.gz); "
                                   "default: an embedded dataset generated from the seed")
-    p.add_argument("--n", type=int, help="hospital, bank, realestate: use n random rows")
+    p.add_argument("--n", type=positive_int, help="hospital, bank, realestate: use n random rows")
     p.add_argument("--features", metavar="A,B,C",
                    help="table: the CSV columns that are the inputs X")
     p.add_argument("--objective", metavar="COLUMN", help="table: the CSV column that is f")
     p.add_argument("--minimise", action="store_true", default=None,
                    help="table: minimise the objective (default: maximise)")
     _ldp_synthetic_arguments(p)
-    p.add_argument("--ldp-eps", type=float,
+    p.add_argument("--ldp-eps", type=positive,
                    help="make every reward eps-LDP with the CTL Laplace mechanism (Zhou & Tan)")
-    p.add_argument("--budget-eps", type=float,
+    p.add_argument("--budget-eps", type=positive,
                    help="the dataset's central privacy budget over every session and restart: "
                         "refuse what would exceed it")
-    p.add_argument("--budget-delta", type=float, help="the budget's delta (default 1)")
-    p.add_argument("--ldp-row-budget", type=float, metavar="E",
+    p.add_argument("--budget-delta", type=probability, help="the budget's delta (default 1)")
+    p.add_argument("--ldp-row-budget", type=positive, metavar="E",
                    help="refuse a query whose LDP report would take its row past E in total")
     p.add_argument("--lift", choices=LIFT_MODES, default=DEFAULT_LIFT,
                    help="Algorithm 1's sigma_min branch: paper (as published, not covered by "
                         "the DP claim), always (lift unconditionally) or private (a noisy "
                         f"sigma_min test, charged to the ledger; default {DEFAULT_LIFT})")
-    p.add_argument("--lift-eps", type=float, help="the private lift test's epsilon (default "
+    p.add_argument("--lift-eps", type=positive, help="the private lift test's epsilon (default "
                                                   "0.1 x --eps)")
-    p.add_argument("--lift-delta", type=float, help="the private lift test's delta (default "
+    p.add_argument("--lift-delta", type=probability, help="the private lift test's delta (default "
                                                     "--delta)")
     p.add_argument("--objective-cmd", metavar="'CMD {index}'",
                    help="measure f on demand: run CMD for each query ({index}: the row; also "
@@ -273,11 +301,11 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--results-file", metavar="FILE",
                    help="with --objective-wait: also take values from lines "
                         "'SESSION SEQ VALUE' of FILE, watched while waiting")
-    p.add_argument("--eval-timeout", type=float, default=3600.0,
+    p.add_argument("--eval-timeout", type=positive, default=3600.0,
                    help="seconds an --objective-cmd may run before it is killed (default 3600)")
-    p.add_argument("--reward-bound", type=float, metavar="B",
+    p.add_argument("--reward-bound", type=non_negative, metavar="B",
                    help="declared public bound on |f| (default: the scenario's constant)")
-    p.add_argument("--noise-bound", type=float, metavar="R",
+    p.add_argument("--noise-bound", type=non_negative, metavar="R",
                    help="declared public bound on the measurement noise")
 
 
@@ -290,7 +318,7 @@ def _ldp_synthetic_arguments(p: argparse.ArgumentParser) -> None:
 
 def _modeler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default="gp-ucb")
-    p.add_argument("--beta-scale", type=float,
+    p.add_argument("--beta-scale", type=positive,
                    help="multiply the strategy's exploration width beta_t (default: its "
                         "documented default; 1 = the theorem's value)")
     p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"),
@@ -305,15 +333,15 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
                    help="hyperparameters: fixed (declared), once after --n-init random rows, "
                         "or every --fit-every rounds (maximum likelihood on Z and rewards); "
                         "auto: fixed if the curator declares them public, else every")
-    p.add_argument("--n-init", type=int, default=5, help="initial design size when fitting")
-    p.add_argument("--fit-every", type=int, default=10, help="refit period for --fit every")
-    p.add_argument("--restarts", type=int, default=3, help="L-BFGS-B restarts per fit")
+    p.add_argument("--n-init", type=at_least_two, default=5, help="initial design size when fitting")
+    p.add_argument("--fit-every", type=positive_int, default=10, help="refit period for --fit every")
+    p.add_argument("--restarts", type=count, default=3, help="L-BFGS-B restarts per fit")
     p.add_argument("--release", choices=("noisy", "noise-free", "lipschitz"),
                    help="ask the curator for a DP release of the result at the end "
                         "(Kusner et al. Algorithm 1, 2 or 3)")
-    p.add_argument("--release-eps", type=float, default=1.0, help="epsilon of the release")
-    p.add_argument("--release-delta", type=float, default=1e-3, help="delta of the release")
-    p.add_argument("--batch", type=int, default=1,
+    p.add_argument("--release-eps", type=positive, default=1.0, help="epsilon of the release")
+    p.add_argument("--release-delta", type=probability, default=1e-3, help="delta of the release")
+    p.add_argument("--batch", type=positive_int, default=1,
                    help="keep up to q queries outstanding, chosen by GP-BUCB (Desautels et "
                         "al. 2014); the curator's --max-batch caps it (default 1)")
 
@@ -381,6 +409,29 @@ def moma_k_value(text: str) -> int:
         return epoch_length_option(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _number(kind: type, test, what: str):
+    """An argparse type: `kind(text)` that passes `test`, else a one-line error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not (math.isfinite(value) and test(value)):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    parse.__name__ = what  # what argparse names in its message
+    return parse
+
+
+positive_int = _number(int, lambda v: v >= 1, "an integer >= 1")
+count = _number(int, lambda v: v >= 0, "an integer >= 0")
+positive = _number(float, lambda v: v > 0, "a number > 0")
+non_negative = _number(float, lambda v: v >= 0, "a number >= 0")
+finite = _number(float, lambda v: True, "a finite number")
+probability = _number(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
+at_least_two = _number(int, lambda v: v >= 2, "an integer >= 2")
 
 
 def r_value(text: str) -> int | str:

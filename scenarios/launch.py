@@ -175,6 +175,11 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                                               str(out), *modeler_argv(config), *modeler_curve],
                                   verbose=False))
             codes = {s.role: _wait(s.process, wall_timeout) for s in spawned}
+        except KeyboardInterrupt:  # Ctrl-C reached the parties too: let them write
+            for s in spawned:
+                _wait_quietly(s.process, 15.0)
+            result = _merge_if_present(out, partial=True)
+            raise Interrupted(result, out) from None
         finally:
             for s in spawned:
                 _stop(s.process)
@@ -256,10 +261,29 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait(5)
 
 
-def _merge_if_present(out: Path) -> dict | None:
-    """Merge curator.json and modeler.json into result.json when both were written."""
+def _merge_if_present(out: Path, partial: bool = False) -> dict | None:
+    """Merge curator.json and modeler.json into result.json when both were written (with
+    `partial`, the curator's alone will do: an interrupted run keeps what it has)."""
     paths = out / "curator.json", out / "modeler.json"
-    if not all(p.exists() for p in paths):
+    present = [p.exists() for p in paths]
+    if not present[0] or not (present[1] or partial):
         return None
-    curator, modeler = (json.loads(p.read_text()) for p in paths)
+    curator = json.loads(paths[0].read_text())
+    modeler = json.loads(paths[1].read_text()) if present[1] else {"status": "interrupted"}
     return merge_results(curator, modeler, out)
+
+
+def _wait_quietly(process: subprocess.Popen, timeout: float) -> None:
+    """Wait (bounded) for a process to exit by itself; a second Ctrl-C stops waiting."""
+    try:
+        process.wait(timeout)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        pass
+
+
+class Interrupted(KeyboardInterrupt):
+    """`pobo run` stopped by Ctrl-C; `result` is what the parties recorded (or None)."""
+
+    def __init__(self, result: dict | None, out: Path) -> None:
+        super().__init__(f"interrupted; the records are in {out}")
+        self.result, self.out = result, out

@@ -29,7 +29,8 @@ import zmq
 import zmq.asyncio
 
 from pobo.protocol.errors import (
-    AuthenticationFailed, ErrorCode, HandshakeFailed, PeerGone, PeerTimeout, ProtocolError,
+    AuthenticationFailed, ErrorCode, HandshakeFailed, PeerGone, PeerTimeout, PoboError,
+    ProtocolError,
 )
 from pobo.transport.security import (
     CURVE, PLAINTEXT, CurveClient, CurveServer, secure_client, secure_server,
@@ -46,6 +47,11 @@ _SCHEMES = ("tcp", "ipc", "inproc")
 _LOOPBACK_NAMES = ("localhost", "lo", "lo0")
 _HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                      | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+
+
+class BindError(PoboError):
+    """An endpoint the curator cannot bind (the port is in use, the address is not this
+    machine's, no permission)."""
 
 
 @dataclass(frozen=True)
@@ -354,7 +360,10 @@ class RouterHub:
                 secure_server(sock, curve)
             if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
                 endpoint = endpoint[:-2] + ":*"
-            sock.bind(endpoint)
+            try:
+                sock.bind(endpoint)
+            except zmq.ZMQError as exc:  # in use, no such interface, no permission
+                raise BindError(f"cannot bind {endpoint}: {exc.strerror}") from None
             bound = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         except BaseException:
             sock.close(linger=0)

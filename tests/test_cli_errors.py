@@ -1,0 +1,114 @@
+"""Ordinary mistakes get one line, not a traceback (issue 16 item 4): bad flags, a port in
+use, an endpoint without a scheme or with a port past 65535, a curator that exits early,
+and Ctrl-C in the middle of `pobo run`, which still writes what it has."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+POBO = [sys.executable, "-m", "pobo"]
+
+
+def _pobo(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*POBO, *argv], capture_output=True, text=True, timeout=timeout)
+
+
+def _one_line(done: subprocess.CompletedProcess) -> str:
+    """The error output, asserted to be one line with no traceback."""
+    err = done.stderr.strip()
+    assert "Traceback" not in err, err
+    lines = [line for line in err.splitlines() if "warning:" not in line]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "synthetic", "--T", "0"], "--T: expected an integer >= 1"),
+    (["run", "synthetic", "--T", "-5"], "--T: expected an integer >= 1"),
+    (["sweep", "synthetic", "--seeds", "0", "--out", "x"], "--seeds: expected an integer >= 1"),
+    (["sweep", "synthetic", "--seeds", "-2", "--out", "x"], "--seeds: expected an integer >= 1"),
+    (["run", "synthetic", "--delta", "1.5"], "--delta: expected a number in [0, 1)"),
+    (["run", "synthetic", "--timeout", "nan"], "--timeout: expected a number > 0"),
+    (["run", "synthetic", "--batch", "0"], "--batch: expected an integer >= 1"),
+    (["curator", "synthetic", "--sessions", "-1"], "--sessions: expected an integer >= 0"),
+    (["run", "synthetic", "--seed", "-1"], "--seed: expected an integer >= 0"),
+    (["run", "nosuchscenario"], "unknown scenario 'nosuchscenario'"),
+])
+def test_a_bad_flag_is_one_line(argv, says):
+    done = _pobo(*argv)
+    assert done.returncode == 2
+    assert says in _one_line(done)
+
+
+def _busy_port() -> tuple[socket.socket, int]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s, s.getsockname()[1]
+
+
+def test_a_port_in_use_and_bad_endpoints_are_one_line():
+    holder, port = _busy_port()
+    with holder:
+        done = _pobo("curator", "synthetic", "--bind", f"tcp://127.0.0.1:{port}")
+        assert done.returncode == 1
+        assert "BindError: cannot bind" in _one_line(done) and "in use" in done.stderr
+    for endpoint, says in [("127.0.0.1:5555", "expected tcp://HOST:PORT"),
+                           ("tcp://127.0.0.1:70000", "invalid port '70000'")]:
+        done = _pobo("curator", "synthetic", "--bind", endpoint)
+        assert done.returncode == 1 and says in _one_line(done)
+
+
+def test_pobo_run_notices_at_once_when_the_curator_exits_early(tmp_path):
+    started = time.monotonic()
+    done = _pobo("run", "hospital", "--data", str(tmp_path / "missing.csv"), "--out",
+                 str(tmp_path / "out"))
+    assert done.returncode == 1 and time.monotonic() - started < 20
+    assert "exited with code 1 before binding" in done.stderr
+    assert "missing.csv" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ctrl_c_mid_run_still_writes_what_it_has(tmp_path):
+    """SIGINT to the whole process group, as a terminal's Ctrl-C: every process writes its
+    record, `pobo run` merges them into result.json (status interrupted) and exits 130."""
+    out = tmp_path / "out"
+    run = subprocess.Popen([*POBO, "run", "synthetic", "--T", "5000", "--grid", "40",
+                            "--out", str(out)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (out / "curator.transcript").exists():
+            time.sleep(0.2)
+        time.sleep(2.0)  # mid-run: some queries answered
+        os.killpg(run.pid, signal.SIGINT)
+        stdout, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(10)
+    assert run.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and "pobo run: interrupted" in stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "interrupted" and 0 < len(result["queries"]) < 5000
+    mine, theirs = result["modeler"]["queries"], result["queries"]
+    # the modeler may have been stopped before it read the last reward the curator sent
+    assert theirs[:len(mine)] == mine and len(theirs) - len(mine) <= 1
+    assert result["modeler"]["status"] != "ok"
+    assert "result (interrupted)" in stdout
+
+
+def test_version_and_module_entry_point():
+    import pobo
+
+    done = _pobo("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"pobo {pobo.__version__}"
+    listing = _pobo("run", "--help").stdout
+    assert all(name in listing for name in ("synthetic", "hospital", "bank", "table"))
