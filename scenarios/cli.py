@@ -34,6 +34,7 @@ from pobo.protocol.ledger import describe_ledger
 from pobo.protocol.messages import ReleaseRequest
 from pobo.protocol.signing import load_allowed_keys, load_signing_key, load_verify_key
 from pobo.scenarios.auditing import audit_files, signing_keys
+from pobo.scenarios.config import CONFIGURABLE, apply_config, check_required
 from pobo.scenarios.launch import TRANSPORTS, LaunchError, run
 from pobo.scenarios.presets import PRESETS, Preset
 from pobo.scenarios.registry import build_problem, is_script, scenario_names
@@ -43,15 +44,24 @@ from pobo.scenarios.session import RunConfig, Signing, prepare_service
 from pobo.scenarios.sweep import SweepSpec, dask_executor, run_sweep
 from pobo.transport.security import CurveClient, CurveServer, make_keys
 
+NEEDED = {"run": ("scenario",), "curator": ("scenario",), "modeler": ("connect",),
+          "sweep": (), "export-data": ("scenario",)}  # what a command needs from its flags or its --config
 SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objective",
                     "minimise")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `pobo` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
     _terminate_like_interrupt()
     try:
+        if args.command in CONFIGURABLE:
+            sub = parser.subcommands[args.command]
+            if args.config is not None:
+                apply_config(sub, args, argv, args.config)
+            check_required(sub, args, NEEDED[args.command])
         return args.handler(args)
     except (PoboError, ValueError, OSError, sqlite3.Error) as exc:
         print(f"pobo {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -91,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="pobo", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"pobo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.subcommands = sub.choices  # name -> its parser (for --config)
 
     p = sub.add_parser("run", help="run curator and modeler of a scenario end to end")
     _scenario_arguments(p, default_seed=0)
@@ -111,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run every combination of eps, r, strategy and seed")
     p.add_argument("scenario", nargs="?", type=scenario_arg, metavar="SCENARIO",
                    help="the scenario (optional with --preset)")
+    p.add_argument("--config", type=Path, metavar="FILE.toml",
+                   help="read settings from a TOML file (every flag as a key; a [sweep] "
+                        "table for this command); flags given here override it")
     p.add_argument("--preset", choices=sorted(PRESETS), help="one of the paper's experiments")
     p.add_argument("--eps", type=positive, nargs="+", help="epsilons")
     p.add_argument("--log-eps", type=finite, nargs="+", help="epsilons as e^x (the paper's way)")
@@ -227,7 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_keys)
 
     p = sub.add_parser("modeler", help="run the modeler alone, connected to a curator")
-    p.add_argument("--connect", required=True, help="the curator's endpoint")
+    p.add_argument("--config", type=Path, metavar="FILE.toml",
+                   help="read settings from a TOML file (every flag as a key; a [modeler] "
+                        "table for this command); flags given here override it")
+    p.add_argument("--connect", help="the curator's endpoint (required)")
     p.add_argument("--seed", type=count, default=None, help="modeler seed (default: OS entropy)")
     _modeler_arguments(p)
     p.add_argument("--non-private", action="store_true",
@@ -252,7 +269,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) -> None:
-    p.add_argument("scenario", type=scenario_arg, metavar="SCENARIO",
+    p.add_argument("--config", type=Path, metavar="FILE.toml",
+                   help="read settings from a TOML file: every flag as a key (ldp-eps = 1.0, "
+                        "a table [run]/[curator]/[modeler]/[sweep] for one command); flags "
+                        "given here override it")
+    p.add_argument("scenario", nargs="?", type=scenario_arg, metavar="SCENARIO",
                    help=f"one of {', '.join(scenario_names())}, or a path to a scenario script "
                         "(.py defining build(seed, **options) -> Problem; see examples/)")
     p.add_argument("--eps", type=positive, help="DP epsilon of the projection")
