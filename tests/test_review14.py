@@ -315,3 +315,42 @@ def test_held_the_row_budget_check_and_charge_is_atomic_across_processes(tmp_pat
         t.join(60)
     assert sorted(outcomes) == ["ok"] + ["refused"] * 7
     assert first.row_spent(4) == (1.0, 0.0)
+
+
+# -- F5: a transiently busy journal ends the modeler's session ---------------------------
+
+def test_a_transiently_busy_journal_does_not_end_the_session(tmp_path):
+    """Two curator processes share a journal (the documented deployment); one holds the
+    write lock a little longer than busy_timeout. The other's reservation fails with
+    ProtocolError(BUSY, 'try again'), relayed as Error(code='busy', seq=1) -- but the
+    protocol's error table says `busy` is FATAL (connection dropped; 'serves no more
+    sessions'), and the modeler's QueryWindow treats any Error other than
+    evaluation_failed as the end of the session (PeerError), and connect_modeler does not
+    reconnect on it. The curator itself went on: the query could simply be retried."""
+    import sqlite3
+
+    from pobo.parties.runners import ask
+    from pobo.protocol.errors import PeerError
+
+    cmd, _ = _marker_command(tmp_path, fail=False)
+    config = RunConfig("synthetic", T=3, seed=1, options={"grid": 8}, timeout=3,
+                       objective_cmd=cmd, journal=str(tmp_path / "j.db"))
+    service = prepare_service(config, journal=Journal(config.journal, busy_timeout=0.2))
+
+    async def run():
+        session = service.new_session()
+        conn = _Conn(session, resume=False, timeout=3)
+        other = sqlite3.connect(config.journal, isolation_level=None)
+        try:
+            await conn.open()
+            other.execute("BEGIN IMMEDIATE")  # the other curator process writes
+            asyncio.get_running_loop().call_later(1.0, other.execute, "COMMIT")
+            return await ask(conn.mchan, Query(1, 3), retries=3)
+        except PeerError as exc:
+            return exc
+        finally:
+            other.close()
+            await conn.close()
+
+    got = asyncio.run(asyncio.wait_for(run(), 60))
+    assert isinstance(got, Reward), f"the session ended on a transient journal lock: {got!r}"
