@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pobo.parties.budget import DatasetLedger
-from pobo.parties.journal import Journal
+from pobo.parties.journal import Journal, Superseded
 from pobo.parties.ldp import ConvertToLaplace
 from pobo.parties.noise import NoiseSource
 from pobo.parties.objective import EvaluationFailed
@@ -85,6 +85,7 @@ class Curator:
         self.answered: dict[int, tuple[int, float]] = {}  # query seq -> (row, released value)
         self.reserved: dict[int, int] = {}  # seq -> row of evaluations not answered yet
         self.requested: dict[int, float] = {}  # seq -> when it was reserved (time.time())
+        self._drawn: dict[int, tuple[float, float]] = {}  # seq -> (measured, released), uncommitted
         self._seqs: list[int] = []  # the answered seqs, sorted (the lists above follow them)
 
     def replay(self, seq: int, index: int, measured: float, value: float) -> None:
@@ -136,6 +137,10 @@ class Curator:
             if self.reserved[seq] != index:
                 raise ProtocolError(f"query {seq} was for row {self.reserved[seq]}, not "
                                     f"{index}", ErrorCode.SEQUENCE)
+            ledger = self.ledger
+            if ledger.generation is not None and not ledger.journal.current(ledger.session,
+                                                                            ledger.generation):
+                raise Superseded(ledger.session)  # a newer connection owns the session
             return None
         entries = self._admit(index, len(self.reserved))
         self.requested[seq] = self.ledger.journal.reserve(
@@ -148,12 +153,15 @@ class Curator:
         """Answer the reserved query `seq` with the value measured for it: the released
         value (through the LDP mechanism, if any), committed before it is returned."""
         row = self.reserved[seq]
-        if not math.isfinite(measured):
-            raise EvaluationFailed(f"the value measured for query {seq} is {measured}")
-        value = measured if self.ldp is None else self.ldp.privatise(measured, self.source)
+        if seq not in self._drawn:  # a retry after a failed commit keeps the first draw
+            if not math.isfinite(measured):
+                raise EvaluationFailed(f"the value measured for query {seq} is {measured}")
+            self._drawn[seq] = (measured, measured if self.ldp is None
+                                else self.ldp.privatise(measured, self.source))
+        measured, value = self._drawn[seq]
         self.ledger.journal.complete(self.ledger.session, self.ledger.generation, seq, row,
                                      float(measured), float(value))
-        del self.reserved[seq]
+        del self.reserved[seq], self._drawn[seq]
         self.requested.pop(seq, None)
         self._keep(seq, row, measured, value)
         return value

@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS row_ledger (
 CREATE INDEX IF NOT EXISTS row_ledger_eps ON row_ledger (epsilon);
 CREATE TABLE IF NOT EXISTS pending (
     session TEXT NOT NULL, seq INTEGER NOT NULL, row INTEGER NOT NULL, requested REAL NOT NULL,
-    measured REAL, supplied REAL, PRIMARY KEY (session, seq));
+    measured REAL, supplied REAL, failures INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (session, seq));
 """
 
 
@@ -104,7 +105,7 @@ class JournaledSession:
     status: str
     owner: str
     generation: int
-    answers: list[tuple[int, int, float, float]]  # (seq, row, measured, value)
+    answers: list[tuple[int, int, float, float]]  # (seq, row, measured, value), as answered
     ledger: list[Entry]  # this session's own entries
     release: dict | None
     pending: dict[int, tuple[int, float]] = field(default_factory=dict)  # seq -> (row, reserved at)
@@ -312,6 +313,8 @@ class Journal:
         held = self._db.execute("SELECT row, requested FROM pending WHERE session = ? AND seq = ?",
                                 (session, seq)).fetchone()
         if held is not None:  # checked first: a reservation already charged is not refused
+            if generation is not None and not self.current(session, generation):
+                raise Superseded(session)
             return self._held(seq, row, *held)
 
         def insert() -> list[tuple[str, tuple]]:
@@ -320,7 +323,7 @@ class Journal:
             if held is not None:
                 raise _Held(*held)
             when.append(time.time())
-            return [("INSERT INTO pending VALUES (?, ?, ?, ?, NULL, NULL)",
+            return [("INSERT INTO pending VALUES (?, ?, ?, ?, NULL, NULL, 0)",
                      (session, seq, row, when[0]))]
 
         try:
@@ -356,12 +359,30 @@ class Journal:
             if row[2] is not None:
                 raise ProtocolError(f"query {seq} of session {session[:12]}... already has "
                                     f"the value {row[2]}", ErrorCode.DUPLICATE)
+            status = self._db.execute("SELECT status FROM sessions WHERE id = ?",
+                                      (session,)).fetchone()
+            if status is not None and status[0] in FINISHED:
+                raise ProtocolError(f"session {session[:12]}... is {status[0]}: its pending "
+                                    "queries will not be answered", ErrorCode.SESSION_CLOSED)
             found.append(PendingEvaluation(session, seq, row[0], row[1], float(value)))
             return [("UPDATE pending SET measured = ?, supplied = ? WHERE session = ? AND "
                      "seq = ?", (float(value), time.time(), session, seq))]
 
         self._transaction(update)
         return found[0]
+
+    def record_failure(self, session: str, seq: int) -> int:
+        """Count one failed evaluation of a pending query (over every connection and
+        restart); returns the count."""
+        self._transaction([("UPDATE pending SET failures = failures + 1 WHERE session = ? "
+                            "AND seq = ?", (session, seq))])
+        return self.failures(session, seq)
+
+    def failures(self, session: str, seq: int) -> int:
+        """How many evaluations of a pending query failed so far."""
+        row = self._db.execute("SELECT failures FROM pending WHERE session = ? AND seq = ?",
+                               (session, seq)).fetchone()
+        return 0 if row is None else int(row[0])
 
     def supplied(self, session: str, seq: int) -> float | None:
         """The value entered for a pending evaluation, or None (not yet, or not pending)."""
@@ -379,14 +400,21 @@ class Journal:
                            ("DELETE FROM pending WHERE session = ? AND seq = ?",
                             (session, seq))], session, generation=generation)
 
-    def pending(self, session: str | None = None) -> list[PendingEvaluation]:
-        """Pending evaluations, oldest first: all, or one session's."""
+    def pending(self, session: str | None = None, live: bool = False) -> list[PendingEvaluation]:
+        """Pending evaluations, oldest first: all, or one session's; with `live`, only
+        those of sessions not finished (a session ended with queries still pending
+        keeps them, charged, but they will not be answered)."""
         sql = "SELECT session, seq, row, requested, measured FROM pending"
-        args: tuple = ()
+        where, args = [], []
         if session is not None:
-            sql, args = sql + " WHERE session = ?", (session,)
+            where, args = ["session = ?"], [session]
+        if live:
+            where.append("session NOT IN (SELECT id FROM sessions WHERE status IN (?, ?))")
+            args += list(FINISHED)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         return [PendingEvaluation(*r) for r in self._db.execute(sql + " ORDER BY requested, seq",
-                                                                args)]
+                                                                tuple(args))]
 
     def charge(self, session: str, entries: list[Entry], budget: Budget,
                generation: int | None = None) -> None:
@@ -411,7 +439,7 @@ class Journal:
         if row is None:
             return None
         answers = self._db.execute("SELECT seq, row, measured, value FROM answers WHERE "
-                                   "session = ? ORDER BY seq", (session,)).fetchall()
+                                   "session = ? ORDER BY rowid", (session,)).fetchall()
         return JournaledSession(session, row[0], json.loads(row[1]), row[2], row[3], row[4],
                                 row[5], row[6], row[7], [tuple(a) for a in answers],
                                 self.entries(session), json.loads(row[8]) if row[8] else None,

@@ -44,11 +44,12 @@ class EvaluationFailed(ProtocolError):
     Its text (the command's stderr, what it printed, the exception) is about the row's
     data, so it stays with the curator (its log); the modeler is told only `public`."""
 
-    public = ("the curator could not evaluate this query (its own log says why); "
+    PUBLIC = ("the curator could not evaluate this query (its own log says why); "
               "it may be retried")
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, public: bool = False) -> None:
         super().__init__(message, ErrorCode.EVALUATION_FAILED)
+        self.public = message if public else self.PUBLIC  # what the modeler is told
 
 
 @dataclass(frozen=True)
@@ -181,10 +182,12 @@ def ingest_results(path: str | Path, journal: Journal) -> int:
     many were entered. A line for another journal's session, an answered query or a
     malformed line is skipped (logged): the file may hold every session's results."""
     try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
+        text = Path(path).read_text(errors="replace")
+    except OSError as exc:  # missing (not yet written), a directory, unreadable
+        if not isinstance(exc, FileNotFoundError):
+            log.warning("results file %s cannot be read: %s", path, exc)
         return 0
-    waiting = {(p.session, p.seq) for p in journal.pending() if p.measured is None}
+    waiting = {(p.session, p.seq) for p in journal.pending(live=True) if p.measured is None}
     entered = 0
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].replace(",", " ").split()

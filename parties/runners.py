@@ -12,6 +12,7 @@ import numpy as np
 
 from pobo.parties.curator import Curator
 from pobo.parties.modeler import HyperFit, Modeler
+from pobo.parties.objective import EvaluationFailed
 from pobo.parties.strategies import KusnerUCB, Robust, Strategy, declaration, for_release
 from pobo.protocol.channel import Channel
 from pobo.protocol.codec import decode
@@ -28,7 +29,6 @@ StepCallback = Callable[[int, int, float], None]
 PendingCallback = Callable[[int, int, float], None]  # (seq, row, seconds waited)
 ReleaseHandler = Callable[[ReleaseRequest], Release]
 Measure = Callable[[int, int], Awaitable[float]]  # (seq, row) -> the measured value
-MAX_ATTEMPTS = 5  # failed evaluations of one query a connection runs before refusing it
 
 
 async def serve_session(channel: Channel, curator: Curator, params: SessionParams,
@@ -37,7 +37,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         on_release: ReleaseHandler | None = None,
                         hello: Hello | None = None, asked: dict[int, int] | None = None,
                         max_refusals: int = 10_000, measure: Measure | None = None,
-                        on_evaluate: StepCallback | None = None) -> str:
+                        on_evaluate: StepCallback | None = None,
+                        on_measured: Callable[[int], None] | None = None) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
     Every answer is committed to the dataset's journal by `curator` before its reward is
@@ -50,7 +51,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     Error message and the session goes on (up to `max_refusals` of them); a version
     mismatch ends it. A release request goes to `on_release`, which computes it from
     the curator's own record (a refusal, e.g. past the privacy budget, is a typed Error).
-    `on_evaluate(seq, row, seconds waited)` is called when an evaluation starts.
+    `on_evaluate(seq, row, seconds waited)` is called when an evaluation starts and
+    `on_measured(seq)` when its answer is committed.
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
         await receive_hello(channel)
@@ -59,30 +61,29 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     if asked:
         channel.boundary.restore_queries(asked)
     evaluations: dict[int, asyncio.Task] = {}
-    failed: dict[int, int] = {}  # seq -> evaluations that failed on this connection
 
     async def evaluate(seq: int, index: int) -> None:
         try:
             value = curator.complete(seq, await measure(seq, index))
-        except ProtocolError as exc:
-            evaluations.pop(seq, None)
-            failed[seq] = failed.get(seq, 0) + 1
+        except Exception as exc:  # a failure is answered, never left pending forever
+            if not isinstance(exc, ProtocolError):
+                log.error("session %s: query %d (row %d): %s: %s", session_id[:12], seq,
+                          index, type(exc).__name__, exc)
+                exc = EvaluationFailed(f"{type(exc).__name__}: {exc}")
             log.warning("session %s: query %d (row %d) not evaluated: %s", session_id[:12],
                         seq, index, exc)  # the cause stays here: it may be about the row
             await _send_error(channel, exc.code, getattr(exc, "public", str(exc)), seq)
             return
-        evaluations.pop(seq, None)
+        finally:
+            evaluations.pop(seq, None)
+        if on_measured is not None:
+            on_measured(seq)
         await channel.send(Reward(seq, index, value, curator.noise_tag))
         if on_answer is not None:
             on_answer(seq, index, value)
 
     async def on_query(message: Query) -> None:
         seq, index = message.seq, message.index
-        if failed.get(seq, 0) >= MAX_ATTEMPTS and seq not in evaluations:
-            await _send_error(channel, ErrorCode.EVALUATION_FAILED,
-                              f"query {seq} failed {MAX_ATTEMPTS} times: this connection "
-                              "evaluates it no more (a resumed session may)", seq)
-            return
         if seq not in evaluations:
             fresh = seq not in curator.answered
             try:
@@ -238,6 +239,11 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
     return modeler
 
 
+# what a curator answers one query with when it may be retried: its evaluation failed,
+# or its journal was briefly locked by another writer
+RETRYABLE = (ErrorCode.EVALUATION_FAILED.value, ErrorCode.BUSY.value)
+
+
 class QueryWindow:
     """The modeler's outstanding queries on one channel: sends them and waits for their
     rewards, in whatever order they come. A curator that reports a query pending is
@@ -290,7 +296,7 @@ class QueryWindow:
                 if self.on_pending is not None:
                     self.on_pending(message.seq, message.index, message.waited)
             elif (isinstance(message, Error) and message.seq in self.outstanding
-                  and message.code == ErrorCode.EVALUATION_FAILED.value):
+                  and message.code in RETRYABLE):
                 tries = self.failures[message.seq] = self.failures.get(message.seq, 0) + 1
                 if tries > self.retries:
                     raise PeerError(message.code, message.message)

@@ -10,6 +10,7 @@ dataset's (DESIGN.md, threat model: the dataset, not the session, owns the budge
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -21,21 +22,26 @@ import numpy as np
 from pobo.parties.budget import DatasetLedger, session_ledger
 from pobo.parties.curator import Curator, Oracle
 from pobo.parties.dataset import Problem, dataset_digest
-from pobo.parties.journal import Journal, JournalError, JournalFault, JournaledSession
+from pobo.parties.journal import (
+    Journal, JournalError, JournalFault, JournaledSession, Superseded,
+)
 from pobo.parties.ldp import ConvertToLaplace, subweibull_clip
 from pobo.parties.noise import SECURE, SEEDED, NoiseSource, rng_for
-from pobo.parties.objective import EvaluationRequest, FunctionObjective, Objective
+from pobo.parties.objective import (
+    EvaluationFailed, EvaluationRequest, FunctionObjective, Objective,
+)
 from pobo.parties.projection import (
     choose_projection, identity_release, lift_test_needed, singular_values,
 )
 from pobo.protocol.codec import decode, encode
-from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
 from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
 
+MAX_FAILURES = 5  # failed evaluations of one query before it is evaluated no more
 LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
 LIFT_MODES = ("paper", "always", "private")
 DEFAULT_LIFT = "private"
@@ -138,9 +144,57 @@ class CuratorSession:
         return curator
 
     async def measure(self, seq: int, index: int) -> float:
-        """The on-demand objective's measured value for query `seq` at row `index`."""
-        return await self.service.objective.measure(
-            EvaluationRequest(self.session_id, seq, index, self.service.journal))
+        """The on-demand objective's measured value for query `seq` at row `index`.
+
+        One measurement per query at a time for the whole service: a connection that
+        takes the session over waits for the measurement already running instead of
+        starting another (and a cancelled connection does not stop it, except a wait
+        for a value entered later, which loses nothing). A value entered with `pobo
+        answer` is used whatever the objective. After MAX_FAILURES failed
+        evaluations of one query (counted in the journal, over every connection and
+        restart) it is not evaluated again: only a value entered can answer it. A
+        superseded connection measures nothing."""
+        service, key = self.service, (self.session_id, seq)
+        if not self.current:
+            raise Superseded(self.session_id)
+        entered = service.journal.supplied(self.session_id, seq)
+        if entered is not None:
+            return entered
+        task = service.measuring.get(key)
+        if task is not None and task.done() and (task.cancelled() or task.exception()):
+            task = None  # a failed measurement: counted, may run again
+        if task is None:
+            failures = service.journal.failures(self.session_id, seq)
+            if failures >= MAX_FAILURES:
+                raise EvaluationFailed(f"query {seq} failed {failures} times: it is not "
+                                       "evaluated again; the curator may enter its value "
+                                       "(pobo answer)", public=True)
+            task = asyncio.ensure_future(service.objective.measure(
+                EvaluationRequest(self.session_id, seq, index, service.journal)))
+            task.add_done_callback(lambda t: self._failed(seq, t))
+            service.measuring[key] = task
+        service.waiters[key] = service.waiters.get(key, 0) + 1
+        try:
+            return await asyncio.shield(task)
+        finally:
+            service.waiters[key] -= 1
+            if not service.waiters[key]:
+                del service.waiters[key]
+                if not task.done() and service.objective.name == "deferred":
+                    task.cancel()  # nobody waits: the value, when entered, stays in the journal
+                    service.measuring.pop(key, None)
+
+    def _failed(self, seq: int, task: asyncio.Task) -> None:
+        """Count a measurement that failed (not one cancelled) in the journal."""
+        if not task.cancelled() and task.exception() is not None:
+            try:
+                self.service.journal.record_failure(self.session_id, seq)
+            except PoboError:
+                pass  # the journal is failing: the service refuses new work anyway
+
+    def measured(self, seq: int) -> None:
+        """Forget the measurement of an answered query."""
+        self.service.measuring.pop((self.session_id, seq), None)
 
     def ledger_view(self) -> dict:
         """The dataset's ledger, with this session's own part as its messages imply it."""
@@ -167,6 +221,8 @@ class CuratorService:
                                  "--objective-cmd, --objective-wait or a script's evaluate")
             objective = FunctionObjective(problem.evaluate)
         self.objective = objective  # None: the tabulated f, measured at once
+        self.measuring: dict[tuple[str, int], asyncio.Task] = {}  # (session, seq) -> running
+        self.waiters: dict[tuple[str, int], int] = {}
         self.max_batch = int(max_batch)
         self.problem = problem
         self.settings = settings

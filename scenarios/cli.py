@@ -651,7 +651,7 @@ def _cmd_answer(args: argparse.Namespace) -> int:
             print(f"entered {args.value:g} for query {entered.seq} (row {entered.row}) of "
                   f"session {entered.session}; the curator releases it when it next looks")
             return 0
-        print(describe_pending(journal.pending(), args.json))
+        print(describe_pending(journal.pending(live=True), args.json))
     finally:
         journal.close()
     return 0

@@ -239,6 +239,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         reason = await serve_session(
             channel, curator, session.params, session.release, sid, on_answer=progress,
             on_release=handler, hello=hello, measure=session.measure, on_evaluate=evaluating,
+            on_measured=session.measured,
             asked={**{seq: row for seq, (row, _) in curator.answered.items()},
                    **curator.reserved})
         status = "ok"
