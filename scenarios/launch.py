@@ -20,6 +20,7 @@ from pathlib import Path
 from pobo.protocol.errors import PoboError
 from pobo.scenarios.remote import LISTENING
 from pobo.protocol.signing import load_verify_key
+from pobo.scenarios.blocking import run_blocking
 from pobo.scenarios.session import RunConfig, Signing, merge_results, run_inproc
 from pobo.transport.security import make_keys, make_signing_keys
 
@@ -99,13 +100,30 @@ def modeler_argv(config: RunConfig) -> list[str]:
 def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
         verbose: bool = True, wall_timeout: float | None = None,
         curve_dir: Path | None = None) -> dict:
-    """Run one session over `transport` (two processes for tcp/ipc); return result.json."""
+    """Run one session over `transport` (two processes for tcp/ipc); return result.json.
+    Works from a running event loop too (a notebook): see `run_async` to await it."""
     if transport == "inproc":
-        signing = Signing.throwaway()
-        publish_keys(signing.curator.public_hex, signing.modeler.public_hex, Path(out))
-        return asyncio.run(run_inproc(config, out, verbose=verbose, signing=signing))
+        return run_blocking(_inproc(config, out, verbose))
     return run_processes(config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
                          curve_dir=curve_dir)
+
+
+async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", *,
+                    verbose: bool = True, wall_timeout: float | None = None,
+                    curve_dir: Path | None = None) -> dict:
+    """`run`, to await from a running event loop (the party processes of tcp/ipc are
+    waited for in a worker thread, so the loop stays free)."""
+    if transport == "inproc":
+        return await _inproc(config, out, verbose)
+    return await asyncio.to_thread(run_processes, config, out, transport, verbose=verbose,
+                                   wall_timeout=wall_timeout, curve_dir=curve_dir)
+
+
+async def _inproc(config: RunConfig, out: Path | str, verbose: bool) -> dict:
+    """One in-process session with throwaway signing keys, published in out/keys/."""
+    signing = Signing.throwaway()
+    publish_keys(signing.curator.public_hex, signing.modeler.public_hex, Path(out))
+    return await run_inproc(config, out, verbose=verbose, signing=signing)
 
 
 def curve_argv(curve_dir: Path | None) -> tuple[list[str], list[str]]:

@@ -7,7 +7,6 @@ exists in the output folder is not run again, so an interrupted sweep resumes.
 """
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import multiprocessing as mp
@@ -21,6 +20,7 @@ from pathlib import Path
 from pobo.parties.modeler import HyperFit
 from pobo.scenarios.registry import build_problem, public_inputs
 from pobo.parties.service import DEFAULT_LIFT
+from pobo.scenarios.blocking import run_blocking
 from pobo.scenarios.session import RunConfig, run_inproc
 
 
@@ -92,7 +92,7 @@ def run_group(runs: list[tuple[str, RunConfig]], out: str, transcripts: bool = F
     summaries = []
     for rid, cfg in runs:
         folder = Path(out) / "runs" / rid
-        result = asyncio.run(run_inproc(cfg, folder, problem=problem, transcripts=transcripts))
+        result = run_blocking(run_inproc(cfg, folder, problem=problem, transcripts=transcripts))
         summaries.append(summarise(rid, cfg, result))
     return summaries
 
