@@ -39,6 +39,7 @@ from pobo.scenarios.launch import TRANSPORTS, LaunchError, run
 from pobo.scenarios.presets import PRESETS, Preset
 from pobo.scenarios.registry import build_problem, is_script, scenario_names
 from pobo.scenarios.report import admissible_r, write_report
+from pobo.scenarios.html_report import write_html_report
 from pobo.scenarios.remote import connect_modeler, serve_curator
 from pobo.scenarios.session import RunConfig, Signing, prepare_service
 from pobo.scenarios.sweep import SweepSpec, dask_executor, run_sweep
@@ -175,6 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keys", type=Path, metavar="DIR",
                    help="a `pobo keys` folder holding both public signing keys")
     p.set_defaults(handler=_cmd_audit)
+
+    p = sub.add_parser("report", help="write one self-contained HTML page about a run or a "
+                                      "sweep folder: parameters, ledger, audit, regret curves")
+    p.add_argument("folder", type=Path, metavar="RUN_OR_SWEEP_DIR",
+                   help="a run folder (result.json) or a sweep folder (runs.csv)")
+    p.add_argument("--out", type=Path, metavar="FILE",
+                   help="where to write the page (default RUN_OR_SWEEP_DIR/report.html)")
+    p.set_defaults(handler=_cmd_report)
 
     p = sub.add_parser("export-data", help="write a scenario's preprocessed X and f (.npz), "
                                            "the curator's private data, for `pobo audit --data`")
@@ -560,6 +569,11 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     else:
         print("\n".join(r.text() for r in reports))
     return 0 if all(r.ok for r in reports) else 2
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    print(write_html_report(args.folder, args.out))
+    return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
