@@ -35,6 +35,7 @@ from pobo.protocol.messages import ReleaseRequest
 from pobo.protocol.signing import load_allowed_keys, load_signing_key, load_verify_key
 from pobo.scenarios.auditing import audit_files, signing_keys
 from pobo.scenarios.config import CONFIGURABLE, apply_config, check_required
+from pobo.scenarios.progress import configure_logging
 from pobo.scenarios.launch import TRANSPORTS, LaunchError, run
 from pobo.scenarios.presets import PRESETS, Preset
 from pobo.scenarios.registry import build_problem, is_script, scenario_names
@@ -56,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    configure_logging(getattr(args, "verbose", 0) or 0, getattr(args, "quiet", False))
     _terminate_like_interrupt()
     try:
         if args.command in CONFIGURABLE:
@@ -106,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run curator and modeler of a scenario end to end")
     _scenario_arguments(p, default_seed=0)
+    _output_arguments(p, "-v: every answer line, no bar")
     _modeler_arguments(p)
     p.add_argument("--transport", choices=TRANSPORTS, default="tcp",
                    help="tcp/ipc: two OS processes over loopback; inproc: one process")
@@ -121,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_cmd_run)
 
     p = sub.add_parser("sweep", help="run every combination of eps, r, strategy and seed")
+    _output_arguments(p, "-v: a line per run, no bar")
     p.add_argument("scenario", nargs="?", type=scenario_arg, metavar="SCENARIO",
                    help="the scenario (optional with --preset)")
     p.add_argument("--config", type=Path, metavar="FILE.toml",
@@ -193,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("curator", help="run the curator alone, bound to an endpoint")
     _scenario_arguments(p, default_seed=None)
+    _output_arguments(p, "-v: every answer line, no bar")
     p.add_argument("--bind", default="tcp://127.0.0.1:5555",
                    help="ZeroMQ endpoint to bind (tcp://HOST:PORT or ipc://PATH; default "
                         "loopback: another interface in plaintext needs --insecure)")
@@ -272,9 +277,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the curator's public signing key (curator.sign_public): refuse a "
                         "curator that signs with another key or none")
     p.add_argument("--out", type=Path, default=Path("runs/modeler"))
-    p.add_argument("--verbose", action="store_true", help="print one line per query")
+    _output_arguments(p, "-v: one line per query")
     p.set_defaults(handler=_cmd_modeler)
     return parser
+
+
+def _output_arguments(p: argparse.ArgumentParser, verbose: str) -> None:
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help=f"more output ({verbose}; -vv: debugging detail); on a terminal "
+                        "progress is a bar unless -v")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="only warnings, errors and the final summary")
 
 
 def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) -> None:

@@ -8,6 +8,8 @@ progress lines, and always stops both processes before returning, pass or fail.
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import json
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from pobo.protocol.errors import PoboError
 from pobo.scenarios.remote import LISTENING
 from pobo.protocol.signing import load_verify_key
 from pobo.scenarios.blocking import run_blocking
+from pobo.scenarios.progress import step
 from pobo.scenarios.session import RunConfig, Signing, merge_results, run_inproc
 from pobo.transport.security import make_keys, make_signing_keys
 
@@ -254,11 +257,25 @@ def _spawn(role: str, argv: list[str], verbose: bool, on_line=None) -> Spawned:
             if on_line is not None:
                 on_line(line)
             if verbose:
-                print(line, end="", flush=True)
+                forward(role, line.rstrip("\n"))
 
     reader = threading.Thread(target=pump, name=f"pobo-{role}-stdout", daemon=True)
     reader.start()
     return Spawned(role, process, lines, reader, errors)
+
+
+ANSWER_LINE = re.compile(r"^\[(\w+)\] t=\s*(\d+)/(\d+) ")
+
+
+def forward(role: str, line: str) -> None:
+    """A party's output line, logged by this process: an answer line as progress (a bar
+    on a terminal), any other line as it is."""
+    logger = logging.getLogger(f"pobo.{role}")
+    found = ANSWER_LINE.match(line)
+    if found and " evaluating " not in line:
+        step(logger, line, int(found.group(2)), int(found.group(3)))
+    else:
+        logger.info(line)
 
 
 def _wait(process: subprocess.Popen, timeout: float | None) -> int:

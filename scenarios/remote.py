@@ -251,9 +251,6 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
                 raise
             modeler_log.warning("lost the curator (%s) with %d evaluation(s) pending: resuming session "
                         "%s in %.0f s", exc, len(state.pending), state.session[:12], pause)
-            if verbose:
-                print(f"[modeler] curator lost ({type(exc).__name__}); {len(state.pending)} "
-                      f"pending: reconnecting to resume", flush=True)
             await asyncio.sleep(pause)
             pause = min(2 * pause, max(1.0, timeout))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,8 +33,13 @@ from pobo.protocol.signing import Signer
 from pobo.protocol.transcript import Transcript
 from pobo.parties.dataset import regret_scale
 from pobo.scenarios.problem import Problem, distinct_hits, rng_for
+from pobo.scenarios.progress import step
 from pobo.scenarios.registry import DISTINCT_ROWS, build_problem, public_inputs
 from pobo.scenarios.releases import release_handler
+
+
+CURATOR_LOG = logging.getLogger("pobo.curator")
+MODELER_LOG = logging.getLogger("pobo.modeler")
 
 
 @dataclass(frozen=True)
@@ -209,16 +215,17 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         service.journal.record_release(sid, session.generation, released[-1])
 
     best: list[float] = []  # the best f so far (simulation): O(1) per answer line
+    f = service.problem.f if curator.tabulated else None
+    f_star = None if f is None else float(np.max(f))  # once, not once per answer
 
     def progress(seq: int, index: int, value: float) -> None:
         if not verbose:
             return
         line = f"[curator] t={seq:>4}/{T} row={index:>7} y={value:+.5f}"
-        f = service.problem.f
-        if curator.tabulated and f is not None:
+        if f is not None:
             best.append(max(best[-1], float(f[index])) if best else float(f[index]))
-            line += f" simple_regret={float(np.max(f)) - best[-1]:.5f}"
-        print(line, flush=True)
+            line += f" simple_regret={f_star - best[-1]:.5f}"
+        step(CURATOR_LOG, line, len(curator.answered), T)
 
     def evaluating(seq: int, index: int, waited: float) -> None:
         if not verbose:
@@ -227,7 +234,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         if service.objective.name == "deferred":
             line += (f": enter its value with `pobo answer --journal {service.journal.path} "
                      f"{sid} {seq} VALUE`")
-        print(line, flush=True)
+        CURATOR_LOG.info(line)
 
     started, status, reason, error = time.perf_counter(), "failed", None, None
     try:
@@ -323,14 +330,14 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
     def progress(seq: int, index: int, value: float) -> None:
         answers[seq] = (index, value)
         if verbose:
-            print(f"[modeler] t={seq:>4} row={index:>7} y={value:+.5f}", flush=True)
+            MODELER_LOG.info(f"[modeler] t={seq:>4} row={index:>7} y={value:+.5f}")
 
     shown: dict[int, float] = {}  # seq -> the wait last shown (a line a minute, not a poll)
 
     def pending(seq: int, index: int, waited: float) -> None:
         if verbose and (seq not in shown or waited - shown[seq] >= 60):
             shown[seq] = waited
-            print(f"[modeler] t={seq:>4} row={index:>7} pending for {waited:.0f} s", flush=True)
+            MODELER_LOG.info(f"[modeler] t={seq:>4} row={index:>7} pending for {waited:.0f} s")
 
     try:
         modeler = await run_modeler(channel, make_strategy(strategy, beta_scale),

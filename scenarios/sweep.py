@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import multiprocessing as mp
 import os
 import time
@@ -21,6 +22,7 @@ from pobo.parties.modeler import HyperFit
 from pobo.scenarios.registry import build_problem, public_inputs
 from pobo.parties.service import DEFAULT_LIFT
 from pobo.scenarios.blocking import run_blocking
+from pobo.scenarios.progress import step
 from pobo.scenarios.session import RunConfig, run_inproc
 
 
@@ -131,8 +133,12 @@ def finished(out: Path, rid: str) -> dict | None:
     return result if result.get("status") == "ok" and result.get("consistent") else None
 
 
-def _say(line: str) -> None:
-    print(line, flush=True)
+def _say(line: str, done: int | None = None, total: int | None = None) -> None:
+    """A sweep's progress line (a bar on a terminal: scenarios.progress)."""
+    if done is None:
+        SWEEP_LOG.info(line)
+    else:
+        step(SWEEP_LOG, line, done, total)
 
 
 @contextlib.contextmanager
@@ -149,6 +155,7 @@ def single_threaded_blas():
                 os.environ.pop(k, None)
 
 
+SWEEP_LOG = logging.getLogger("pobo.sweep")
 _BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -170,7 +177,11 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = N
         else:
             todo.setdefault(cfg.seed, []).append((rid, cfg))
     total = len(rows) + sum(map(len, todo.values()))
-    say = progress or (lambda line: None)
+    def say(line: str, done: int | None = None, total: int | None = None) -> None:
+        if progress is _say:
+            _say(line, done, total)  # the default: a bar on a terminal
+        elif progress is not None:
+            progress(line)  # a caller's callback: one line each
     if rows:
         say(f"[sweep] {len(rows)} of {total} runs already finished in {out}: skipped")
     own = executor is None and todo
@@ -185,7 +196,8 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = N
                 rows[row["run"]] = row
                 say(f"[sweep] {len(rows)}/{total} {row['run']}: S_T = {row['simple_regret']:.4g} "
                     f"({row['simple_regret_sigma_y']:.3g} sigma_y)"
-                    + (f", hits {row['hits']:.0f}" if row["hits"] is not None else ""))
+                    + (f", hits {row['hits']:.0f}" if row["hits"] is not None else ""),
+                    len(rows), total)
     finally:
         if own:
             pool.shutdown(cancel_futures=True)
