@@ -11,6 +11,13 @@ charges the ledger checks the budget inside its transaction (BEGIN IMMEDIATE), s
 even two processes sharing one journal can overspend it.
 
 `Journal(":memory:")` keeps the same state for the life of the process only.
+
+Durability (`Journal(path, durability=...)`, `--durability`): the database is in WAL mode;
+"full" (the default, `PRAGMA synchronous=FULL`) fsyncs the log at every commit, so a
+committed answer survives a power loss or an OS crash; "normal" (`synchronous=NORMAL`)
+leaves the fsync to checkpoints, so a committed answer survives the curator process being
+killed (the log is written to the OS before the commit returns) but the last commits may
+be lost with the machine, and with them ledger charges of rewards the modeler already saw.
 sqlite3 from the standard library: no hand-rolled file format for state that must
 survive a crash.
 """
@@ -59,6 +66,8 @@ CREATE TABLE IF NOT EXISTS pending (
 """
 
 
+DURABILITY = {"full": "FULL", "normal": "NORMAL"}  # --durability -> PRAGMA synchronous
+DEFAULT_DURABILITY = "full"
 RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose peer vanished
 FINISHED = ("ok", "failed")
 
@@ -125,8 +134,12 @@ class PendingEvaluation:
 class Journal:
     """A curator's journal; one per curator process, shared by all of its sessions."""
 
-    def __init__(self, path: str | Path = ":memory:", busy_timeout: float = 5.0) -> None:
+    def __init__(self, path: str | Path = ":memory:", busy_timeout: float = 5.0,
+                 durability: str = DEFAULT_DURABILITY) -> None:
+        if durability not in DURABILITY:
+            raise ValueError(f"durability {durability!r}: expected one of {', '.join(DURABILITY)}")
         self.path = str(path)
+        self.durability = durability
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
@@ -140,7 +153,7 @@ class Journal:
             raise JournalError(f"{self.path} is a journal of schema {version}, this pobo "
                                f"writes schema {SCHEMA_VERSION}: start a new journal")
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
         self._db.executescript(SCHEMA)
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from pobo import __version__
-from pobo.parties.journal import Journal
+from pobo.parties.journal import DEFAULT_DURABILITY, DURABILITY, Journal
 from pobo.parties.budget import describe_journal_ledger, journal_ledger
 from pobo.parties.service import DEFAULT_LIFT, LIFT_MODES
 from pobo.parties.modeler import FIT_MODES, HyperFit
@@ -118,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--journal", type=Path,
                    help="the curator's SQLite journal (default: in memory; with "
                         "--objective-wait: OUT/curator.journal)")
+    _durability_argument(p)
     p.add_argument("--max-batch", type=positive_int,
                    help="the most queries the curator lets the modeler keep outstanding "
                         "(default: --batch)")
@@ -217,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "answers are committed before they are sent, and a restarted curator "
                         "serves the same Z, keeps the same ledger and resumes the sessions in "
                         "it (without it the ledger lives for the process only)")
+    _durability_argument(p)
     p.add_argument("--curve-secret", type=Path, help="CURVE: the curator's secret key file")
     p.add_argument("--curve-allow", type=Path,
                    help="CURVE: directory of the modeler public keys to admit")
@@ -401,6 +403,14 @@ def hyper_from_args(args: argparse.Namespace) -> HyperFit:
     return HyperFit(args.fit, args.n_init, args.fit_every, args.restarts, args.kernel)
 
 
+def _durability_argument(p: argparse.ArgumentParser) -> None:
+    """--durability: how the journal commits an answer before its reward is sent."""
+    p.add_argument("--durability", choices=sorted(DURABILITY), default=DEFAULT_DURABILITY,
+                   help="full (default): every commit is fsynced, an answer survives a power "
+                        "loss; normal: WAL synchronous=NORMAL, an answer survives the curator "
+                        "being killed but not the machine losing power (faster per query)")
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The RunConfig that the scenario options of a subcommand describe."""
     options = {k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k, None) is not None}
@@ -431,7 +441,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      objective_wait=getattr(args, "objective_wait", False),
                      results_file=getattr(args, "results_file", None),
                      eval_timeout=getattr(args, "eval_timeout", 3600.0), max_batch=max_batch,
-                     journal=None if journal is None else str(journal), **modeler)
+                     journal=None if journal is None else str(journal),
+                     durability=getattr(args, "durability", DEFAULT_DURABILITY), **modeler)
 
 
 def scenario_arg(text: str) -> str:
@@ -630,7 +641,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         print(f"pobo curator: warning: --seed {config.seed} draws the projection, the noise "
               "and the session's measurements from a known seed: for simulation only; every "
               "record says randomness: seeded", file=sys.stderr, flush=True)
-    journal = Journal(config.journal) if config.journal else None
+    journal = Journal(config.journal, durability=config.durability) if config.journal else None
     try:
         service = prepare_service(config, journal=journal)
         result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,

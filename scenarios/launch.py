@@ -61,7 +61,8 @@ def scenario_argv(config: RunConfig) -> list[str]:
                         ("--max-batch", config.max_batch if config.max_batch != 1 else None),
                         ("--eval-timeout", config.eval_timeout if config.eval_timeout != 3600.0
                          else None),
-                        ("--journal", config.journal)):
+                        ("--journal", config.journal),
+                        ("--durability", config.durability if config.journal else None)):
         if value is not None:
             argv += [flag, value if isinstance(value, str) else repr(value)]
     if config.non_private:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pobo.parties.journal import Journal
+from pobo.parties.journal import DEFAULT_DURABILITY, Journal
 from pobo.parties.modeler import HyperFit
 from pobo.parties.objective import CommandObjective, DeferredObjective, Objective
 from pobo.parties.runners import ResumeState, receive_hello, run_modeler, serve_session
@@ -94,6 +94,7 @@ class RunConfig:
     batch: int = 1  # queries the modeler keeps outstanding (GP-BUCB)
     max_batch: int = 1  # the most the curator lets a session keep outstanding
     journal: str | None = None  # the curator's SQLite journal (None: in memory)
+    durability: str = DEFAULT_DURABILITY  # the journal's commits: full (power loss) | normal (kill)
     moma_k: int | None = None  # MoMA's epoch length (None: the theorem's)
     distinct: bool | None = None  # never re-query a row; None: the scenario's default
 
@@ -160,7 +161,7 @@ def objective_for(config: RunConfig) -> Objective | None:
 def prepare_curator(config: RunConfig, problem: Problem | None = None) -> CuratorSession:
     """One new session on a fresh curator (its journal `config.journal`, else in memory):
     what a single run needs; it may keep `config.batch` queries outstanding."""
-    journal = Journal(config.journal) if config.journal else None
+    journal = Journal(config.journal, durability=config.durability) if config.journal else None
     return prepare_service(config, problem, journal).new_session(batch=config.batch)
 
 

@@ -25,8 +25,9 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _curator(tmp_path, port):
-    proc = subprocess.Popen([*POBO, "curator", *SCENARIO, "--bind", f"tcp://127.0.0.1:{port}",
+def _curator(tmp_path, port, *extra):
+    proc = subprocess.Popen([*POBO, "curator", *SCENARIO, *extra,
+                             "--bind", f"tcp://127.0.0.1:{port}",
                              "--journal", str(tmp_path / "journal.db"), "--sessions", "0",
                              "--timeout", "3", "--out", str(tmp_path / "c")],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -98,9 +99,10 @@ def test_modeler_killed_mid_run_resumes_from_its_transcript(tmp_path, reference)
     _check(tmp_path, reference)
 
 
-def test_curator_killed_mid_run_resumes_from_its_journal(tmp_path, reference):
+@pytest.mark.parametrize("durability", ["full", "normal"])
+def test_curator_killed_mid_run_resumes_from_its_journal(tmp_path, reference, durability):
     port = _port()
-    curator = _curator(tmp_path, port)
+    curator = _curator(tmp_path, port, "--durability", durability)
     modeler = restarted = again = None
     try:
         modeler = _modeler(tmp_path, port)
@@ -108,7 +110,7 @@ def test_curator_killed_mid_run_resumes_from_its_journal(tmp_path, reference):
         curator.kill()
         curator.wait(10)
         assert modeler.wait(30) != 0  # the modeler gives up after its retries
-        restarted = _curator(tmp_path, port)
+        restarted = _curator(tmp_path, port, "--durability", durability)
         again = _modeler(tmp_path, port, "--resume")
         assert again.wait(60) == 0
     finally:

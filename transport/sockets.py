@@ -1,6 +1,8 @@
 """ZeroMQ frame pipes: the curator binds a ROUTER, each modeler connects a DEALER.
 
-All waits are poll-with-deadline (never a cancelled pending recv). Sockets get
+No pending recv is ever cancelled: a wait is a recv with a receive timeout (RCVTIMEO,
+which fails the pending recv with EAGAIN before any message is taken) or a poll with a
+deadline. Sockets get
 MAXMSGSIZE (a peer sending a larger frame is disconnected by libzmq), LINGER=0,
 bounded high-water marks, ZeroMQ heartbeats, and ROUTER_MANDATORY so a reply to a
 vanished peer raises instead of vanishing.
@@ -38,7 +40,8 @@ from pobo.transport.security import (
 
 LOG = logging.getLogger("pobo.transport")
 
-_POLL_MS = 100
+_POLL_MS = 100  # the longest a receive waits before rechecking (monitor, sweep, close)
+_COPY_BELOW = 1 << 16  # frames shorter than this are sent by copy (cheaper than zero-copy)
 _BATCH = 256  # messages the pump takes per wake-up before yielding to other tasks
 _SWEEP_S = 1.0  # how often the pump expires idle, never-accepted peers
 _ERROR_COST = 64  # bytes charged for a queued ProtocolError (a malformed message)
@@ -207,6 +210,8 @@ class DealerPipe:
         self._sock, self._monitor = sock, monitor
         self.endpoint, self._curve = endpoint, curve
         self._failure: tuple[int, int] | None = None  # last failed handshake (event, value)
+        self._shook = monitor is None  # a handshake succeeded and none failed since
+        self._events = zmq.Socket.shadow(monitor.underlying) if monitor is not None else None
         self._poller = zmq.asyncio.Poller()
         self._poller.register(sock, zmq.POLLIN)
         if monitor is not None:
@@ -237,47 +242,69 @@ class DealerPipe:
 
     async def send(self, frame: bytes) -> None:
         """Send one frame to the curator."""
-        await self._sock.send(frame, copy=False)
+        await self._sock.send(frame, copy=len(frame) < _COPY_BELOW)
 
     async def recv(self, timeout: float) -> bytes:
         """The next single-frame message from the curator, within `timeout` seconds;
-        AuthenticationFailed as soon as the curator refuses this side's key."""
+        AuthenticationFailed as soon as the curator refuses this side's key (within
+        _POLL_MS once a handshake has succeeded: a refusal after a reconnect)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
         while True:
-            await self._check_handshake()
+            self._check_handshake()
+            if not self._shook:
+                return await self._recv_polled(deadline, timeout)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise self._timeout(timeout)
+            self._sock.setsockopt(zmq.RCVTIMEO, max(1, min(math.ceil(remaining * 1000),
+                                                           _POLL_MS)))
+            try:
+                parts = await self._sock.recv_multipart(copy=True)
+            except zmq.Again:  # the receive timeout: nothing was taken
+                continue
+            return _single(parts)
+
+    async def _recv_polled(self, deadline: float, timeout: float) -> bytes:
+        """Until a handshake succeeds: poll the socket and its monitor together, so that a
+        refusal or a failed handshake is reported as soon as the monitor says so."""
+        loop = asyncio.get_running_loop()
+        while True:
+            self._check_handshake()
             remaining = deadline - loop.time()
             ready = dict(await self._poller.poll(max(0, math.ceil(remaining * 1000))))
             if self._sock in ready:
-                parts = await self._sock.recv_multipart(flags=zmq.NOBLOCK, copy=True)
-                if len(parts) != 1:
-                    raise ProtocolError(f"message of {len(parts)} frames, expected 1")
-                return parts[0]
+                return _single(await self._sock.recv_multipart(flags=zmq.NOBLOCK, copy=True))
             if loop.time() >= deadline and not (self._monitor is not None
                                                  and self._monitor in ready):
-                await self._check_handshake()
-                message = f"no message from the curator within {timeout:g} s"
-                if self._failure is not None:
-                    cause = _handshake_cause(*self._failure, self._curve)
-                    raise HandshakeFailed(f"{message}: {cause}")
-                raise PeerTimeout(message)
+                self._check_handshake()
+                raise self._timeout(timeout)
 
-    async def _check_handshake(self) -> None:
+    def _timeout(self, timeout: float) -> PeerTimeout:
+        """The PeerTimeout of a recv that waited `timeout` s (HandshakeFailed with its
+        cause when the last handshake failed)."""
+        message = f"no message from the curator within {timeout:g} s"
+        if self._failure is not None:
+            return HandshakeFailed(f"{message}: {_handshake_cause(*self._failure, self._curve)}")
+        return PeerTimeout(message)
+
+    def _check_handshake(self) -> None:
         """Read every pending monitor event; raise AuthenticationFailed if ZAP refused us."""
-        if self._monitor is None:
+        events = self._events
+        if events is None:
             return
-        while True:
+        while events.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             try:
-                parts = await self._monitor.recv_multipart(flags=zmq.NOBLOCK)
+                parts = events.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
                 break
             if len(parts) != 2 or len(parts[0]) != 6:
                 continue
             event, value = struct.unpack("=HI", parts[0])
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                self._failure = None
+                self._failure, self._shook = None, True
             elif event & _HANDSHAKE_EVENTS:
-                self._failure = (event, value)
+                self._failure, self._shook = (event, value), False
                 LOG.debug("handshake with %s failed: event %d value %d",
                           self.endpoint, event, value)
         if self._failure is not None and self._failure[0] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
@@ -287,6 +314,13 @@ class DealerPipe:
     def close(self) -> None:
         """Close the socket at once (LINGER=0), after stopping its monitor."""
         _close_monitored(self._sock, self._monitor)
+
+
+def _single(parts: list[bytes]) -> bytes:
+    """The one frame of a message; ProtocolError for a message of several frames."""
+    if len(parts) != 1:
+        raise ProtocolError(f"message of {len(parts)} frames, expected 1")
+    return parts[0]
 
 
 def _close_monitored(sock: zmq.Socket, monitor: zmq.Socket | None) -> None:
@@ -319,6 +353,8 @@ class RouterHub:
     def __init__(self, sock: zmq.asyncio.Socket, endpoint: str, security: str = PLAINTEXT,
                  *, hwm: int = SocketOptions().hwm, limits: HubLimits = HubLimits()) -> None:
         self._sock = sock
+        sock.setsockopt(zmq.RCVTIMEO, _POLL_MS)  # the pump's recv wakes at least this often
+        self._drain = zmq.Socket.shadow(sock.underlying)  # non-blocking reads, no futures
         self.endpoint = endpoint
         self.security = security
         self.limits = limits
@@ -386,22 +422,26 @@ class RouterHub:
             self._pump = asyncio.get_running_loop().create_task(self._run_pump())
 
     async def _run_pump(self) -> None:
-        """Poll with a deadline, take a batch of messages, expire idle peers; never raise."""
+        """Wait for a message (a recv with a receive timeout, never cancelled), take it and
+        up to a batch more without waiting, expire idle peers; never raise."""
         loop = asyncio.get_running_loop()
         next_sweep = loop.time() + _SWEEP_S
         while not self._closed:
             try:
-                if await self._sock.poll(_POLL_MS, zmq.POLLIN):
-                    for _ in range(_BATCH):
+                try:
+                    frames = await self._sock.recv_multipart(copy=False)
+                except zmq.Again:  # the receive timeout: nothing was taken
+                    frames = None
+                if frames is not None:
+                    self._take_one(frames, loop.time())
+                    for _ in range(_BATCH - 1):
                         try:
-                            frames = await self._sock.recv_multipart(flags=zmq.NOBLOCK,
-                                                                     copy=False)
+                            frames = self._drain.recv_multipart(flags=zmq.NOBLOCK, copy=False)
                         except zmq.Again:
                             break
-                        try:
-                            self._take(frames, loop.time())
-                        except Exception as exc:  # one bad message never stops the pump
-                            self._pump_error(exc)
+                        self._take_one(frames, loop.time())
+                    else:
+                        await asyncio.sleep(0)  # a full batch: let the sessions run
             except zmq.ZMQError as exc:
                 if self._closed:
                     break
@@ -413,7 +453,14 @@ class RouterHub:
             if now >= next_sweep:
                 self._expire(now)
                 next_sweep = now + _SWEEP_S
-            await asyncio.sleep(0)
+
+    def _take_one(self, frames: list[zmq.Frame], now: float) -> None:
+        """`_take`, counting (never raising) what goes wrong: one bad message never stops
+        the pump."""
+        try:
+            self._take(frames, now)
+        except Exception as exc:
+            self._pump_error(exc)
 
     def _pump_error(self, exc: BaseException) -> None:
         """Count an unexpected pump failure; log the first and then every power of two."""
@@ -523,10 +570,7 @@ class RouterHub:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise PeerTimeout(f"no modeler connected within {timeout:g} s")
-            try:
-                await asyncio.wait_for(self._arrived.wait(), remaining)
-            except asyncio.TimeoutError:
-                raise PeerTimeout(f"no modeler connected within {timeout:g} s") from None
+            await _wait(self._arrived, remaining)
         identity, _ = self._pending.popitem(last=False)
         peer = self._peers[identity]
         peer.accepted = True
@@ -540,7 +584,8 @@ class RouterHub:
         delay = 0.001
         while True:
             try:
-                await self._sock.send_multipart([identity, frame], flags=zmq.NOBLOCK, copy=False)
+                await self._sock.send_multipart([identity, frame], flags=zmq.NOBLOCK,
+                                                copy=len(frame) < _COPY_BELOW)
                 return
             except zmq.Again:
                 if loop.time() >= deadline:
@@ -563,10 +608,7 @@ class RouterHub:
             if remaining <= 0:
                 raise PeerTimeout(f"no message from the modeler within {timeout:g} s")
             peer.ready.clear()
-            try:
-                await asyncio.wait_for(peer.ready.wait(), remaining)
-            except asyncio.TimeoutError:
-                raise PeerTimeout(f"no message from the modeler within {timeout:g} s") from None
+            await _wait(peer.ready, remaining)
         item, size = peer.frames.popleft()
         peer.bytes -= size
         if isinstance(item, ProtocolError):
@@ -592,6 +634,16 @@ class RouterHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
         self._sock.close(linger=0)
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    """Wait until `event` is set or `timeout` s pass (the caller checks which): a timer
+    sets the event, so no task is created and nothing is cancelled."""
+    timer = asyncio.get_running_loop().call_later(timeout, event.set)
+    try:
+        await event.wait()
+    finally:
+        timer.cancel()
 
 
 def _user_id(frame: zmq.Frame) -> str:

@@ -1,0 +1,337 @@
+"""One query -> reward round trip over loopback tcp: pobo's full path against raw ZeroMQ.
+
+    python benchmarks/round_trip.py [--reps 7] [--block 300]
+
+Every server is its own OS process (as a curator is); this process is the client. In
+each of `--reps` repetitions every path does a block of `--block` round trips, in an
+order rotated from one repetition to the next, so that the machine's drift (its cores
+are shared) hits every path alike. The paths:
+
+  (a) raw pyzmq REQ/REP echo of a frame as long as a signed Reward;
+  (b) raw zmq.asyncio DEALER -> ROUTER echo of the same frame: the baseline of every ratio;
+  pipe: pobo's DealerPipe -> RouterHub echo of the same frame (the pipe layer alone);
+  (c) pobo's full path: `pobo curator synthetic` with signatures, transcripts and a
+      journal on disk, and a modeler Channel (signed, with its transcript) sending a Query
+      and receiving its Reward; the journal at --durability normal and at full, and once
+      more at normal with no signatures on either side.
+
+Each path is printed as the median and p90 of all its round trips in ms, and as the
+median over repetitions of (its median / (b)'s median in the same repetition). Then the
+pieces measured in this process: Ed25519 signing and verifying, one round trip of two
+Channels over in-process queues (codec, policy, envelopes, transcripts, no socket), and
+one journal commit of an answer with its ledger entry at each durability.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import zmq
+import zmq.asyncio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from load import ed25519_costs  # noqa: E402  (benchmarks/ is this script's folder)
+from pobo.parties.journal import Journal  # noqa: E402
+from pobo.protocol.channel import Channel  # noqa: E402
+from pobo.protocol.ledger import Budget, Entry  # noqa: E402
+from pobo.protocol.messages import (  # noqa: E402
+    PROTOCOL_VERSION, Dataset, End, Hello, Query, Reward, Welcome,
+)
+from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary  # noqa: E402
+from pobo.protocol.signing import Signer, load_signing_key, load_verify_key  # noqa: E402
+from pobo.protocol.transcript import Transcript  # noqa: E402
+from pobo.scenarios.remote import LISTENING  # noqa: E402
+from pobo.transport.inproc import pipe_pair  # noqa: E402
+from pobo.transport.security import make_signing_keys  # noqa: E402
+from pobo.transport.sockets import DealerPipe, RouterHub  # noqa: E402
+
+TIMEOUT = 30.0
+
+
+# ---- the servers, each run as `round_trip.py --serve MODE` in its own process ----------
+
+def serve(mode: str) -> None:
+    """Echo every frame back: REQ/REP, a raw asyncio ROUTER or pobo's RouterHub."""
+    if mode == "rep":
+        ctx = zmq.Context()
+        rep = ctx.socket(zmq.REP)
+        port = rep.bind_to_random_port("tcp://127.0.0.1")
+        print(f"{LISTENING}tcp://127.0.0.1:{port}", flush=True)
+        while True:
+            rep.send(rep.recv())
+    asyncio.run(_serve_async(mode))
+
+
+async def _serve_async(mode: str) -> None:
+    ctx = zmq.asyncio.Context()
+    if mode == "router":
+        sock = ctx.socket(zmq.ROUTER)
+        port = sock.bind_to_random_port("tcp://127.0.0.1")
+        print(f"{LISTENING}tcp://127.0.0.1:{port}", flush=True)
+        while True:
+            await sock.send_multipart(await sock.recv_multipart())
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+    print(LISTENING + hub.endpoint, flush=True)
+
+    async def echo(pipe) -> None:
+        while True:
+            await pipe.send(await pipe.recv(3600))
+
+    tasks = []
+    while True:
+        tasks.append(asyncio.ensure_future(echo(await hub.accept(3600))))
+
+
+def start(argv: list[str]) -> tuple[subprocess.Popen, str]:
+    """A server process and the endpoint it prints first; its later output is drained."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith(LISTENING):
+        proc.kill()
+        raise RuntimeError(f"server did not start: {line!r}")
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    return proc, line[len(LISTENING):].strip()
+
+
+# ---- the clients: one round trip each ------------------------------------------------
+
+@dataclass
+class Path_:
+    """One measured path: its label, a round trip, and every time measured."""
+
+    label: str
+    trip: object  # async () -> None
+    times: list[list[float]] = field(default_factory=list)  # one list per repetition
+
+
+async def block(path: Path_, rounds: int) -> None:
+    """`rounds` timed round trips of `path`, appended as one repetition."""
+    times = []
+    trip = path.trip
+    for _ in range(rounds):
+        start_ = time.perf_counter()
+        await trip()
+        times.append(time.perf_counter() - start_)
+    path.times.append(times)
+
+
+async def pobo_session(ctx, endpoint: str, keys: Path | None, transcript: Path,
+                       rng: np.random.Generator):
+    """A modeler channel past the handshake, and its round trip (a Query, its Reward)."""
+    signer = load_signing_key(keys / "modeler.sign_secret") if keys else None
+    expected = frozenset([load_verify_key(keys / "curator.sign_public")]) if keys else None
+    channel = Channel(DealerPipe.connect(ctx, endpoint), Boundary(PRIVATE, MODELER),
+                      Transcript(transcript), timeout=TIMEOUT, signer=signer,
+                      peer_keys=expected)
+    await channel.send(Hello(PROTOCOL_VERSION, "round-trip", sign_key=channel.sign_key))
+    welcome = await channel.recv()
+    dataset = await channel.recv()
+    assert isinstance(welcome, Welcome) and isinstance(dataset, Dataset)
+    n, seq = welcome.params.n, [0]
+
+    async def trip() -> None:
+        seq[0] += 1
+        await channel.send(Query(seq[0], int(rng.integers(n))))
+        reply = await channel.recv()
+        assert isinstance(reply, Reward), reply
+
+    return channel, (welcome, dataset), trip
+
+
+def curator_argv(where: Path, durability: str, keys: Path | None, T: int) -> list[str]:
+    """`pobo curator` of the synthetic scenario, journal and transcripts in `where`."""
+    sign = ["--sign-secret", str(keys / "curator.sign_secret"),
+            "--sign-allow", str(keys / "allowed")] if keys else []
+    return [sys.executable, "-m", "pobo", "curator", "synthetic", "--grid", "50", "--T", str(T),
+            "--seed", "1", "--bind", "tcp://127.0.0.1:0", "--timeout", "600",
+            "--journal", str(where / "journal.db"), "--durability", durability,
+            "--out", str(where / "c"), *sign]
+
+
+# ---- the pieces, in this process -------------------------------------------------------
+
+async def channel_alone(opening: tuple[Welcome, Dataset], rounds: int,
+                        where: Path) -> list[float]:
+    """Round trips of two signed, transcribed Channels over in-process queues."""
+    cur_signer, mod_signer = Signer.generate(), Signer.generate()
+    a, b = pipe_pair()
+    cur = Channel(a, Boundary(PRIVATE, CURATOR), Transcript(where / "c.transcript"),
+                  signer=cur_signer)
+    mod = Channel(b, Boundary(PRIVATE, MODELER), Transcript(where / "m.transcript"),
+                  signer=mod_signer)
+    await mod.send(Hello(PROTOCOL_VERSION, "alone", sign_key=mod.sign_key))
+    await cur.recv()
+    welcome, dataset = opening
+    params = welcome.params
+    await cur.send(Welcome(PROTOCOL_VERSION, "0" * 32, params, cur.sign_key))
+    await cur.send(dataset)
+    await mod.recv()
+    await mod.recv()
+    times = []
+    for seq in range(1, rounds + 1):
+        start_ = time.perf_counter()
+        await mod.send(Query(seq, seq % params.n))
+        query = await cur.recv()
+        await cur.send(Reward(query.seq, query.index, 0.5))
+        await mod.recv()
+        times.append(time.perf_counter() - start_)
+    cur.close()
+    mod.close()
+    return times
+
+
+def journal_commits(where: Path, rounds: int, reps: int) -> dict[str, list[float]]:
+    """Seconds per committed answer (with one ledger entry), normal and full interleaved."""
+    journals = {d: Journal(where / f"commit-{d}.db", durability=d) for d in ("normal", "full")}
+    budget, times = Budget(), {d: [] for d in journals}
+    seq = 0
+    for _ in range(reps):
+        for d, journal in journals.items():
+            for _ in range(rounds):
+                seq += 1
+                start_ = time.perf_counter()
+                journal.record_answer("s", None, seq, seq % 97,
+                                      [Entry("gaussian", 0.01, 0.0, "central", -1)], budget,
+                                      lambda: (0.5, 0.5))
+                times[d].append(time.perf_counter() - start_)
+    for journal in journals.values():
+        journal.close()
+    return times
+
+
+# ---- the report --------------------------------------------------------------------------
+
+def ms(xs: list[float], q: float) -> float:
+    """The q-th percentile of `xs` (seconds) in ms."""
+    return 1e3 * float(np.percentile(xs, q))
+
+
+def ratio(path: Path_, base: Path_) -> float:
+    """The median over repetitions of path's median / base's median in that repetition."""
+    return float(np.median([np.median(p) / np.median(b) for p, b in zip(path.times, base.times)]))
+
+
+async def measure(args: argparse.Namespace, out: Path) -> None:
+    """Start every server, run the interleaved blocks, print the table and the pieces."""
+    keys = out / "keys"
+    make_signing_keys(keys)
+    T = args.reps * args.block + 100
+    me = [sys.executable, __file__, "--serve"]
+    servers = {name: start([*me, name]) for name in ("rep", "router", "hub")}
+    curators = {
+        "normal": start(curator_argv(out / "normal", "normal", keys, T)),
+        "full": start(curator_argv(out / "full", "full", keys, T)),
+        "unsigned": start(curator_argv(out / "unsigned", "normal", None, T)),
+    }
+    ctx = zmq.asyncio.Context()
+    sync_ctx = zmq.Context()
+    rng = np.random.default_rng(0)
+    channels = []
+    try:
+        sessions = {}
+        for name, (_, endpoint) in curators.items():
+            channel, opening, trip = await pobo_session(
+                ctx, endpoint, None if name == "unsigned" else keys,
+                out / f"{name}.modeler.transcript", rng)
+            channels.append(channel)
+            await trip()
+            sessions[name] = (trip, channel.last_frame)
+        frame = b"x" * len(sessions["normal"][1])  # as long as a signed Reward frame
+
+        req = sync_ctx.socket(zmq.REQ)
+        req.connect(servers["rep"][1])
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.connect(servers["router"][1])
+        pipe = DealerPipe.connect(ctx, servers["hub"][1])
+
+        async def reqrep() -> None:
+            req.send(frame)
+            req.recv()
+
+        async def raw() -> None:
+            await dealer.send(frame)
+            await dealer.recv()
+
+        async def piped() -> None:
+            await pipe.send(frame)
+            await pipe.recv(TIMEOUT)
+
+        paths = [Path_("(a) raw pyzmq REQ/REP", reqrep),
+                 Path_("(b) raw asyncio DEALER/ROUTER", raw),
+                 Path_("pipe: DealerPipe/RouterHub echo", piped),
+                 Path_("(c) pobo, signed, journal normal", sessions["normal"][0]),
+                 Path_("(c) pobo, signed, journal full", sessions["full"][0]),
+                 Path_("(c) pobo, unsigned, journal normal", sessions["unsigned"][0])]
+        for p in paths:  # warm up every path
+            for _ in range(20):
+                await p.trip()
+        for rep in range(args.reps):
+            k = rep % len(paths)
+            for p in paths[k:] + paths[:k]:
+                await block(p, args.block)
+        for channel in channels:
+            await channel.send(End("done"))
+        pipe.close()
+        dealer.close(0)
+        req.close(0)
+    finally:
+        for channel in channels:
+            channel.close()
+        for proc, _ in [*servers.values()]:
+            proc.kill()
+        for proc, _ in curators.values():
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        ctx.term()
+        sync_ctx.term()
+
+    base = paths[1]
+    print(f"round trip over loopback tcp, {len(frame)}-byte frames (a signed Reward); "
+          f"{args.reps} interleaved repetitions x {args.block} round trips per path; "
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"{'path':<38} {'p50 ms':>8} {'p90 ms':>8} {'/ (b) p50':>10}")
+    for p in paths:
+        flat = [t for ts in p.times for t in ts]
+        print(f"{p.label:<38} {ms(flat, 50):>8.3f} {ms(flat, 90):>8.3f} {ratio(p, base):>9.2f}x")
+
+    sign_us, verify_us = ed25519_costs()
+    alone = await channel_alone(opening, args.reps * args.block, out)
+    commits = journal_commits(out, args.block, args.reps)
+    print("pieces, measured in this process:")
+    print(f"  Ed25519: seal+sign a Reward frame {sign_us:.1f} us, open+verify {verify_us:.1f} us;"
+          f" a round trip signs twice and verifies twice: {2 * (sign_us + verify_us) / 1e3:.3f} ms")
+    print(f"  channel alone (two signed, transcribed Channels over in-process queues, no "
+          f"socket): p50 {ms(alone, 50):.3f} ms, p90 {ms(alone, 90):.3f} ms per round trip")
+    for d, xs in commits.items():
+        print(f"  journal commit of one answer and its ledger entry, durability={d}: "
+              f"p50 {ms(xs, 50):.3f} ms, p90 {ms(xs, 90):.3f} ms")
+
+
+def main() -> None:
+    """Parse the options; run a server or the whole measurement."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=7, help="interleaved repetitions")
+    parser.add_argument("--block", type=int, default=300, help="round trips per path per rep")
+    parser.add_argument("--serve", choices=("rep", "router", "hub"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return
+    with tempfile.TemporaryDirectory() as out:
+        asyncio.run(measure(args, Path(out)))
+
+
+if __name__ == "__main__":
+    main()
