@@ -13,7 +13,9 @@
     zmq"` starts plus the run's rounds (the modeler's `seconds` in result.json: from
     its Hello to the End, the Welcome's dataset included). Goal: ratio <= 2.
 
-Each repetition runs the baseline and the candidates interleaved; figures are medians
+pobo's bytecode is cached in __pycache__ (as an installed package has it; this
+environment sets PYTHONDONTWRITEBYTECODE, which --no-bytecode keeps). Each repetition
+runs the baseline and the candidates interleaved; figures are medians
 over the repetitions, and the ratio is the median of the per-repetition ratios. With
 several --pythonpath trees (e.g. a checkout of the commit before and this one) each is
 measured the same way in the same run.
@@ -36,11 +38,16 @@ BARE = [sys.executable, "-c", "import numpy, zmq"]
 _LINE = re.compile(r"^import time:\s+(\d+) \|\s+(\d+) \| (\s*)(\S+)")
 
 
-def env_for(tree: Path) -> dict[str, str]:
-    """The environment that makes `python -m pobo` import pobo from `tree`."""
+def env_for(tree: Path, bytecode: bool = True) -> dict[str, str]:
+    """The environment that makes `python -m pobo` import pobo from `tree` (with its
+    bytecode cached, as an installed package has it, unless not `bytecode`)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(tree)
     env.pop("PYTHONPROFILEIMPORTTIME", None)
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    else:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
@@ -58,10 +65,10 @@ def pobo_import_seconds(report: str) -> tuple[float, float]:
     return cumulative, own
 
 
-def help_imports(tree: Path) -> tuple[float, float]:
+def help_imports(tree: Path, bytecode: bool) -> tuple[float, float]:
     """pobo_import_seconds of one `python -X importtime -m pobo --help`."""
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "pobo", "--help"],
-                          capture_output=True, text=True, env=env_for(tree), check=True,
+                          capture_output=True, text=True, env=env_for(tree, bytecode), check=True,
                           cwd=tempfile.gettempdir())
     return pobo_import_seconds(done.stderr)
 
@@ -74,11 +81,11 @@ def wall(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = N
     return time.perf_counter() - start
 
 
-def run_once(tree: Path, scratch: Path) -> tuple[float, float]:
+def run_once(tree: Path, scratch: Path, bytecode: bool) -> tuple[float, float]:
     """(wall seconds of `pobo run synthetic`, the modeler's session seconds)."""
     out = scratch / f"run-{time.monotonic_ns()}"
     seconds = wall([sys.executable, "-m", "pobo", "run", "synthetic", "--out", str(out)],
-                   env_for(tree), cwd=str(scratch))
+                   env_for(tree, bytecode), cwd=str(scratch))
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "ok" and result["consistent"], "the run failed"
     return seconds, result["modeler"]["seconds"]
@@ -90,27 +97,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=7, help="repetitions (medians over them)")
     parser.add_argument("--pythonpath", type=Path, action="append",
                         help="a pobo source tree to measure (repeatable; default: this one)")
+    parser.add_argument("--no-bytecode", action="store_true",
+                        help="compile pobo's sources at every start (PYTHONDONTWRITEBYTECODE=1; "
+                             "default: cached in __pycache__ as an installed package has it)")
     args = parser.parse_args(argv)
     trees = args.pythonpath or [HERE]
     helps: dict[Path, list[tuple[float, float]]] = {t: [] for t in trees}
     runs: dict[Path, list[tuple[float, float, float]]] = {t: [] for t in trees}
     bares: list[float] = []
+    bytecode = not args.no_bytecode
     with tempfile.TemporaryDirectory(prefix="pobo-startup-") as tmp:
         scratch = Path(tmp)
         for tree in trees:  # warm the file cache: the first start of each is not timed
-            help_imports(tree)
-            run_once(tree, scratch)
+            help_imports(tree, bytecode)
+            run_once(tree, scratch, bytecode)
         for _ in range(args.reps):
             for tree in trees:
-                helps[tree].append(help_imports(tree))
+                helps[tree].append(help_imports(tree, bytecode))
             for tree in trees:
                 bare = wall(BARE) + wall(BARE)
                 bares.append(bare)
-                total, rounds = run_once(tree, scratch)
+                total, rounds = run_once(tree, scratch, bytecode)
                 runs[tree].append((total, rounds, total / (bare + rounds)))
     med = statistics.median
-    print(f"{args.reps} repetitions, medians; two bare `import numpy, zmq` starts: "
-          f"{med(bares) * 1e3:.0f} ms")
+    print(f"{args.reps} repetitions, medians, pobo's bytecode "
+          f"{'cached' if bytecode else 'compiled at every start'}; two bare `import numpy, "
+          f"zmq` starts: {med(bares) * 1e3:.0f} ms")
     for tree in trees:
         cumulative = med(h[0] for h in helps[tree])
         own = med(h[1] for h in helps[tree])
