@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.linalg
 
 from pobo.parties.kernels import Kernel
 from pobo.protocol.errors import PoboError
@@ -250,6 +249,7 @@ def posterior_dense(Z: np.ndarray, indices: np.ndarray, y: np.ndarray, kernel: K
     Cholesky of K_t + (noise + jitter) I by scipy.linalg, then the cross-covariances in
     chunks of `chunk` candidates so memory stays O(chunk t).
     """
+    import scipy.linalg  # only here: the parties' imports stay free of scipy
     Z = np.asarray(Z, dtype=float)
     Xt = Z[np.asarray(indices, dtype=np.int64)]
     K = kernel(Xt, Xt) + (noise_var + jitter) * np.eye(len(Xt))

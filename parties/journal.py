@@ -66,8 +66,7 @@ CREATE TABLE IF NOT EXISTS pending (
 """
 
 
-DURABILITY = {"full": "FULL", "normal": "NORMAL"}  # --durability -> PRAGMA synchronous
-DEFAULT_DURABILITY = "full"
+from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY  # noqa: E402,F401
 RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose peer vanished
 FINISHED = ("ok", "failed")
 

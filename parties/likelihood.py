@@ -13,8 +13,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
-import scipy.optimize
 
 from pobo.parties.gp import DEFAULT_JITTER
 from pobo.parties.kernels import Kernel
@@ -34,6 +32,7 @@ def log_marginal_likelihood(kernel: Kernel, noise_var: float, X: np.ndarray, y: 
                             prior_mean: float = 0.0,
                             jitter: float = DEFAULT_JITTER) -> tuple[float, np.ndarray]:
     """log p(y | X) and its gradient with respect to (kernel.theta, log noise_var)."""
+    import scipy.linalg  # here, not at import: only a fit needs scipy
     X, r = np.asarray(X, dtype=float), np.asarray(y, dtype=float) - prior_mean
     K, dKs = kernel.gradients(X)
     t = len(r)
@@ -72,6 +71,7 @@ def fit_hyperparameters(kernel: Kernel, noise_var: float, X: np.ndarray, y: np.n
     Starts from the given values (clipped into `bounds`) and from `restarts` - 1 points
     drawn uniformly in the log-space box with `rng`; returns the best local optimum.
     """
+    import scipy.optimize  # here, not at import: only a fit needs scipy
     X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
     if len(y) < 2:
         raise ValueError("maximum likelihood needs at least two observations")

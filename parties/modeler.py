@@ -15,10 +15,11 @@ the sequential loop (`next_index()` then `observe()`) to the bit.
 from __future__ import annotations
 
 from bisect import bisect
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from pobo.parties.choices import FIT_MODES, HyperFit  # noqa: F401  (re-exported)
 from pobo.parties.gp import IncrementalGP
 from pobo.parties.kernels import kernel_by_name
 from pobo.parties.likelihood import Fit, fit_hyperparameters
@@ -26,41 +27,6 @@ from pobo.parties.robust import ROBUST, RewardModel
 from pobo.parties.strategies import KusnerUCB, Robust, Strategy
 from pobo.protocol.messages import ProjectedDataset, Release, ReleaseRequest, SessionParams
 from pobo.protocol.policy import LDP_REWARD
-
-FIT_MODES = ("auto", "fixed", "once", "every")
-
-
-@dataclass(frozen=True)
-class HyperFit:
-    """How the modeler sets its GP hyperparameters (and which kernel it uses).
-
-    `auto` keeps the declared values when the curator marks them 'public' and refits
-    every `every` rounds when it marks them 'initial' (starting values only).
-    """
-
-    mode: str = "auto"
-    n_init: int = 5
-    every: int = 10
-    restarts: int = 3
-    kernel: str | None = None  # None: the kernel the curator declared
-
-    def __post_init__(self) -> None:
-        if self.mode not in FIT_MODES:
-            raise ValueError(f"unknown fit mode {self.mode!r}; choose from {FIT_MODES}")
-        if self.mode != "fixed" and (self.n_init < 2 or self.every < 1):
-            raise ValueError("fitting needs n_init >= 2 observations and every >= 1")
-
-    def resolved(self, status: str) -> HyperFit:
-        """This policy with `auto` decided by the declared hyperparameters' status."""
-        if self.mode != "auto":
-            return self
-        return replace(self, mode="fixed" if status == "public" else "every")
-
-    def refit_due(self, t: int) -> bool:
-        """Whether to fit after the t-th observation."""
-        if self.mode in ("fixed", "auto") or t < self.n_init:
-            return False
-        return t == self.n_init or (self.mode == "every" and (t - self.n_init) % self.every == 0)
 
 
 def kusner_hyper(hyper: HyperFit, declared: str) -> HyperFit:

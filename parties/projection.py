@@ -99,14 +99,14 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, Union
 
-import numpy as np
-import scipy.linalg
+import numpy as np  # numpy.linalg, not scipy.linalg: the same LAPACK drivers (geqrf, gesdd),
+# and a curator process then imports no scipy at all (~150 ms at every start)
 
+from pobo.parties.choices import LIFT_MODES
 from pobo.parties.noise import NoiseSource, lattice_laplace, lattice_step
 from pobo.protocol.messages import ProjectedDataset
 from pobo.protocol.policy import DP_PROJECTION, IDENTITY
 
-LIFT_MODES = ("paper", "always", "private")
 TEST_EPSILON_SHARE = 0.1  # default test_epsilon = 0.1 * epsilon; default test_delta = delta
 R_MAX = 1000  # the largest r that r="auto" considers
 
@@ -180,7 +180,9 @@ def omega(r: int, epsilon: float, delta: float) -> float:
 def singular_values(X: np.ndarray) -> np.ndarray:
     """Singular values of the column-centred dataset, descending (min(n, d) of them)."""
     Xc = np.asarray(X, dtype=float) - np.mean(X, axis=0)
-    return scipy.linalg.svd(Xc, compute_uv=False)
+    if not np.all(np.isfinite(Xc)):
+        raise ValueError("array must not contain infs or NaNs")
+    return np.linalg.svd(Xc, compute_uv=False)
 
 
 def largest_admissible_r(sigma_min: float, epsilon: float, delta: float,
@@ -353,8 +355,7 @@ def lifted_dataset(X: np.ndarray, w: float) -> np.ndarray:
     at least w; `project` uses a cheaper equivalent when X has full column rank. It keeps
     U, hence the column space of X when n > d (module docstring: not DP for n - 1 > d).
     """
-    U, s, Vt = scipy.linalg.svd(np.asarray(X, dtype=float), full_matrices=False,
-                                check_finite=False)
+    U, s, Vt = np.linalg.svd(np.asarray(X, dtype=float), full_matrices=False)
     return (U * np.sqrt(s**2 + w**2)) @ Vt
 
 
@@ -385,10 +386,10 @@ def _decompose(X: np.ndarray) -> _Decomposition:
     n, d = X.shape
     Xc = X - X.mean(axis=0)
     if n >= d:
-        R = scipy.linalg.qr(Xc, mode="r", check_finite=False)[0][:d]
-        _, s, Vt = scipy.linalg.svd(R, check_finite=False)
+        R = np.linalg.qr(Xc, mode="r")[:d]
+        _, s, Vt = np.linalg.svd(R)
         return _Decomposition(Xc, s, Vt, float(s[-1]))
-    s = scipy.linalg.svd(Xc, compute_uv=False, check_finite=False)
+    s = np.linalg.svd(Xc, compute_uv=False)
     return _Decomposition(Xc, s, None, 0.0)  # rank(Xc) <= n - 1 < min(n, d): sigma_min is exactly 0
 
 

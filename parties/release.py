@@ -33,7 +33,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp
 
 from pobo.parties.gp import IncrementalGP
 from pobo.parties.kernels import Kernel
@@ -111,6 +110,7 @@ def gamma_bound(Z: np.ndarray, kernel: Kernel, noise_var: float, T: int) -> floa
 def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float,
                           source: NoiseSource) -> int:
     """An index drawn with Pr[i] ~ exp(epsilon scores_i / (2 sensitivity))."""
+    from scipy.special import logsumexp  # here, not at import: only this mechanism needs scipy
     logits = epsilon * np.asarray(scores, dtype=float) / (2.0 * sensitivity)
     cdf = np.cumsum(np.exp(logits - logsumexp(logits)))
     u = (source.randbelow(1 << 53) + 0.5) / float(1 << 53)

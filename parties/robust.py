@@ -18,7 +18,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
 from pobo.parties.gp import IncrementalGP
 from pobo.parties.kernels import Kernel
@@ -108,6 +107,7 @@ def nystrom_embedding(kernel: Kernel, points: np.ndarray, sigma2: np.ndarray, q:
     Duplicate points add no direction to the embedding, so the dictionary holds each
     distinct point once; phi(u)^T phi(v) = k(u, v) for u, v in the dictionary.
     """
+    import scipy.linalg  # here, not at import: plain GP-UCB never needs scipy
     keep = rng.random(len(points)) < np.minimum(q * np.asarray(sigma2), 1.0)
     D = np.unique(points[keep], axis=0) if keep.any() else points[:1]
     w, Q = scipy.linalg.eigh(kernel(D, D))
@@ -135,6 +135,7 @@ class _FeatureUCB:
 
     def _posterior(self, phi, V: np.ndarray, theta: np.ndarray) -> None:
         """mu = phi^T theta; sigma^2 = k(x,x) - phi^T phi + lam phi^T V^-1 phi (Alg. 1/3)."""
+        import scipy.linalg  # here, not at import: plain GP-UCB never needs scipy
         F = phi(self.Z)
         self.mean = F @ theta
         Vinv_F = scipy.linalg.solve(V, F.T, assume_a="pos")
@@ -178,6 +179,7 @@ class AdaptiveTruncationGPUCB(_FeatureUCB):
 
     def observe(self, index: int, value: float) -> None:
         """Refit the features and the truncated estimate on every reward so far."""
+        import scipy.linalg  # here, not at import: plain GP-UCB never needs scipy
         self.idx.append(int(index))
         self.y.append(float(value))
         X = self.Z[self.idx]
@@ -248,6 +250,7 @@ class MedianOfMeansGPUCB(_FeatureUCB):
             self._end_epoch()
 
     def _end_epoch(self) -> None:
+        import scipy.linalg  # here, not at import: plain GP-UCB never needs scipy
         X = self.Z[self.points]
         _, phi = nystrom_embedding(self.kernel, X, self.var[self.points], self.q, self.rng)
         Phi = phi(X)  # n x m

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from pobo.parties.choices import DEFAULT_LIFT, LIFT_MODES  # noqa: F401  (re-exported)
 from pobo.parties.budget import DatasetLedger, session_ledger
 from pobo.parties.curator import Curator, Oracle
 from pobo.parties.dataset import Problem, dataset_digest
@@ -43,8 +44,6 @@ from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH
 
 MAX_FAILURES = 5  # failed evaluations of one query before it is evaluated no more
 LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
-LIFT_MODES = ("paper", "always", "private")
-DEFAULT_LIFT = "private"
 
 
 @dataclass(frozen=True)

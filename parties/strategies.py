@@ -7,6 +7,9 @@ from typing import Protocol
 
 import numpy as np
 
+from pobo.parties.choices import (  # noqa: F401  (re-exported)
+    ROBUST_NAMES, STRATEGIES, epoch_length_option, strategy_spec,
+)
 from pobo.parties.gp import IncrementalGP
 from pobo.parties.release import beta_kusner
 
@@ -129,15 +132,6 @@ class Robust:
 # explore almost uniformly for thousands of rounds. Chosen on ldp-synthetic (SE and
 # Matern, eps in {0.5, 1}, T = 2000; see the README) and held fixed.
 DEFAULT_BETA_SCALE = {"gp-ucb": 1.0, "tgp-ucb": 0.03, "ata-gp-ucb": 0.01, "moma-gp-ucb": 0.01}
-ROBUST_NAMES = ("tgp-ucb", "ata-gp-ucb", "moma-gp-ucb")
-STRATEGIES = ("gp-ucb", "random", *ROBUST_NAMES)
-
-
-def strategy_spec(name: str, moma_k: int | None = None, distinct: bool = False) -> str:
-    """The strategy as one string, 'name[+k=K][+distinct]', the form a session's
-    `strategy` travels in (so a separate modeler process gets the same options)."""
-    distinct = distinct and name in ("gp-ucb", "random")  # the others pick rows their own way
-    return name + ("" if moma_k is None else f"+k={int(moma_k)}") + ("+distinct" if distinct else "")
 
 
 def make_strategy(spec: str, beta_scale: float | None = None
@@ -163,14 +157,3 @@ def make_strategy(spec: str, beta_scale: float | None = None
     if name in ROBUST_NAMES:
         return Robust(name, scale, moma_k=moma_k)
     raise ValueError(f"unknown strategy {name!r}; choose from {list(STRATEGIES)}")
-
-
-def epoch_length_option(text: str) -> int:
-    """MoMA's --moma-k: an integer of at least 2 (a median needs two estimates)."""
-    try:
-        k = int(text)
-    except ValueError:
-        raise ValueError(f"MoMA's k must be an integer >= 2, got {text!r}") from None
-    if k < 2:
-        raise ValueError(f"MoMA's k must be an integer >= 2, got {k}")
-    return k

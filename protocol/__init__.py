@@ -3,33 +3,22 @@
 Knows no sockets and no Bayesian optimisation: everything here is about what may
 cross between the curator and the modeler, and in what form.
 """
-from pobo.protocol.errors import (
-    ErrorCode,
-    PeerError,
-    PeerGone,
-    PeerTimeout,
-    PoboError,
-    PolicyViolation,
-    ProtocolError,
-)
-from pobo.protocol.messages import (
-    PROTOCOL_VERSION,
-    Dataset,
-    End,
-    Error,
-    Hello,
-    KernelParams,
-    Mechanism,
-    Message,
-    ProjectedDataset,
-    Query,
-    Reward,
-    SessionParams,
-    Welcome,
-)
-
 __all__ = [
     "PROTOCOL_VERSION", "Dataset", "End", "Error", "ErrorCode", "Hello", "KernelParams",
     "Mechanism", "Message", "PeerError", "PeerGone", "PeerTimeout", "PoboError", "PolicyViolation",
     "ProjectedDataset", "ProtocolError", "Query", "Reward", "SessionParams", "Welcome",
 ]
+
+_HOMES = {name: "errors" for name in (
+    "ErrorCode", "PeerError", "PeerGone", "PeerTimeout", "PoboError", "PolicyViolation",
+    "ProtocolError")}
+
+
+def __getattr__(name: str) -> object:
+    """The names above, imported from their module on first use (PEP 562): importing
+    pobo.protocol.errors alone then imports no numpy."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES.get(name, 'messages')}"), name)

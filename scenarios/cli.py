@@ -12,7 +12,6 @@ scenarios.remote.serve_curator, scenarios.remote.connect_modeler).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import sqlite3
@@ -20,31 +19,28 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+# What the parser needs, importable without numpy; every handler imports what it runs,
+# so that `pobo --help` and the parent of `pobo run` start no numerical code.
+from pobo.parties.choices import (
+    DEFAULT_LIFT, FIT_MODES, LIFT_MODES, STRATEGIES, HyperFit, epoch_length_option,
+    strategy_spec,
+)
 from pobo import __version__
-from pobo.parties.journal import DEFAULT_DURABILITY, DURABILITY, Journal
-from pobo.parties.budget import describe_journal_ledger, journal_ledger
-from pobo.parties.service import DEFAULT_LIFT, LIFT_MODES
-from pobo.parties.modeler import FIT_MODES, HyperFit
-from pobo.parties.strategies import STRATEGIES, epoch_length_option, strategy_spec
+from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY
 from pobo.protocol.errors import PoboError
 from pobo.protocol.ledger import describe_ledger
-from pobo.protocol.messages import ReleaseRequest
-from pobo.protocol.signing import load_allowed_keys, load_signing_key, load_verify_key
-from pobo.scenarios.auditing import audit_files, signing_keys
-from pobo.scenarios.config import CONFIGURABLE, apply_config, check_required
-from pobo.scenarios.progress import configure_logging
 from pobo.scenarios.launch import TRANSPORTS, LaunchError, run
 from pobo.scenarios.presets import PRESETS, Preset
-from pobo.scenarios.registry import build_problem, is_script, scenario_names
-from pobo.scenarios.report import admissible_r, write_report
-from pobo.scenarios.html_report import write_html_report
-from pobo.scenarios.remote import connect_modeler, serve_curator
-from pobo.scenarios.session import RunConfig, Signing, prepare_service
-from pobo.scenarios.sweep import SweepSpec, dask_executor, run_sweep
-from pobo.transport.security import CurveClient, CurveServer, make_keys
+from pobo.scenarios.registry import build_problem, is_known, is_script, scenario_names
+from pobo.scenarios.config import CONFIGURABLE, apply_config, check_required
+from pobo.scenarios.progress import configure_logging
+from pobo.scenarios.runspec import RunConfig
+
+if TYPE_CHECKING:
+    from pobo.protocol.messages import ReleaseRequest
+    from pobo.scenarios.sweep import SweepSpec
 
 NEEDED = {"run": ("scenario",), "curator": ("scenario",), "modeler": ("connect",),
           "sweep": (), "export-data": ("scenario",)}  # what a command needs from its flags or its --config
@@ -292,13 +288,26 @@ def _output_arguments(p: argparse.ArgumentParser, verbose: str) -> None:
                    help="only warnings, errors and the final summary")
 
 
+class _ScenarioHelp(argparse.HelpFormatter):
+    """Help that names the scenarios -- built in and installed -- only when it is shown
+    (looking up installed entry points costs every command tens of milliseconds)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        return text.replace(SCENARIO_NAMES, ", ".join(scenario_names())) if text else text
+
+
+SCENARIO_NAMES = "<scenario names>"  # filled in by _ScenarioHelp
+
+
 def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) -> None:
+    p.formatter_class = _ScenarioHelp
     p.add_argument("--config", type=Path, metavar="FILE.toml",
                    help="read settings from a TOML file: every flag as a key (ldp-eps = 1.0, "
                         "a table [run]/[curator]/[modeler]/[sweep] for one command); flags "
                         "given here override it")
     p.add_argument("scenario", nargs="?", type=scenario_arg, metavar="SCENARIO",
-                   help=f"one of {', '.join(scenario_names())}, or a path to a scenario script "
+                   help=f"one of {SCENARIO_NAMES}, or a path to a scenario script "
                         "(.py defining build(seed, **options) -> Problem; see examples/)")
     p.add_argument("--eps", type=positive, help="DP epsilon of the projection")
     p.add_argument("--delta", type=probability, help="DP delta of the projection")
@@ -395,6 +404,8 @@ def release_from_args(args: argparse.Namespace) -> ReleaseRequest | None:
     """The release request the modeler options describe."""
     if args.release is None:
         return None
+    from pobo.protocol.messages import ReleaseRequest
+
     return ReleaseRequest(args.release, args.release_eps, args.release_delta)
 
 
@@ -451,7 +462,7 @@ def scenario_arg(text: str) -> str:
         if not Path(text).is_file():
             raise argparse.ArgumentTypeError(f"no scenario script at {text}")
         return str(Path(text).resolve())  # absolute: a curator process may run elsewhere
-    if text not in scenario_names():
+    if not is_known(text):
         raise argparse.ArgumentTypeError(f"unknown scenario {text!r}; choose from "
                                          f"{', '.join(scenario_names())} or a .py script")
     return text
@@ -533,6 +544,8 @@ def summary(result: dict) -> str:
     if not result["queries"]:
         return f"{head}: no query answered (status {result['status']})"
     if result.get("simple_regret") is None:  # f measured on demand: only the queried rows
+        import numpy as np
+
         best = int(np.argmax(result["measured"]))
         return (f"{head}: {len(result['queries'])} evaluations ({result.get('objective')}); "
                 f"best measured {result['measured'][best]:.6g} at row {result['queries'][best]}"
@@ -548,6 +561,8 @@ def summary(result: dict) -> str:
 
 def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | None]:
     """The sweep (and the preset it starts from) that the options describe."""
+    from pobo.scenarios.sweep import SweepSpec
+
     preset = PRESETS[args.preset] if args.preset else None
     scenario = args.scenario or (preset.scenario if preset else None)
     if scenario is None:
@@ -571,6 +586,9 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from pobo.scenarios.report import admissible_r, write_report
+    from pobo.scenarios.sweep import dask_executor, run_sweep
+
     spec, preset = sweep_spec_from_args(args)
     out = args.out or Path("runs") / f"sweep-{args.preset or spec.scenario}"
     executor = dask_executor(args.dask) if args.dask else None
@@ -586,6 +604,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
+    from pobo.scenarios.auditing import audit_files, signing_keys
+
     keys = signing_keys(args.curator_key, args.modeler_key, args.keys)
     reports = audit_files(args.transcripts, args.data, args.blobs, keys)
     if args.json:
@@ -596,11 +616,15 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from pobo.scenarios.html_report import write_html_report
+
     print(write_html_report(args.folder, args.out))
     return 0
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    import numpy as np
+
     config = config_from_args(args)
     problem = build_problem(config.scenario, config.seed, **config.options)
     np.savez(args.out, X=problem.X, f=problem.f)
@@ -609,6 +633,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
+    from pobo.transport.security import make_keys
+
     paths = make_keys(args.directory, force=args.force)
     print(f"curator: {paths['curator_secret']} (secret, stays on the curator) and "
           f"{paths['curator_public']} (public, give it to the modeler)")
@@ -628,6 +654,14 @@ def _curve_pair(secret: Path | None, other: Path | None, what: str):
 
 
 def _cmd_curator(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from pobo.parties.journal import Journal
+    from pobo.protocol.signing import load_allowed_keys, load_signing_key
+    from pobo.scenarios.remote import serve_curator
+    from pobo.scenarios.session import Signing, prepare_service
+    from pobo.transport.security import CurveServer
+
     config = config_from_args(args)
     if args.sessions < 0 or args.max_sessions < 0:
         raise ValueError("--sessions and --max-sessions must be >= 0")
@@ -665,6 +699,9 @@ def writable(folder: Path) -> None:
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
+    from pobo.parties.budget import describe_journal_ledger, journal_ledger
+    from pobo.parties.journal import Journal
+
     if not args.journal.exists():
         raise FileNotFoundError(f"no journal at {args.journal}")
     journal = Journal(args.journal)
@@ -677,6 +714,8 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def _cmd_answer(args: argparse.Namespace) -> int:
+    from pobo.parties.journal import Journal
+
     if not args.journal.exists():
         raise FileNotFoundError(f"no journal at {args.journal}")
     given = [a is not None for a in (args.session, args.seq, args.value)]
@@ -711,6 +750,13 @@ def describe_pending(pending: list, as_json: bool = False) -> str:
 
 
 def _cmd_modeler(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from pobo.protocol.signing import load_signing_key, load_verify_key
+    from pobo.scenarios.remote import connect_modeler
+    from pobo.scenarios.session import Signing
+    from pobo.transport.security import CurveClient
+
     result = asyncio.run(connect_modeler(args.connect, args.out, seed=args.seed,
                                          strategy=strategy_spec(args.strategy, args.moma_k,
                                                                 bool(args.distinct)),

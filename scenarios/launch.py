@@ -7,7 +7,6 @@ progress lines, and always stops both processes before returning, pass or fail.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import json
@@ -20,12 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pobo.protocol.errors import PoboError
-from pobo.scenarios.remote import LISTENING
-from pobo.protocol.signing import load_verify_key
-from pobo.scenarios.blocking import run_blocking
 from pobo.scenarios.progress import step
-from pobo.scenarios.session import RunConfig, Signing, merge_results, run_inproc
-from pobo.transport.security import make_keys, make_signing_keys
+from pobo.scenarios.runspec import LISTENING, RunConfig, merge_results
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
 
@@ -107,6 +102,8 @@ def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
     """Run one session over `transport` (two processes for tcp/ipc); return result.json.
     Works from a running event loop too (a notebook): see `run_async` to await it."""
     if transport == "inproc":
+        from pobo.scenarios.blocking import run_blocking
+
         return run_blocking(_inproc(config, out, verbose))
     return run_processes(config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
                          curve_dir=curve_dir)
@@ -117,6 +114,8 @@ async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", 
                     curve_dir: Path | None = None) -> dict:
     """`run`, to await from a running event loop (the party processes of tcp/ipc are
     waited for in a worker thread, so the loop stays free)."""
+    import asyncio
+
     if transport == "inproc":
         return await _inproc(config, out, verbose)
     return await asyncio.to_thread(run_processes, config, out, transport, verbose=verbose,
@@ -125,6 +124,8 @@ async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", 
 
 async def _inproc(config: RunConfig, out: Path | str, verbose: bool) -> dict:
     """One in-process session with throwaway signing keys, published in out/keys/."""
+    from pobo.scenarios.session import Signing, run_inproc  # the parties, in this process
+
     signing = Signing.throwaway()
     publish_keys(signing.curator.public_hex, signing.modeler.public_hex, Path(out))
     return await run_inproc(config, out, verbose=verbose, signing=signing)
@@ -136,6 +137,8 @@ def curve_argv(curve_dir: Path | None) -> tuple[list[str], list[str]]:
         return [], []
     curve_dir = Path(curve_dir)
     if not (curve_dir / "curator.key_secret").exists():
+        from pobo.transport.security import make_keys  # zmq: only to make CURVE keys
+
         make_keys(curve_dir)
     return (["--curve-secret", str(curve_dir / "curator.key_secret"),
              "--curve-allow", str(curve_dir / "allowed")],
@@ -157,6 +160,9 @@ def signing_argv(curve_dir: Path | None, scratch: Path,
     """(curator, modeler) signing options: the keys of `curve_dir` if it holds signing
     keys, else throw-away keys made in `scratch` (deleted after the run); the public
     halves are copied to out/keys/ either way."""
+    from pobo.protocol.signing import load_verify_key
+    from pobo.transport.security import make_signing_keys
+
     folder = Path(curve_dir) if curve_dir is not None else None
     if folder is None or not (folder / "curator.sign_secret").exists():
         folder = scratch / "sign"

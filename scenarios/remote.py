@@ -22,11 +22,11 @@ from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, Pr
 from pobo.protocol.messages import Error, ReleaseRequest
 from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from pobo.protocol.transcript import Transcript
+from pobo.scenarios.runspec import LISTENING  # noqa: F401  (re-exported)
 from pobo.scenarios.session import Signing, curate, open_channel, optimise
 from pobo.transport.security import CurveClient, CurveServer, start_authenticator
 from pobo.transport.sockets import DealerPipe, RouterHub
 
-LISTENING = "[curator] listening on "
 log = logging.getLogger("pobo.curator")
 modeler_log = logging.getLogger("pobo.modeler")
 

@@ -7,23 +7,20 @@ in scenarios.launch for two OS processes.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from pobo.parties.journal import DEFAULT_DURABILITY, Journal
-from pobo.parties.modeler import HyperFit
+from pobo.parties.journal import Journal
+from pobo.parties.choices import HyperFit
 from pobo.parties.objective import CommandObjective, DeferredObjective, Objective
 from pobo.parties.runners import ResumeState, receive_hello, run_modeler, serve_session
-from pobo.parties.service import (
-    DEFAULT_LIFT, CuratorService, CuratorSession, CuratorSettings,
-)
-from pobo.parties.strategies import make_strategy, strategy_spec
+from pobo.parties.service import CuratorService, CuratorSession, CuratorSettings
+from pobo.parties.strategies import make_strategy
 from pobo.protocol.channel import Channel
 from pobo.protocol.errors import PeerGone, PeerTimeout
 from pobo.protocol.ledger import Budget
@@ -34,8 +31,11 @@ from pobo.protocol.transcript import Transcript
 from pobo.parties.dataset import regret_scale
 from pobo.scenarios.problem import Problem, distinct_hits, rng_for
 from pobo.scenarios.progress import step
-from pobo.scenarios.registry import DISTINCT_ROWS, build_problem, public_inputs
+from pobo.scenarios.registry import build_problem
 from pobo.scenarios.releases import release_handler
+from pobo.scenarios.runspec import (  # noqa: F401  (re-exported: defined without numpy)
+    LISTENING, RunConfig, merge_results, write_json,
+)
 
 
 CURATOR_LOG = logging.getLogger("pobo.curator")
@@ -57,57 +57,6 @@ class Signing:
         """Fresh keys for both sides, each expecting the other's."""
         c, m = Signer.generate(), Signer.generate()
         return cls(c, m, c.public_hex, frozenset([m.public_hex]))
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Parameters of a run; None means the scenario's paper default."""
-
-    scenario: str = "synthetic"
-    epsilon: float | None = None
-    delta: float | None = None
-    r: int | str | None = None  # "auto": the largest r whose omega passes the lift test
-    T: int | None = None
-    seed: int | None = 0
-    non_private: bool | None = None  # None: the scenario's default (public inputs or not)
-    strategy: str = "gp-ucb"
-    hyper: HyperFit = HyperFit()
-    timeout: float = 60.0
-    options: dict = field(default_factory=dict)
-    ldp_epsilon: float | None = None  # local DP on every reward (CTL of Zhou & Tan)
-    beta_scale: float | None = None  # None: the strategy's documented default
-    release: str | None = None  # DP release of the result: noisy, noise-free, lipschitz
-    release_epsilon: float = 1.0
-    release_delta: float = 1e-3
-    budget_epsilon: float | None = None  # the dataset's central privacy budget
-    budget_delta: float | None = None
-    ldp_row_budget: float | None = None  # the LDP epsilon any one row may accumulate
-    lift: str = DEFAULT_LIFT  # paper | always | private (PO-GP-UCB Algorithm 1's branch)
-    lift_epsilon: float | None = None  # the private lift test's (eps, delta); default 0.1 eps, delta
-    lift_delta: float | None = None
-    reward_bound: float | None = None  # B and R: declared public bounds (scenario constants)
-    noise_bound: float | None = None
-    objective_cmd: str | None = None  # measure f on demand by a command ('CMD {index}')
-    objective_wait: bool = False  # measure f on demand: wait for `pobo answer` / results file
-    results_file: str | None = None  # with objective_wait: a file of 'SESSION SEQ VALUE' lines
-    eval_timeout: float = 3600.0  # seconds an objective command may run
-    batch: int = 1  # queries the modeler keeps outstanding (GP-BUCB)
-    max_batch: int = 1  # the most the curator lets a session keep outstanding
-    journal: str | None = None  # the curator's SQLite journal (None: in memory)
-    durability: str = DEFAULT_DURABILITY  # the journal's commits: full (power loss) | normal (kill)
-    moma_k: int | None = None  # MoMA's epoch length (None: the theorem's)
-    distinct: bool | None = None  # never re-query a row; None: the scenario's default
-
-    def __post_init__(self) -> None:
-        if self.non_private is None:
-            object.__setattr__(self, "non_private", public_inputs(self.scenario))
-        if self.distinct is None:
-            object.__setattr__(self, "distinct", self.scenario in DISTINCT_ROWS)
-
-    @property
-    def strategy_spec(self) -> str:
-        """The modeler's strategy with its options, as `make_strategy` reads it."""
-        return strategy_spec(self.strategy, self.moma_k, bool(self.distinct))
 
 
 def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
@@ -369,26 +318,6 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
         if out is not None:
             write_json(out / "modeler.json", result)
     return result
-
-
-def merge_results(curator: dict, modeler: dict, out: Path) -> dict:
-    """result.json: the curator's record plus the modeler's view and the transcript paths."""
-    result = dict(curator)
-    result["modeler"] = modeler
-    result["consistent"] = (modeler.get("queries") == curator["queries"]
-                            and modeler.get("rewards") == curator["rewards"])
-    result["transcripts"] = {role: str(out / f"{role}.transcript") for role in (CURATOR, MODELER)
-                             if (out / f"{role}.transcript").exists()}
-    write_json(out / "result.json", result)
-    return result
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (temp file + rename), so a crash never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(path)
 
 
 async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = False,

@@ -95,7 +95,7 @@ def test_ctrl_c_mid_run_still_writes_what_it_has(tmp_path):
             os.killpg(run.pid, signal.SIGKILL)
             run.wait(10)
     assert run.returncode == 130, stderr[-2000:]
-    assert "Traceback" not in stderr and "pobo run: interrupted" in stderr
+    assert "Traceback" not in stderr and "pobo run: interrupted" in stderr, stderr
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "interrupted" and 0 < len(result["queries"]) < 5000
     mine, theirs = result["modeler"]["queries"], result["queries"]

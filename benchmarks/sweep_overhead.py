@@ -1,0 +1,112 @@
+"""What the protocol costs a sweep: `pobo sweep --preset table1` on one worker against a
+minimal protocol-free PO-GP-UCB loop on the same seeds, on one core (issue 16 item 11).
+
+    python benchmarks/sweep_overhead.py [--seeds 3] [--rs 3 6 8 10 15 20] [--reps 3]
+
+The sweep is `run_sweep` with `workers=1` (the code path of `pobo sweep --preset table1
+--workers 1`, with fewer seeds and optionally fewer r): every run a real session --
+curator and modeler over an in-process pipe, every message encoded, policed and
+signed-for-nothing, result files written -- in a fresh output folder each repetition.
+The reference does the same mathematics and nothing else, in this process: per seed the
+scenario's dataset; per r the curator's projection (`choose_projection`, the preset's
+lift, the same seeded stream), then T rounds of GP-UCB on Z with `IncrementalGP`
+(the declared kernel and noise, beta_t of Srinivas et al.), a reward f + noise per
+round, and the simple regret. Both run with one BLAS thread (the sweep's workers are
+started so). Repetitions interleave the two; the figure is the median of the
+per-repetition ratios sweep/reference. Goal: <= 1.5.
+"""
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # one core, before numpy starts its thread pool
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: another tree may be measured
+
+from pobo.parties.gp import IncrementalGP  # noqa: E402
+from pobo.parties.kernels import kernel_by_name  # noqa: E402
+from pobo.parties.noise import NoiseSource, rng_for  # noqa: E402
+from pobo.parties.projection import choose_projection  # noqa: E402
+from pobo.parties.strategies import beta_gp_ucb  # noqa: E402
+from pobo.scenarios.presets import PRESETS  # noqa: E402
+from pobo.scenarios.registry import build_problem  # noqa: E402
+from pobo.scenarios.sweep import SweepSpec, run_sweep  # noqa: E402
+
+PRESET = PRESETS["table1"]
+
+
+def reference(seeds: int, rs: tuple[int, ...], epsilon: float, T: int) -> list[float]:
+    """The protocol-free loop; the simple regret of every run, seed-major."""
+    regrets = []
+    for seed in range(seeds):
+        problem = build_problem(PRESET.scenario, seed)
+        X, f, kp = problem.X, problem.f, problem.kernel
+        for r in rs:
+            release, _ = choose_projection(
+                X, epsilon, problem.delta, r, NoiseSource(rng_for(seed, "projection")),
+                lift="paper", r_fallback=problem.r)
+            Z = release.Z
+            gp = IncrementalGP(Z, kernel_by_name(kp.kernel, kp.lengthscale, kp.signal_var,
+                                                 dims=Z.shape[1]), kp.noise_var, capacity=T)
+            choose, noise = rng_for(seed, "modeler"), rng_for(seed, "reference-noise")
+            best = -math.inf
+            for t in range(1, T + 1):
+                i = gp.ucb_argmax(beta_gp_ucb(t, gp.n), choose)
+                gp.add(i, float(f[i] + math.sqrt(problem.noise_var) * noise.standard_normal()))
+                best = max(best, float(f[i]))
+            regrets.append(float(np.max(f)) - best)
+    return regrets
+
+
+def sweep(seeds: int, rs: tuple[int, ...], out: Path) -> list[dict]:
+    """`pobo sweep --preset table1 --workers 1` with `seeds` seeds and these r."""
+    spec = SweepSpec(PRESET.scenario, PRESET.epsilons, rs, seeds=seeds, T=PRESET.T,
+                     lift="paper")
+    return run_sweep(spec, out, workers=1, progress=None)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Time both, interleaved, and print the ratio."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (the preset: 50)")
+    parser.add_argument("--rs", type=int, nargs="+", default=list(PRESET.rs),
+                        help=f"projection dimensions (the preset: {PRESET.rs})")
+    parser.add_argument("--reps", type=int, default=3, help="repetitions (median ratio)")
+    args = parser.parse_args(argv)
+    rs, (epsilon,), T = tuple(args.rs), PRESET.epsilons, PRESET.T
+    ratios, sweeps, refs = [], [], []
+    with tempfile.TemporaryDirectory(prefix="pobo-sweep-overhead-") as tmp:
+        for rep in range(args.reps):
+            start = time.perf_counter()
+            regrets = reference(args.seeds, rs, epsilon, T)
+            refs.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            rows = sweep(args.seeds, rs, Path(tmp) / f"sweep{rep}")
+            sweeps.append(time.perf_counter() - start)
+            ratios.append(sweeps[-1] / refs[-1])
+    runs = len(rows)
+    med = statistics.median
+    print(f"table1 subset: {args.seeds} seeds x r in {list(rs)} = {runs} runs, T = {T}, "
+          f"eps = {epsilon:.4g}, one worker, one BLAS thread; {args.reps} repetitions")
+    print(f"  sweep (run_sweep, workers=1): {med(sweeps):.2f} s "
+          f"({med(sweeps) / runs * 1e3:.0f} ms a run)")
+    print(f"  protocol-free reference:      {med(refs):.2f} s "
+          f"({med(refs) / runs * 1e3:.0f} ms a run)")
+    print(f"  ratio sweep/reference: {med(ratios):.2f} (goal <= 1.5: "
+          f"{'met' if med(ratios) <= 1.5 else 'NOT met'}); mean S_T sweep "
+          f"{np.mean([r['simple_regret'] for r in rows]):.3f}, reference {np.mean(regrets):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""The parties' public vocabulary -- strategy names, fit modes, lift modes -- without numpy.
+
+The command line builds its parser (and a `pobo run` parent process its configuration)
+from these alone, so that `pobo --help` and the parent of two party processes import no
+numerical code. parties.strategies, parties.modeler and parties.service re-export them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+ROBUST_NAMES = ("tgp-ucb", "ata-gp-ucb", "moma-gp-ucb")
+STRATEGIES = ("gp-ucb", "random", *ROBUST_NAMES)
+FIT_MODES = ("auto", "fixed", "once", "every")
+LIFT_MODES = ("paper", "always", "private")
+DEFAULT_LIFT = "private"
+
+
+@dataclass(frozen=True)
+class HyperFit:
+    """How the modeler sets its GP hyperparameters (and which kernel it uses).
+
+    `auto` keeps the declared values when the curator marks them 'public' and refits
+    every `every` rounds when it marks them 'initial' (starting values only).
+    """
+
+    mode: str = "auto"
+    n_init: int = 5
+    every: int = 10
+    restarts: int = 3
+    kernel: str | None = None  # None: the kernel the curator declared
+
+    def __post_init__(self) -> None:
+        if self.mode not in FIT_MODES:
+            raise ValueError(f"unknown fit mode {self.mode!r}; choose from {FIT_MODES}")
+        if self.mode != "fixed" and (self.n_init < 2 or self.every < 1):
+            raise ValueError("fitting needs n_init >= 2 observations and every >= 1")
+
+    def resolved(self, status: str) -> HyperFit:
+        """This policy with `auto` decided by the declared hyperparameters' status."""
+        if self.mode != "auto":
+            return self
+        return replace(self, mode="fixed" if status == "public" else "every")
+
+    def refit_due(self, t: int) -> bool:
+        """Whether to fit after the t-th observation."""
+        if self.mode in ("fixed", "auto") or t < self.n_init:
+            return False
+        return t == self.n_init or (self.mode == "every" and (t - self.n_init) % self.every == 0)
+
+
+def strategy_spec(name: str, moma_k: int | None = None, distinct: bool = False) -> str:
+    """The strategy as one string, 'name[+k=K][+distinct]', the form a session's
+    `strategy` travels in (so a separate modeler process gets the same options)."""
+    distinct = distinct and name in ("gp-ucb", "random")  # the others pick rows their own way
+    return name + ("" if moma_k is None else f"+k={int(moma_k)}") + ("+distinct" if distinct else "")
+
+
+def epoch_length_option(text: str) -> int:
+    """MoMA's --moma-k: an integer of at least 2 (a median needs two estimates)."""
+    try:
+        k = int(text)
+    except ValueError:
+        raise ValueError(f"MoMA's k must be an integer >= 2, got {text!r}") from None
+    if k < 2:
+        raise ValueError(f"MoMA's k must be an integer >= 2, got {k}")
+    return k
+
+DURABILITY = {"full": "FULL", "normal": "NORMAL"}  # --durability -> the journal's PRAGMA synchronous
+DEFAULT_DURABILITY = "full"  # survives power loss; "normal" survives a killed process

@@ -1,0 +1,89 @@
+"""What a run is, and what comes back from it, without numpy or any party's code.
+
+`RunConfig` (the parameters of one session), the line a curator prints once bound and
+merging the parties' records into result.json: what the parent of a two-process `pobo
+run` needs, so that it starts no numerical code itself. scenarios.session re-exports
+them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pobo.parties.choices import DEFAULT_DURABILITY, DEFAULT_LIFT, HyperFit, strategy_spec
+from pobo.scenarios.registry import DISTINCT_ROWS, public_inputs
+
+LISTENING = "[curator] listening on "  # then the endpoint: what `pobo run` waits for
+ROLES = ("curator", "modeler")  # protocol.policy's CURATOR and MODELER (no numpy here)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Parameters of a run; None means the scenario's paper default."""
+
+    scenario: str = "synthetic"
+    epsilon: float | None = None
+    delta: float | None = None
+    r: int | str | None = None  # "auto": the largest r whose omega passes the lift test
+    T: int | None = None
+    seed: int | None = 0
+    non_private: bool | None = None  # None: the scenario's default (public inputs or not)
+    strategy: str = "gp-ucb"
+    hyper: HyperFit = HyperFit()
+    timeout: float = 60.0
+    options: dict = field(default_factory=dict)
+    ldp_epsilon: float | None = None  # local DP on every reward (CTL of Zhou & Tan)
+    beta_scale: float | None = None  # None: the strategy's documented default
+    release: str | None = None  # DP release of the result: noisy, noise-free, lipschitz
+    release_epsilon: float = 1.0
+    release_delta: float = 1e-3
+    budget_epsilon: float | None = None  # the dataset's central privacy budget
+    budget_delta: float | None = None
+    ldp_row_budget: float | None = None  # the LDP epsilon any one row may accumulate
+    lift: str = DEFAULT_LIFT  # paper | always | private (PO-GP-UCB Algorithm 1's branch)
+    lift_epsilon: float | None = None  # the private lift test's (eps, delta); default 0.1 eps, delta
+    lift_delta: float | None = None
+    reward_bound: float | None = None  # B and R: declared public bounds (scenario constants)
+    noise_bound: float | None = None
+    objective_cmd: str | None = None  # measure f on demand by a command ('CMD {index}')
+    objective_wait: bool = False  # measure f on demand: wait for `pobo answer` / results file
+    results_file: str | None = None  # with objective_wait: a file of 'SESSION SEQ VALUE' lines
+    eval_timeout: float = 3600.0  # seconds an objective command may run
+    batch: int = 1  # queries the modeler keeps outstanding (GP-BUCB)
+    max_batch: int = 1  # the most the curator lets a session keep outstanding
+    journal: str | None = None  # the curator's SQLite journal (None: in memory)
+    durability: str = DEFAULT_DURABILITY  # the journal's commits: full (power loss) | normal (kill)
+    moma_k: int | None = None  # MoMA's epoch length (None: the theorem's)
+    distinct: bool | None = None  # never re-query a row; None: the scenario's default
+
+    def __post_init__(self) -> None:
+        if self.non_private is None:
+            object.__setattr__(self, "non_private", public_inputs(self.scenario))
+        if self.distinct is None:
+            object.__setattr__(self, "distinct", self.scenario in DISTINCT_ROWS)
+
+    @property
+    def strategy_spec(self) -> str:
+        """The modeler's strategy with its options, as `make_strategy` reads it."""
+        return strategy_spec(self.strategy, self.moma_k, bool(self.distinct))
+
+
+def merge_results(curator: dict, modeler: dict, out: Path) -> dict:
+    """result.json: the curator's record plus the modeler's view and the transcript paths."""
+    result = dict(curator)
+    result["modeler"] = modeler
+    result["consistent"] = (modeler.get("queries") == curator["queries"]
+                            and modeler.get("rewards") == curator["rewards"])
+    result["transcripts"] = {role: str(out / f"{role}.transcript") for role in ROLES
+                             if (out / f"{role}.transcript").exists()}
+    write_json(out / "result.json", result)
+    return result
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write JSON atomically (temp file + rename), so a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)
