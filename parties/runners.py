@@ -365,10 +365,12 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
                        frozenset(pending - set(answered)))
 
 
-async def ask(channel: Channel, query: Query, retries: int) -> Reward:
+async def ask(channel: Channel, query: Query, retries: int,
+              retry_delay: float = 1.0) -> Reward:
     """Send one query and wait for its reward (a QueryWindow of one): resent, with the
-    same sequence number, on a timeout or a failed evaluation, up to `retries` times."""
-    window = QueryWindow(channel, retries)
+    same sequence number, on a timeout or (after `retry_delay` s) a failed evaluation,
+    up to `retries` times."""
+    window = QueryWindow(channel, retries, retry_delay)
     await window.send(query)
     return await window.next_reward()
 
