@@ -161,7 +161,7 @@ def signing_argv(curve_dir: Path | None, scratch: Path,
     keys, else throw-away keys made in `scratch` (deleted after the run); the public
     halves are copied to out/keys/ either way."""
     from pobo.protocol.signing import load_verify_key
-    from pobo.transport.security import make_signing_keys
+    from pobo.transport.keyfiles import make_signing_keys  # no zmq in this process
 
     folder = Path(curve_dir) if curve_dir is not None else None
     if folder is None or not (folder / "curator.sign_secret").exists():
@@ -189,7 +189,10 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
         curator_sign, modeler_sign = signing_argv(curve_dir, Path(sockdir), out)
         curator_curve, modeler_curve = (curator_curve + curator_sign,
                                         modeler_curve + modeler_sign)
-        bind = "tcp://127.0.0.1:0" if transport == "tcp" else f"ipc://{sockdir}/curator.sock"
+        # the endpoint is chosen here, so that both parties start at once (a DEALER
+        # connects, and queues its Hello, until the curator has bound)
+        bind = (f"tcp://127.0.0.1:{_free_port()}" if transport == "tcp"
+                else f"ipc://{sockdir}/curator.sock")
         endpoint_ready = threading.Event()
         endpoint: list[str] = []
         spawned: list[Spawned] = []
@@ -198,10 +201,10 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                                          "--out", str(out), *curator_curve], verbose,
                              on_line=lambda line: _found_endpoint(line, endpoint, endpoint_ready))
             spawned.append(curator)
-            _wait_for_endpoint(curator, endpoint_ready, start_timeout)
-            spawned.append(_spawn("modeler", ["modeler", "--connect", endpoint[0], "--out",
+            spawned.append(_spawn("modeler", ["modeler", "--connect", bind, "--out",
                                               str(out), *modeler_argv(config), *modeler_curve],
                                   verbose=False))
+            _wait_for_endpoint(curator, endpoint_ready, start_timeout)
             codes = {s.role: _wait(s.process, wall_timeout) for s in spawned}
         except KeyboardInterrupt:  # Ctrl-C reached the parties too: let them write
             for s in spawned:
@@ -218,6 +221,16 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
         raise LaunchError(f"party processes failed (exit codes {codes}); "
                           f"partial records are in {out}")
     return result
+
+
+def _free_port() -> int:
+    """A loopback tcp port free now (the curator binds it a moment later; if another
+    process takes it first, the curator exits with a one-line BindError)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float) -> None:
