@@ -84,7 +84,17 @@ def _required(cls: type) -> frozenset[str]:
                      and f.default_factory is dataclasses.MISSING)
 
 
+_SCALARS = frozenset({bool, int, float, str})
+
+
+@lru_cache(maxsize=None)
+def _names(cls: type) -> frozenset[str]:
+    return frozenset(name for name, _ in _fields(cls))
+
+
 def _to_wire(value: Any, tp: Any, path: str) -> Any:
+    if tp in _SCALARS:  # most fields: checked without the schema's generic machinery
+        return _check_scalar(value, tp, path)
     if dataclasses.is_dataclass(tp):
         if type(value) is not tp:
             raise ProtocolError(f"{path}: expected {tp.__name__}, got {type(value).__name__}")
@@ -101,12 +111,13 @@ def _to_wire(value: Any, tp: Any, path: str) -> Any:
 
 
 def _from_wire(value: Any, tp: Any, path: str) -> Any:
+    if tp in _SCALARS:
+        return _check_scalar(value, tp, path)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ProtocolError(f"{path}: expected a map, got {type(value).__name__}")
         fields = _fields(tp)
-        names = {name for name, _ in fields}
-        missing, extra = _required(tp) - value.keys(), value.keys() - names
+        missing, extra = _required(tp) - value.keys(), value.keys() - _names(tp)
         if missing or extra:
             raise ProtocolError(f"{path}: missing fields {sorted(missing)}, "
                                 f"unexpected fields {sorted(map(str, extra))[:8]}")

@@ -23,10 +23,13 @@ class QueuePipe:
 
     async def recv(self, timeout: float) -> bytes:
         """The next frame from the other end, or PeerTimeout after `timeout` seconds."""
-        try:
-            frame = await asyncio.wait_for(self._inbox.get(), timeout)
-        except asyncio.TimeoutError:
-            raise PeerTimeout(f"no frame from the peer within {timeout:g} s") from None
+        if not self._inbox.empty():  # the common case in a simulation: no timer, no task
+            frame = self._inbox.get_nowait()
+        else:
+            try:
+                frame = await asyncio.wait_for(self._inbox.get(), timeout)
+            except asyncio.TimeoutError:
+                raise PeerTimeout(f"no frame from the peer within {timeout:g} s") from None
         if frame is _CLOSED:
             self._inbox.put_nowait(_CLOSED)
             raise PeerGone("the peer closed the pipe")
