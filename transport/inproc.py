@@ -27,8 +27,9 @@ class QueuePipe:
             frame = self._inbox.get_nowait()
         else:
             try:
-                frame = await asyncio.wait_for(self._inbox.get(), timeout)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(timeout):  # a timer, not wait_for's extra future
+                    frame = await self._inbox.get()
+            except TimeoutError:
                 raise PeerTimeout(f"no frame from the peer within {timeout:g} s") from None
         if frame is _CLOSED:
             self._inbox.put_nowait(_CLOSED)
