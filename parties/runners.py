@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -219,15 +220,20 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         next_seq = max(resume.asked, default=len(answered)) + 1
         for query in in_flight:
             await window.send(query)
-    T = welcome.params.T
-    while modeler.t < T:
-        while len(window.outstanding) < q and next_seq <= T:
-            await window.send(Query(next_seq, modeler.ask()))
-            next_seq += 1
-        reward = await window.next_reward()
-        modeler.tell(reward.seq - 1, reward.value)
-        if on_step is not None:
-            on_step(reward.seq, reward.index, reward.value)
+    try:
+        T = welcome.params.T
+        while modeler.t < T:
+            while len(window.outstanding) < q and next_seq <= T:
+                await window.send(Query(next_seq, modeler.ask()))
+                next_seq += 1
+            reward = await window.next_reward()
+            modeler.tell(reward.seq - 1, reward.value)
+            if on_step is not None:
+                on_step(reward.seq, reward.index, reward.value)
+    except (PeerError, ProtocolError) as exc:  # giving up: say so, so the curator need not
+        with contextlib.suppress(Exception):  # wait out its timeout (the session stays resumable)
+            await channel.send(End(f"the modeler gives up: {exc}"[:200]))
+        raise
     if release is not None:
         await channel.send(modeler.with_kernel(release))
         reply = await channel.recv()

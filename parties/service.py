@@ -232,7 +232,9 @@ class CuratorService:
         if held != self.digest:
             raise JournalError(f"{self.journal.path} is the journal of another dataset "
                                f"(digest {held[:16]}..., this curator prepared "
-                               f"{self.digest[:16]}...): each dataset keeps its own journal")
+                               f"{self.digest[:16]}...): each dataset keeps its own journal "
+                               "(a dataset generated from the seed needs the same --seed; a "
+                               "file, the same --data)")
         self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))
         self.ledger = DatasetLedger(self.journal, settings.budget)
         self.ldp = ldp_mechanism(problem, settings)

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             sub = parser.subcommands[args.command]
             if args.config is not None:
                 apply_config(sub, args, argv, args.config)
+                configure_logging(args.verbose or 0, args.quiet)  # the file may set them
             check_required(sub, args, NEEDED[args.command])
         return args.handler(args)
     except (PoboError, ValueError, OSError, sqlite3.Error) as exc:
@@ -334,7 +335,8 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--budget-eps", type=positive,
                    help="the dataset's central privacy budget over every session and restart: "
                         "refuse what would exceed it")
-    p.add_argument("--budget-delta", type=probability, help="the budget's delta (default 1)")
+    p.add_argument("--budget-delta", type=probability,
+                   help="the budget's delta (default 1/n with --budget-eps, else none)")
     p.add_argument("--ldp-row-budget", type=positive, metavar="E",
                    help="refuse a query whose LDP report would take its row past E in total")
     p.add_argument("--lift", choices=LIFT_MODES, default=DEFAULT_LIFT,
@@ -516,7 +518,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     out = args.out or Path("runs") / f"{config.scenario}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
-        result = run(config, out, args.transport, curve_dir=args.curve)
+        result = run(config, out, args.transport, curve_dir=args.curve,
+                     modeler_lines=args.verbose >= 1)
     except LaunchError as exc:
         print(f"pobo run: error: {exc}", file=sys.stderr)
         return 1
@@ -688,6 +691,9 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     results = result if isinstance(result, list) else [result]
     for r in results:
         print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
+    if args.sessions == 0:  # a service, stopped by SIGINT/SIGTERM: sessions cut short by
+        # the stop are interrupted (resumable), which is the normal way to stop it
+        return 0 if all(r["status"] in ("ok", "interrupted") for r in results) else 1
     return 0 if results and all(r["status"] == "ok" for r in results) else 1
 
 

@@ -28,7 +28,12 @@ def load_config(path: Path, command: str) -> dict:
     own = data.get(command)
     if isinstance(own, dict):
         return own
-    return {k: v for k, v in data.items() if not isinstance(v, dict)}
+    flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    tables = sorted(k for k, v in data.items() if isinstance(v, dict))
+    if tables and not flat:  # a typo ([rnu]) or another command's file: not silently nothing
+        raise ValueError(f"{path} has no [{command}] table and no top-level keys (its tables: "
+                         f"{', '.join(tables)})")
+    return flat
 
 
 def apply_config(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -72,6 +77,10 @@ def _convert(action: argparse.Action, value, where: str):
         if not isinstance(value, bool):
             raise ValueError(f"{where}: expected true or false, got {value!r}")
         return value if isinstance(action, argparse._StoreTrueAction) else not value
+    if isinstance(action, argparse._CountAction):  # -v: true, or how many
+        if isinstance(value, bool) or (isinstance(value, int) and value >= 0):
+            return int(value)
+        raise ValueError(f"{where}: expected true, false or a count, got {value!r}")
     if isinstance(action, argparse.BooleanOptionalAction):
         if not isinstance(value, bool):
             raise ValueError(f"{where}: expected true or false, got {value!r}")

@@ -38,6 +38,7 @@ class Spawned:
     lines: list[str]
     reader: threading.Thread
     errors: list[str] = field(default_factory=list)  # its stderr lines (also echoed)
+    quiet: threading.Event = field(default_factory=threading.Event)  # set: echo no more
 
 
 def scenario_argv(config: RunConfig) -> list[str]:
@@ -98,15 +99,20 @@ def modeler_argv(config: RunConfig) -> list[str]:
 
 def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
         verbose: bool = True, wall_timeout: float | None = None,
-        curve_dir: Path | None = None) -> dict:
+        curve_dir: Path | None = None, modeler_lines: bool = False) -> dict:
     """Run one session over `transport` (two processes for tcp/ipc); return result.json.
-    Works from a running event loop too (a notebook): see `run_async` to await it."""
+    Works from a running event loop too (a notebook): see `run_async` to await it.
+    `modeler_lines` also shows the modeler's per-query lines (`pobo run -v`). Ctrl-C
+    raises `Interrupted` carrying the result.json of what both sides recorded."""
     if transport == "inproc":
         from pobo.scenarios.blocking import run_blocking
 
-        return run_blocking(_inproc(config, out, verbose))
+        try:
+            return run_blocking(_inproc(config, out, verbose, modeler_lines))
+        except KeyboardInterrupt:  # both sides wrote their records while unwinding
+            raise Interrupted(_merge_if_present(Path(out), partial=True), Path(out)) from None
     return run_processes(config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
-                         curve_dir=curve_dir)
+                         curve_dir=curve_dir, modeler_lines=modeler_lines)
 
 
 async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", *,
@@ -122,13 +128,15 @@ async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", 
                                    wall_timeout=wall_timeout, curve_dir=curve_dir)
 
 
-async def _inproc(config: RunConfig, out: Path | str, verbose: bool) -> dict:
+async def _inproc(config: RunConfig, out: Path | str, verbose: bool,
+                  modeler_lines: bool = False) -> dict:
     """One in-process session with throwaway signing keys, published in out/keys/."""
     from pobo.scenarios.session import Signing, run_inproc  # the parties, in this process
 
     signing = Signing.throwaway()
     publish_keys(signing.curator.public_hex, signing.modeler.public_hex, Path(out))
-    return await run_inproc(config, out, verbose=verbose, signing=signing)
+    return await run_inproc(config, out, verbose=verbose, signing=signing,
+                            modeler_verbose=modeler_lines)
 
 
 def curve_argv(curve_dir: Path | None) -> tuple[list[str], list[str]]:
@@ -177,7 +185,8 @@ def signing_argv(curve_dir: Path | None, scratch: Path,
 
 def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                   verbose: bool = True, wall_timeout: float | None = None,
-                  start_timeout: float = 60.0, curve_dir: Path | None = None) -> dict:
+                  start_timeout: float = 60.0, curve_dir: Path | None = None,
+                  modeler_lines: bool = False) -> dict:
     """Curator and modeler as two OS processes over loopback tcp or ipc (CURVE-encrypted
     with the keys in `curve_dir` when given); result.json."""
     curator_curve, modeler_curve = curve_argv(curve_dir)
@@ -202,8 +211,9 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                              on_line=lambda line: _found_endpoint(line, endpoint, endpoint_ready))
             spawned.append(curator)
             spawned.append(_spawn("modeler", ["modeler", "--connect", bind, "--out",
-                                              str(out), *modeler_argv(config), *modeler_curve],
-                                  verbose=False))
+                                              str(out), *modeler_argv(config), *modeler_curve,
+                                              *(["-v"] if modeler_lines else [])],
+                                  verbose=modeler_lines))
             _wait_for_endpoint(curator, endpoint_ready, start_timeout)
             codes = {s.role: _wait(s.process, wall_timeout) for s in spawned}
         except KeyboardInterrupt:  # Ctrl-C reached the parties too: let them write
@@ -213,6 +223,8 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
             raise Interrupted(result, out) from None
         finally:
             for s in spawned:
+                if s.process.poll() is None:
+                    s.quiet.set()
                 _stop(s.process)
                 s.reader.join(5)
     result = _merge_if_present(out)
@@ -241,7 +253,7 @@ def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float)
         if code is not None:
             curator.reader.join(2)
             raise LaunchError(f"the curator exited with code {code} before binding"
-                              + (f": {curator.errors[-1].strip()}" if curator.errors else ""))
+                              + (" (its error is above)" if curator.errors else ""))
         if time.monotonic() > deadline:
             raise LaunchError(f"the curator did not bind within {timeout:g} s")
 
@@ -262,11 +274,14 @@ def _spawn(role: str, argv: list[str], verbose: bool, on_line=None) -> Spawned:
     lines: list[str] = []
     errors: list[str] = []
 
+    quiet = threading.Event()
+
     def pump_errors() -> None:
         assert process.stderr is not None
         for line in process.stderr:
             errors.append(line)
-            print(line, end="", file=sys.stderr, flush=True)
+            if not quiet.is_set():  # a party this process stops says nothing more
+                print(line, end="", file=sys.stderr, flush=True)
 
     threading.Thread(target=pump_errors, name=f"pobo-{role}-stderr", daemon=True).start()
 
@@ -281,7 +296,7 @@ def _spawn(role: str, argv: list[str], verbose: bool, on_line=None) -> Spawned:
 
     reader = threading.Thread(target=pump, name=f"pobo-{role}-stdout", daemon=True)
     reader.start()
-    return Spawned(role, process, lines, reader, errors)
+    return Spawned(role, process, lines, reader, errors, quiet)
 
 
 ANSWER_LINE = re.compile(r"^\[(\w+)\] t=\s*(\d+)/(\d+) ")

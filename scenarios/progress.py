@@ -101,10 +101,19 @@ def configure_logging(verbose: int = 0, quiet: bool = False, out: TextIO | None 
 
 
 def _is_terminal(stream: TextIO) -> bool:
+    """A terminal a bar can be drawn on (a pseudo-terminal without a size cannot)."""
+    import os
+
     try:
-        return stream.isatty()
+        if not stream.isatty():
+            return False
     except (AttributeError, ValueError):
         return False
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, ValueError, OSError):  # a terminal-like stream with no descriptor
+        return True
+    return size.columns > 0 and size.lines > 0
 
 
 def _has_tqdm() -> bool:

@@ -129,6 +129,8 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
         await asyncio.gather(*running, return_exceptions=True)
         if sessions == 1:
             if not slots.results:
+                if stop.done():  # SIGINT/SIGTERM before any session: stopped, not failed
+                    raise KeyboardInterrupt("stopped before any session")
                 raise PeerGone("the session ended without a record")
             return slots.results[0]
         return slots.results

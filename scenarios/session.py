@@ -199,7 +199,8 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
             on_measured=session.measured,
             asked={**{seq: row for seq, (row, _) in curator.answered.items()},
                    **curator.reserved})
-        status = "ok"
+        # an End before the T-th answer leaves the session unfinished and resumable
+        status = "ok" if len(curator.answered) >= T else "interrupted"
     except (PeerTimeout, PeerGone, asyncio.CancelledError) as exc:
         status, error = "interrupted", exc  # the peer vanished or the curator stops: resumable
         if raise_errors or isinstance(exc, asyncio.CancelledError):
@@ -321,6 +322,7 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
 
 
 async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = False,
+                     modeler_verbose: bool = False,
                      problem: Problem | None = None, transcripts: bool = True,
                      signing: "Signing | None" = None) -> dict:
     """Run curator and modeler in this process over an in-process pipe; write result.json.
@@ -343,6 +345,7 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
         cres, mres = await asyncio.gather(
             curate(cchan, session, out, verbose=verbose),
             optimise(mchan, config.seed, config.strategy_spec, out, hyper=config.hyper,
+                     verbose=modeler_verbose,
                      beta_scale=config.beta_scale, release=release_request(config),
                      batch=config.batch))
     finally:

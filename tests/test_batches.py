@@ -5,7 +5,6 @@ still holding. The GP-BUCB algebra itself is tested in test_gp_bucb.py."""
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 
@@ -136,19 +135,18 @@ def test_the_client_asks_for_a_batch(tmp_path):
     assert record["rewards"] == client.rewards
 
 
-def _mean_regret(batch: int, seeds: range, T: int) -> np.ndarray:
+def _mean_regret(batch: int, seeds: range, T: int, where) -> np.ndarray:
     out = []
     for seed in seeds:
-        config = RunConfig("synthetic", T=T, seed=seed, options={"grid": 30}, batch=batch, lift="paper",
-                           max_batch=batch, timeout=20)
-        result = asyncio.run(run_inproc(config, f"/tmp/pobo-batch-{os.getpid()}-{batch}-{seed}",
-                                        transcripts=False))
+        config = RunConfig("synthetic", T=T, seed=seed, options={"grid": 30}, batch=batch,
+                           lift="paper", max_batch=batch, timeout=20)
+        result = asyncio.run(run_inproc(config, where / f"q{batch}-{seed}", transcripts=False))
         assert len(result["queries"]) == T
         out.append(result["simple_regret"][-1])
     return np.array(out)
 
 
-def test_batch_4_regret_is_within_tolerance_of_sequential_at_the_same_T():
+def test_batch_4_regret_is_within_tolerance_of_sequential_at_the_same_T(tmp_path):
     """Whole protocol sessions on the synthetic GP (30 x 30 grid, the paper's eps, r and
     lift as in its Table 1,
     T = 30), q = 4 against q = 1 on the same seeds (the same dataset, projection and
@@ -156,7 +154,7 @@ def test_batch_4_regret_is_within_tolerance_of_sequential_at_the_same_T():
     difference + 0.05 sigma_y (sigma_y = 1). GP-BUCB's bound is a constant factor worse
     than sequential GP-UCB's, so the check is one-sided. 100 seeds (a few seconds)."""
     seeds = range(100)
-    q1, q4 = _mean_regret(1, seeds, 30), _mean_regret(4, seeds, 30)
+    q1, q4 = _mean_regret(1, seeds, 30, tmp_path), _mean_regret(4, seeds, 30, tmp_path)
     diff = q4 - q1
     se = diff.std(ddof=1) / np.sqrt(len(diff))
     print(f"q=1 {q1.mean():.4f}, q=4 {q4.mean():.4f}, diff {diff.mean():+.4f} +- {se:.4f}")

@@ -75,12 +75,14 @@ def test_pobo_run_notices_at_once_when_the_curator_exits_early(tmp_path):
     assert "missing.csv" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_ctrl_c_mid_run_still_writes_what_it_has(tmp_path):
+@pytest.mark.parametrize("transport", ["tcp", "inproc"])
+def test_ctrl_c_mid_run_still_writes_what_it_has(tmp_path, transport):
     """SIGINT to the whole process group, as a terminal's Ctrl-C: every process writes its
     record, `pobo run` merges them into result.json (status interrupted) and exits 130."""
     out = tmp_path / "out"
     run = subprocess.Popen([*POBO, "run", "synthetic", "--T", "5000", "--grid", "40",
-                            "--out", str(out)], stdout=subprocess.PIPE,
+                            "--transport", transport, "--out", str(out)],
+                           stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, start_new_session=True,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
@@ -112,3 +114,38 @@ def test_version_and_module_entry_point():
     assert done.returncode == 0 and done.stdout.strip() == f"pobo {pobo.__version__}"
     listing = _pobo("run", "--help").stdout
     assert all(name in listing for name in ("synthetic", "hospital", "bank", "table"))
+
+
+def test_a_modeler_that_gives_up_ends_the_run_at_once(tmp_path):
+    """A command objective that always fails: the modeler retries, gives up and says so
+    (End), so the curator does not wait out its 60 s timeout; the session is left
+    interrupted (resumable), not ok."""
+    started = time.monotonic()
+    done = _pobo("run", "synthetic", "--grid", "8", "--T", "3", "--objective-cmd",
+                 'sh -c "exit 3; echo {index}"', "--out", str(tmp_path))
+    assert done.returncode == 1 and time.monotonic() - started < 30, done.stderr
+    record = json.loads((tmp_path / "curator.json").read_text())
+    assert record["status"] == "interrupted" and record["queries"] == []
+
+
+@pytest.mark.parametrize("sessions, code", [("0", 0), ("1", 130)])
+def test_a_curator_stopped_by_sigterm_exits_cleanly(tmp_path, sessions, code):
+    """A service (--sessions 0) stopped by SIGTERM exits 0; a one-session curator stopped
+    before its session exits 130 (interrupted), with one line and no traceback."""
+    holder, port = _busy_port()
+    holder.close()
+    curator = subprocess.Popen([*POBO, "curator", "synthetic", "--grid", "8", "--bind",
+                                f"tcp://127.0.0.1:{port}", "--sessions", sessions, "--out",
+                                str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "listening" not in curator.stdout.readline():
+            pass
+        curator.send_signal(signal.SIGTERM)
+        _, err = curator.communicate(timeout=30)
+    finally:
+        if curator.poll() is None:
+            curator.kill()
+            curator.wait(10)
+    assert curator.returncode == code and "Traceback" not in err, err

@@ -55,6 +55,7 @@ def test_a_command_uses_its_own_table(tmp_path):
     ('lift = "sometimes"\n', "not one of"),
     ("non-private = 1\n", "expected true or false"),
     ("T = \n", "not valid TOML"),
+    ("[rnu]\nT = 5\n", "has no [run] table"),
 ])
 def test_a_bad_value_is_one_line_naming_the_file(tmp_path, capsys, text, says):
     config = tmp_path / "bad.toml"
