@@ -199,8 +199,9 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
             on_measured=session.measured,
             asked={**{seq: row for seq, (row, _) in curator.answered.items()},
                    **curator.reserved})
-        # an End before the T-th answer leaves the session unfinished and resumable
-        status = "ok" if len(curator.answered) >= T else "interrupted"
+        # an End "done" finishes the session; any other reason before the T-th answer
+        # (a modeler that gives up, a client closed early) leaves it interrupted, resumable
+        status = "ok" if reason == "done" or len(curator.answered) >= T else "interrupted"
     except (PeerTimeout, PeerGone, asyncio.CancelledError) as exc:
         status, error = "interrupted", exc  # the peer vanished or the curator stops: resumable
         if raise_errors or isinstance(exc, asyncio.CancelledError):
