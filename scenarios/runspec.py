@@ -82,8 +82,11 @@ def merge_results(curator: dict, modeler: dict, out: Path) -> dict:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (temp file + rename), so a crash never leaves half a file."""
+    """Write JSON atomically (temp file + rename), so a crash never leaves half a file.
+    One line per top-level key: readable, and the long lists (queries, regret) go through
+    json's C encoder (an indented dump is pure Python: ~5 ms a run in a sweep)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
+    lines = [f" {json.dumps(key)}: {json.dumps(value)}" for key, value in data.items()]
+    tmp.write_text("{\n" + ",\n".join(lines) + "\n}\n")
     tmp.replace(path)
