@@ -327,14 +327,14 @@ def test_a_deferred_answer_entered_after_a_curator_restart_completes_the_session
     the session ends with exactly T answers, each evaluated once."""
     T, db, out = 4, tmp_path / "curator.db", tmp_path / "out"
     endpoint = f"tcp://127.0.0.1:{free_port()}"
-    extra = ["--objective-wait", "--journal", str(db), "--seed", "2", "--timeout", "2"]
+    extra = ["--objective-wait", "--journal", str(db), "--seed", "2", "--timeout", "3"]
     curator = CuratorProcess(out, T, extra, endpoint)
     modeler = restarted = None
     try:
         curator.wait_listening()
         modeler = subprocess.Popen(
             [PY, "-m", "pobo", "modeler", "--connect", endpoint, "--out",
-             str(tmp_path / "m"), "--seed", "2", "--timeout", "2", "--patience", "120"],
+             str(tmp_path / "m"), "--seed", "2", "--timeout", "3", "--patience", "120"],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True)
         _answer(db, _pending(db, 1)[0])  # query 1, answered while the curator runs
@@ -342,7 +342,7 @@ def test_a_deferred_answer_entered_after_a_curator_restart_completes_the_session
         assert waiting[0]["seq"] == 2
         curator.proc.kill()  # kill -9 while query 2 is pending
         curator.proc.wait(10)
-        time.sleep(2.5)  # past the modeler's timeout: it is reconnecting
+        time.sleep(4)  # past the modeler's timeout: it is reconnecting
         assert modeler.poll() is None, modeler.communicate()[1][-2000:]
         _answer(db, waiting[0])  # entered while no curator runs
         restarted = CuratorProcess(out, T, extra, endpoint)
