@@ -96,7 +96,7 @@ def test_takeovers_do_not_restart_an_in_flight_command_without_bound(tmp_path):
         await conn.mchan.send(Query(1, 3))
         assert isinstance(await conn.reply(), Pending)
         for _ in range(6):
-            await asyncio.sleep(0.7)  # the command has started
+            await asyncio.sleep(0.5)  # the command has started
             await conn.close()  # what remote._connection does to a superseded connection
             conn = _Conn(service.resume(session.session_id), resume=True)
             await conn.open({1: 3})
