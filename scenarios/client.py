@@ -42,10 +42,9 @@ import time
 from collections.abc import Coroutine
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import zmq.asyncio
 
 from pobo.parties.runners import PendingCallback, QueryWindow, expect
 from pobo.protocol.errors import PeerError, PeerTimeout
@@ -63,7 +62,10 @@ from pobo.protocol.messages import (
 from pobo.protocol.policy import CURATOR, MODELER, RELEASE_ALGORITHMS
 from pobo.scenarios.session import Signing, open_channel, write_json
 from pobo.transport.security import CurveClient
-from pobo.transport.sockets import DealerPipe
+from pobo.transport.sockets import DealerPipe, close_context, new_context
+
+if TYPE_CHECKING:
+    import zmq.asyncio
 
 CLIENT_NAME = "pobo-client"
 
@@ -152,7 +154,7 @@ class ModelerClient:
     async def _open(self, endpoint: str, curve: CurveClient | None, signing: Signing,
                     non_private: bool, client: str, batch: int) -> None:
         # the context and socket are made on the client's own loop, like connect_modeler
-        self._ctx = zmq.asyncio.Context()
+        self._ctx = new_context()
         self._channel = open_channel(DealerPipe.connect(self._ctx, endpoint, curve=curve),
                                      MODELER, non_private, self._out, self._timeout,
                                      signer=signing.modeler, peer_key=signing.curator_key)
@@ -341,7 +343,7 @@ class ModelerClient:
         if self._channel is not None:
             self._channel.close()
         if self._ctx is not None:
-            self._ctx.term()
+            close_context(self._ctx)
 
     def _record(self) -> dict:
         """modeler.json: the same fields as `pobo modeler`'s record."""

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import zmq.asyncio
 
 from pobo.parties.modeler import HyperFit
 from pobo.parties.runners import receive_hello, resume_state
@@ -25,7 +24,7 @@ from pobo.protocol.transcript import Transcript
 from pobo.scenarios.runspec import LISTENING  # noqa: F401  (re-exported)
 from pobo.scenarios.session import Signing, curate, open_channel, optimise
 from pobo.transport.security import CurveClient, CurveServer, start_authenticator
-from pobo.transport.sockets import DealerPipe, RouterHub
+from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_context
 
 log = logging.getLogger("pobo.curator")
 modeler_log = logging.getLogger("pobo.modeler")
@@ -86,7 +85,7 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
     (`pobo run` reads it). SIGINT and SIGTERM stop the curator after every open session
     has written its record.
     """
-    ctx = zmq.asyncio.Context()
+    ctx = new_context()
     auth = start_authenticator(ctx, curve) if curve is not None else None
     hub = RouterHub.bind(ctx, bind, curve=curve, insecure=insecure)
     stop = _stop_on_signals()
@@ -139,7 +138,7 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
         await hub.aclose()
         if auth is not None:
             auth.stop()
-        ctx.term()
+        close_context(ctx)
 
 
 async def _connection(pipe, service: CuratorService, out: Path | None,
@@ -282,7 +281,7 @@ async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, rele
                            non_private, curve, timeout, state, verbose, signing: Signing,
                            batch: int) -> dict:
     """One connection of the modeler: a fresh DEALER, its channel and the session."""
-    ctx = zmq.asyncio.Context()
+    ctx = new_context()
     channel = open_channel(DealerPipe.connect(ctx, connect, curve=curve), MODELER, non_private,
                            out, timeout, resume=state is not None, signer=signing.modeler,
                            peer_key=signing.curator_key)
@@ -291,4 +290,4 @@ async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, rele
                               release=release, resume=state, verbose=verbose, batch=batch)
     finally:
         channel.close()
-        ctx.term()
+        close_context(ctx)

@@ -18,9 +18,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "seeds and repetitions (minutes); without it they run reduced")
 
 
+FULL_TIMEOUT = 3600  # seconds a test may run under --full (pyproject's timeout otherwise)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-timeout reads its setting
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--full"):
         os.environ["POBO_FULL"] = "1"  # read by the tests' REDUCED flags at collection
+        if config.getoption("timeout", None) is None:
+            config.option.timeout = FULL_TIMEOUT
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from pobo.protocol.errors import ErrorCode
 from pobo.protocol.messages import PROTOCOL_VERSION, Error, Hello, Query, Reward, Welcome
 from pobo.scenarios.remote import connect_modeler, serve_curator
 from pobo.scenarios.session import RunConfig, prepare_service, run_inproc
+from pobo.transport.sockets import close_context, new_context
 
 CFG = RunConfig(T=12, seed=3, options={"grid": 10}, timeout=20.0)
 FRAMES_PER_PEER = 2600
@@ -99,7 +100,7 @@ async def test_curator_survives_ten_thousand_hostile_frames_beside_a_legit_sessi
         service, "tcp://127.0.0.1:0", tmp_path / "curator", sessions=0,
         accept_timeout=60.0, verbose=False, on_bound=bound.set_result))
     endpoint = await asyncio.wait_for(bound, 10)
-    ctx = zmq.asyncio.Context()
+    ctx = new_context()
     try:
         n = expected["n"]
         legit = asyncio.ensure_future(
@@ -118,7 +119,7 @@ async def test_curator_survives_ten_thousand_hostile_frames_beside_a_legit_sessi
             await asyncio.wait_for(serving, 20)
         except (asyncio.CancelledError, Exception):
             pass
-        ctx.term()
+        close_context(ctx)
     legit_result, _, *counts = results
     assert legit_result["status"] == "ok"
     assert legit_result["queries"] == expected["queries"]

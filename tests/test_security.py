@@ -21,7 +21,7 @@ from pobo.scenarios.session import RunConfig, prepare_service
 from pobo.transport.security import (
     CurveClient, CurveServer, LoggingAuthenticator, make_keys, secure_client, start_authenticator,
 )
-from pobo.transport.sockets import DealerPipe, RouterHub
+from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_context
 
 CFG = RunConfig(T=4, seed=2, options={"grid": 8}, timeout=10.0)
 
@@ -142,7 +142,7 @@ async def test_refused_key_is_logged_by_the_curator_and_the_modeler_is_told_at_o
 async def curve_hub(keys):
     """(ctx, authenticator, CURVE hub on a free loopback port, pipes to close): all torn
     down on exit, pass or fail."""
-    ctx = zmq.asyncio.Context()
+    ctx = new_context()
     server = CurveServer(keys["curator_secret"], keys["allowed"])
     auth = start_authenticator(ctx, server)
     hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0", curve=server)
@@ -154,7 +154,7 @@ async def curve_hub(keys):
             pipe.close()
         await hub.aclose()
         auth.stop()
-        ctx.term()
+        close_context(ctx)
 
 
 async def test_transport_reports_refusal_counts_and_keeps_serving_allowed_keys(tmp_path, keys):
@@ -219,7 +219,7 @@ async def test_plaintext_or_wrong_server_key_names_the_handshake_failure(tmp_pat
 
 
 def test_refusal_logging_is_rate_limited_and_counts_stay_bounded(caplog):
-    ctx = zmq.asyncio.Context()
+    ctx = new_context()
     auth = LoggingAuthenticator(ctx, log_burst=3, log_window=60.0, max_keys=5)
     try:
         with caplog.at_level(logging.WARNING, logger="pobo.transport"):
@@ -232,7 +232,7 @@ def test_refusal_logging_is_rate_limited_and_counts_stay_bounded(caplog):
         assert auth.refusals == 11 and len(auth.refused_keys) == 5
         assert "7 earlier refusals not logged" in caplog.records[-1].getMessage()
     finally:
-        ctx.term()
+        close_context(ctx)
 
 
 def test_key_files_have_private_modes(tmp_path):
@@ -288,4 +288,4 @@ def test_a_world_readable_secret_key_is_warned_about(tmp_path, keys, caplog):
         assert any("readable by others" in r.getMessage() for r in caplog.records)
     finally:
         sock.close(0)
-        ctx.term()
+        close_context(ctx)

@@ -25,6 +25,7 @@ from pobo.protocol.messages import (
 from pobo.scenarios.remote import connect_modeler, serve_curator
 from pobo.scenarios.session import RunConfig, prepare_service
 from pobo.transport.security import CurveServer, make_keys
+from pobo.transport.sockets import close_context, new_context
 
 CFG = RunConfig(T=4, seed=5, options={"grid": 8}, timeout=10.0)
 
@@ -80,7 +81,7 @@ def _nested(depth: int) -> bytes:
 async def test_a_bad_first_frame_takes_no_slot_of_a_one_session_curator(tmp_path, first):
     service = prepare_service(CFG)
     task, endpoint = await _serve(tmp_path, service, sessions=1)
-    ctx = zmq.asyncio.Context()
+    ctx = new_context()
     hostile = Peer(ctx, endpoint)
     try:
         reply = await hostile.ask(first)
@@ -96,7 +97,7 @@ async def test_a_bad_first_frame_takes_no_slot_of_a_one_session_curator(tmp_path
     finally:
         hostile.close()
         await _stop(task)
-        ctx.term()
+        close_context(ctx)
 
 
 @pytest.fixture
@@ -115,7 +116,7 @@ async def test_another_key_cannot_resume_probe_or_release_from_a_session(tmp_pat
     server, key_a, key_b = two_keys
     service = prepare_service(CFG)
     task, endpoint = await _serve(tmp_path, service, sessions=0, curve=server)
-    ctx = zmq.asyncio.Context()
+    ctx = new_context()
     a, b = Peer(ctx, endpoint, *key_a), Peer(ctx, endpoint, *key_b)
     try:
         welcome = await a.hello()
@@ -154,7 +155,7 @@ async def test_another_key_cannot_resume_probe_or_release_from_a_session(tmp_pat
         a.close()
         b.close()
         await _stop(task)
-        ctx.term()
+        close_context(ctx)
 
 
 async def test_racing_resumes_evaluate_f_exactly_t_times(tmp_path, monkeypatch):
@@ -164,7 +165,7 @@ async def test_racing_resumes_evaluate_f_exactly_t_times(tmp_path, monkeypatch):
                         lambda self, i, rng: calls.append(i) or measure(self, i, rng))
     service = prepare_service(CFG)
     task, endpoint = await _serve(tmp_path, service, sessions=0)
-    ctx = zmq.asyncio.Context()
+    ctx = new_context()
     first = Peer(ctx, endpoint)
     racers = [Peer(ctx, endpoint) for _ in range(5)]
     try:
@@ -194,13 +195,13 @@ async def test_racing_resumes_evaluate_f_exactly_t_times(tmp_path, monkeypatch):
         for p in (first, *racers):
             p.close()
         await _stop(task)
-        ctx.term()
+        close_context(ctx)
 
 
 async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
     service = prepare_service(CFG)
     task, endpoint = await _serve(tmp_path, service, sessions=0)
-    ctx = zmq.asyncio.Context()
+    ctx = new_context()
     stale, fresh = Peer(ctx, endpoint), Peer(ctx, endpoint)
     try:
         sid = (await stale.hello()).session
@@ -222,13 +223,13 @@ async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
         stale.close()
         fresh.close()
         await _stop(task)
-        ctx.term()
+        close_context(ctx)
 
 
 async def test_max_sessions_refuses_a_hello_with_busy(tmp_path):
     service = prepare_service(CFG)
     task, endpoint = await _serve(tmp_path, service, sessions=0, max_sessions=1)
-    ctx = zmq.asyncio.Context()
+    ctx = new_context()
     one, two = Peer(ctx, endpoint), Peer(ctx, endpoint)
     try:
         assert isinstance(await one.hello(), Welcome)
@@ -239,7 +240,7 @@ async def test_max_sessions_refuses_a_hello_with_busy(tmp_path):
         one.close()
         two.close()
         await _stop(task)
-        ctx.term()
+        close_context(ctx)
 
 
 def test_a_seeded_curator_restarts_on_its_own_journal(tmp_path):

@@ -8,14 +8,16 @@ import zmq
 import zmq.asyncio
 
 from pobo.protocol.errors import PeerGone, PeerTimeout, ProtocolError
-from pobo.transport.sockets import HubLimits, RouterHub, SocketOptions, check_endpoint, is_loopback
+from pobo.transport.sockets import (
+    HubLimits, RouterHub, SocketOptions, check_endpoint, close_context, is_loopback, new_context,
+)
 
 
 @pytest.fixture
 async def ctx():
-    context = zmq.asyncio.Context()
+    context = new_context()
     yield context
-    context.term()
+    close_context(context)
 
 
 def dealer(ctx: zmq.asyncio.Context, endpoint: str) -> zmq.asyncio.Socket:
@@ -298,3 +300,69 @@ async def test_accept_returns_peers_in_arrival_order_and_names_the_user(ctx):
         for sock in socks:
             sock.close(0)
         await hub.aclose()
+
+
+# --- no wait outlives its bound: a stream of handshake events, a context that hangs ----
+
+async def test_a_stream_of_handshake_events_never_extends_the_receive_deadline(ctx):
+    """A monitor that reports a failed handshake every few microseconds (a peer that
+    reconnects as fast as it can) must not keep `recv` polling past its deadline."""
+    import struct
+    import threading
+    import time
+
+    from pobo.protocol.errors import HandshakeFailed
+    from pobo.transport.sockets import DealerPipe
+
+    address = "inproc://test-monitor-stream"
+    monitor = ctx.socket(zmq.PAIR)
+    monitor.bind(address)
+    sock = ctx.socket(zmq.DEALER)
+    sock.connect("tcp://127.0.0.1:9")  # nothing answers: no frame ever arrives
+    stop = threading.Event()
+
+    def feed() -> None:
+        feeder = zmq.Context.shadow(ctx.underlying).socket(zmq.PAIR)
+        feeder.setsockopt(zmq.LINGER, 0)
+        feeder.connect(address)
+        event = struct.pack("=HI", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, 1)
+        while not stop.is_set():
+            feeder.send_multipart([event, b"tcp://127.0.0.1:9"])
+        feeder.close()
+
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    pipe = DealerPipe(sock, monitor, endpoint="tcp://127.0.0.1:9")
+    started = time.monotonic()
+    try:
+        with pytest.raises(HandshakeFailed, match="no message from the curator within 0.2 s"):
+            await asyncio.wait_for(pipe.recv(0.2), 5)
+        assert time.monotonic() - started < 2.0
+    finally:
+        stop.set()
+        thread.join(5)
+        monitor.close()
+        sock.close()
+
+
+def test_a_context_that_cannot_terminate_is_given_up_on_with_a_warning(caplog):
+    """close_context returns within its timeout when libzmq would block (here: a socket
+    left open), instead of hanging the caller; the context ends once the socket closes."""
+    import time
+
+    from pobo.transport.sockets import close_context as close
+
+    context = new_context()
+    left_open = context.socket(zmq.DEALER)
+    assert left_open.getsockopt(zmq.LINGER) == 0  # new_context's default
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="pobo.transport"):
+        assert close(context, timeout=0.3) is False
+    assert time.monotonic() - started < 2.0
+    assert any("did not terminate" in r.getMessage() for r in caplog.records)
+    left_open.close()
+    for _ in range(50):  # the termination left running finishes now
+        if context.closed:
+            break
+        time.sleep(0.05)
+    assert context.closed

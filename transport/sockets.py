@@ -24,6 +24,7 @@ import math
 import os
 import secrets
 import struct
+import threading
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
@@ -45,11 +46,38 @@ _COPY_BELOW = 1 << 16  # frames shorter than this are sent by copy (cheaper than
 _BATCH = 256  # messages the pump takes per wake-up before yielding to other tasks
 _SWEEP_S = 1.0  # how often the pump expires idle, never-accepted peers
 _ERROR_COST = 64  # bytes charged for a queued ProtocolError (a malformed message)
+_MAX_EVENTS = 1024  # monitor events read per check
 _LOG_EVERY_S = 60.0  # at most one "refusing new peers" warning per minute
 _SCHEMES = ("tcp", "ipc", "inproc")
 _LOOPBACK_NAMES = ("localhost", "lo", "lo0")
 _HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                      | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
+
+
+def new_context() -> zmq.asyncio.Context:
+    """An asyncio context whose sockets all default to LINGER=0, the ZAP handler's and
+    the monitors' included: closing one never waits for a peer that is gone."""
+    ctx = zmq.asyncio.Context()
+    ctx.setsockopt(zmq.LINGER, 0)
+    return ctx
+
+
+def close_context(ctx: zmq.Context, timeout: float = 5.0) -> bool:
+    """Terminate `ctx` (its sockets already closed) within `timeout` s; False, with a
+    warning, when libzmq has not finished by then (it can hang on a socket monitor's
+    shutdown: libzmq #1279, #2083), so that the caller carries on instead of blocking
+    its event loop for ever. The unfinished termination ends with the process."""
+    done = threading.Event()
+
+    def term() -> None:
+        ctx.term()
+        done.set()
+
+    threading.Thread(target=term, name="pobo-zmq-term", daemon=True).start()
+    if done.wait(timeout):
+        return True
+    LOG.warning("the ZeroMQ context did not terminate within %g s; carrying on", timeout)
+    return False
 
 
 class BindError(PoboError):
@@ -275,9 +303,8 @@ class DealerPipe:
             ready = dict(await self._poller.poll(max(0, math.ceil(remaining * 1000))))
             if self._sock in ready:
                 return _single(await self._sock.recv_multipart(flags=zmq.NOBLOCK, copy=True))
-            if loop.time() >= deadline and not (self._monitor is not None
-                                                 and self._monitor in ready):
-                self._check_handshake()
+            if loop.time() >= deadline:  # read the last events, so the error names a cause;
+                self._check_handshake()  # a stream of events never extends the deadline
                 raise self._timeout(timeout)
 
     def _timeout(self, timeout: float) -> PeerTimeout:
@@ -289,11 +316,14 @@ class DealerPipe:
         return PeerTimeout(message)
 
     def _check_handshake(self) -> None:
-        """Read every pending monitor event; raise AuthenticationFailed if ZAP refused us."""
+        """Read the pending monitor events (up to _MAX_EVENTS); raise AuthenticationFailed
+        if ZAP refused us."""
         events = self._events
         if events is None:
             return
-        while events.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        for _ in range(_MAX_EVENTS):  # bounded: a peer reconnecting non-stop can't pin us here
+            if not events.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                break
             try:
                 parts = events.recv_multipart(flags=zmq.NOBLOCK)
             except zmq.Again:
