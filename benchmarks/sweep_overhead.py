@@ -14,6 +14,10 @@ lift, the same seeded stream), then T rounds of GP-UCB on Z with `IncrementalGP`
 round, and the simple regret. Both run with one BLAS thread (the sweep's workers are
 started so). Repetitions interleave the two; the figure is the median of the
 per-repetition ratios sweep/reference. Goal: <= 1.5.
+
+A third line times the sweep's own curator and modeler objects called directly, with no
+channel between them, to show how much of the ratio is the protocol path (encode, seal,
+police, link, queue and the event loop: about 65 us a frame in process).
 """
 from __future__ import annotations
 
@@ -36,11 +40,13 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: a
 
 from pobo.parties.gp import IncrementalGP  # noqa: E402
 from pobo.parties.kernels import kernel_by_name  # noqa: E402
+from pobo.parties.modeler import HyperFit, Modeler  # noqa: E402
 from pobo.parties.noise import NoiseSource, rng_for  # noqa: E402
 from pobo.parties.projection import choose_projection  # noqa: E402
-from pobo.parties.strategies import beta_gp_ucb  # noqa: E402
+from pobo.parties.strategies import beta_gp_ucb, make_strategy  # noqa: E402
 from pobo.scenarios.presets import PRESETS  # noqa: E402
 from pobo.scenarios.registry import build_problem  # noqa: E402
+from pobo.scenarios.session import prepare_curator  # noqa: E402
 from pobo.scenarios.sweep import SweepSpec, run_sweep  # noqa: E402
 
 PRESET = PRESETS["table1"]
@@ -69,11 +75,34 @@ def reference(seeds: int, rs: tuple[int, ...], epsilon: float, T: int) -> list[f
     return regrets
 
 
+def parties(seeds: int, rs: tuple[int, ...], T: int) -> list[float]:
+    """The sweep's own curator and modeler objects, called directly with no channel,
+    codec, policy or event loop between them: where the sweep's time goes that is not
+    the protocol (the curator's service and journal, the modeler's strategy)."""
+    regrets = []
+    for seed in range(seeds):
+        problem = build_problem(PRESET.scenario, seed)
+        for rs_cfg in [cfg for _, cfg in sweep_spec(seeds, rs).runs() if cfg.seed == seed]:
+            session = prepare_curator(rs_cfg, problem)
+            curator = session.curator()
+            modeler = Modeler(session.params, session.release, make_strategy(rs_cfg.strategy_spec),
+                              rng_for(seed, "modeler"), HyperFit())
+            for seq in range(1, T + 1):
+                modeler.tell(seq - 1, curator.start(seq, modeler.ask()))
+            f = problem.f
+            regrets.append(float(np.max(f)) - float(np.max(f[np.asarray(modeler.queries)])))
+    return regrets
+
+
+def sweep_spec(seeds: int, rs: tuple[int, ...]) -> SweepSpec:
+    """`pobo sweep --preset table1` with `seeds` seeds and these r."""
+    return SweepSpec(PRESET.scenario, PRESET.epsilons, rs, seeds=seeds, T=PRESET.T,
+                     lift="paper")
+
+
 def sweep(seeds: int, rs: tuple[int, ...], out: Path) -> list[dict]:
     """`pobo sweep --preset table1 --workers 1` with `seeds` seeds and these r."""
-    spec = SweepSpec(PRESET.scenario, PRESET.epsilons, rs, seeds=seeds, T=PRESET.T,
-                     lift="paper")
-    return run_sweep(spec, out, workers=1, progress=None)
+    return run_sweep(sweep_spec(seeds, rs), out, workers=1, progress=None)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -85,12 +114,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3, help="repetitions (median ratio)")
     args = parser.parse_args(argv)
     rs, (epsilon,), T = tuple(args.rs), PRESET.epsilons, PRESET.T
-    ratios, sweeps, refs = [], [], []
+    ratios, sweeps, refs, direct = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="pobo-sweep-overhead-") as tmp:
         for rep in range(args.reps):
             start = time.perf_counter()
             regrets = reference(args.seeds, rs, epsilon, T)
             refs.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            parties(args.seeds, rs, T)
+            direct.append(time.perf_counter() - start)
             start = time.perf_counter()
             rows = sweep(args.seeds, rs, Path(tmp) / f"sweep{rep}")
             sweeps.append(time.perf_counter() - start)
@@ -103,6 +135,9 @@ def main(argv: list[str] | None = None) -> None:
           f"({med(sweeps) / runs * 1e3:.0f} ms a run)")
     print(f"  protocol-free reference:      {med(refs):.2f} s "
           f"({med(refs) / runs * 1e3:.0f} ms a run)")
+    print(f"  the parties, no channel:      {med(direct):.2f} s "
+          f"({med(direct) / runs * 1e3:.0f} ms a run; {med(direct) / med(refs):.2f}x the "
+          f"reference): the rest of the sweep's time is the protocol path")
     print(f"  ratio sweep/reference: {med(ratios):.2f} (goal <= 1.5: "
           f"{'met' if med(ratios) <= 1.5 else 'NOT met'}); mean S_T sweep "
           f"{np.mean([r['simple_regret'] for r in rows]):.3f}, reference {np.mean(regrets):.3f}")

@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--T", type=positive_int, help="query budget")
     p.add_argument("--non-private", action="store_true", help="add the non-private baseline")
     p.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=["gp-ucb"])
-    p.add_argument("--workers", type=positive_int, default=2, help="local worker processes")
+    p.add_argument("--workers", type=positive_int, default=2, help="local worker processes (1: run in this process)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a dask.distributed scheduler")
     p.add_argument("--transcripts", action="store_true", help="keep both transcripts of every run")
     p.add_argument("--lift", choices=LIFT_MODES,

@@ -163,7 +163,9 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = N
               workers: int = 2, progress: Callable[[str], None] | None = _say) -> list[dict]:
     """Run every run of `spec` not already finished in `out`; all runs' summaries.
 
-    Progress: one line per finished run (and per skipped one), then the wall time.
+    Runs go to `executor`, else to `workers` spawned processes, one seed's runs per
+    task; `workers=1` runs them in this process. Progress: one line per finished run (and
+    per skipped one), then the wall time.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -184,23 +186,29 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = N
             progress(line)  # a caller's callback: one line each
     if rows:
         say(f"[sweep] {len(rows)} of {total} runs already finished in {out}: skipped")
-    own = executor is None and todo
-    pool = (ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
-            if own else executor)
-    try:
-        with single_threaded_blas():  # the pool spawns its workers on these submits
-            futures = [pool.submit(run_group, group, str(out), spec.transcripts)
-                       for group in todo.values()]
-        for future in as_completed(futures):
-            for row in future.result():
-                rows[row["run"]] = row
-                say(f"[sweep] {len(rows)}/{total} {row['run']}: S_T = {row['simple_regret']:.4g} "
-                    f"({row['simple_regret_sigma_y']:.3g} sigma_y)"
-                    + (f", hits {row['hits']:.0f}" if row["hits"] is not None else ""),
-                    len(rows), total)
-    finally:
-        if own:
-            pool.shutdown(cancel_futures=True)
+    def take(finished_rows: list[dict]) -> None:
+        for row in finished_rows:
+            rows[row["run"]] = row
+            say(f"[sweep] {len(rows)}/{total} {row['run']}: S_T = {row['simple_regret']:.4g} "
+                f"({row['simple_regret_sigma_y']:.3g} sigma_y)"
+                + (f", hits {row['hits']:.0f}" if row["hits"] is not None else ""),
+                len(rows), total)
+    if executor is None and workers == 1:  # in this process, like joblib's n_jobs=1: no
+        for group in todo.values():       # interpreter to start, no main-module guard needed
+            take(run_group(group, str(out), spec.transcripts))
+    elif todo:
+        own = executor is None
+        pool = (ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+                if own else executor)
+        try:
+            with single_threaded_blas():  # the pool spawns its workers on these submits
+                futures = [pool.submit(run_group, group, str(out), spec.transcripts)
+                           for group in todo.values()]
+            for future in as_completed(futures):
+                take(future.result())
+        finally:
+            if own:
+                pool.shutdown(cancel_futures=True)
     say(f"[sweep] {total} runs in {time.perf_counter() - started:.1f} s wall time")
     order = [rid for rid, _ in spec.runs()]
     return [rows[rid] for rid in order]

@@ -23,6 +23,22 @@ def test_same_seeds_give_identical_tables(tmp_path):
     assert "non-private" in markdown_table(a)
 
 
+def test_one_worker_runs_in_this_process_with_the_same_table(tmp_path, monkeypatch):
+    """workers=1 starts no interpreter (like joblib's n_jobs=1) and gives the table that
+    two spawned workers give."""
+    import pobo.scenarios.sweep as sweep_module
+
+    pooled = run_sweep(SPEC, tmp_path / "pool", workers=2, progress=None)
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("workers=1 must not start a process pool")
+
+    monkeypatch.setattr(sweep_module, "ProcessPoolExecutor", no_pool)
+    here = run_sweep(SPEC, tmp_path / "here", workers=1, progress=None)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert strip(here) == strip(pooled)
+
+
 def test_an_interrupted_sweep_resumes_without_rerunning_finished_runs(tmp_path):
     small = SweepSpec("synthetic", epsilons=(2.0,), rs=(2,), seeds=2, T=5, options={"grid": 10})
     first = run_sweep(small, tmp_path, workers=1, progress=None)
