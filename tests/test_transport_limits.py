@@ -327,7 +327,10 @@ async def test_a_stream_of_handshake_events_never_extends_the_receive_deadline(c
         feeder.connect(address)
         event = struct.pack("=HI", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, 1)
         while not stop.is_set():
-            feeder.send_multipart([event, b"tcp://127.0.0.1:9"])
+            try:  # never blocks on a full pipe: the thread always sees `stop`
+                feeder.send_multipart([event, b"tcp://127.0.0.1:9"], flags=zmq.NOBLOCK)
+            except zmq.Again:
+                time.sleep(0.0001)
         feeder.close()
 
     thread = threading.Thread(target=feed, daemon=True)
@@ -341,6 +344,7 @@ async def test_a_stream_of_handshake_events_never_extends_the_receive_deadline(c
     finally:
         stop.set()
         thread.join(5)
+        assert not thread.is_alive()
         monitor.close()
         sock.close()
 
