@@ -21,9 +21,13 @@ answered in a second transaction. Each objective below is one way of measuring:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
+import os
 import shlex
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,7 +98,7 @@ class FunctionObjective:
         """The function's value at the row (an exception becomes EvaluationFailed)."""
         what = f"the objective function at row {request.index}"
         try:
-            value = await asyncio.to_thread(self.function, request.index)
+            value = await _in_daemon_thread(self.function, request.index)
         except Exception as exc:  # the user's code: any failure is a failed evaluation
             raise EvaluationFailed(f"{what} raised {type(exc).__name__}: {exc}"[:500]) from None
         return checked_value(value, what)
@@ -134,17 +138,16 @@ class CommandObjective:
         """Run the command for the row; its stdout is the value."""
         argv = self.argv(request)
         what = f"objective command {shlex.join(argv)!r}"
-        try:
+        try:  # its own process group: a timeout or a cancel kills what it started too
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE)
+                stderr=asyncio.subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             raise EvaluationFailed(f"{what} could not start: {exc}") from None
         try:
             out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
         except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-            proc.kill()
-            await proc.wait()
+            await _kill(proc)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             raise EvaluationFailed(f"{what} ran past {self.timeout:g} s and was killed") from None
@@ -152,6 +155,58 @@ class CommandObjective:
             last = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
             raise EvaluationFailed(f"{what} exited with {proc.returncode}: {last[0][:200]}")
         return checked_value(out.decode(errors="replace").strip(), what)
+
+
+_REAP_S = 5.0  # how long a killed command's pipes may stay open before they are closed
+
+
+async def _kill(proc: asyncio.subprocess.Process) -> None:
+    """Kill a command and its process group, and reap it within _REAP_S: asyncio's
+    `wait()` also waits for the command's pipes to close, which a child that left the
+    group could hold open for ever -- past _REAP_S the pipes are closed from this side."""
+    if hasattr(os, "killpg"):  # the group's id is not reused while a member lives
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    try:
+        await asyncio.wait_for(asyncio.shield(proc.wait()), _REAP_S)
+    except asyncio.TimeoutError:
+        transport = getattr(proc, "_transport", None)
+        if transport is not None:
+            transport.close()  # the pipes: wait() ends once the process is reaped
+        log.warning("a killed objective command (pid %d) left its output pipes open; "
+                    "closed them", proc.pid)
+
+
+async def _in_daemon_thread(function: Callable[[int], float], index: int) -> float:
+    """`function(index)` in a daemon thread of its own: unlike `asyncio.to_thread`, a
+    function that never returns neither blocks the loop's shutdown (which joins the
+    default executor's threads, without a bound before Python 3.12) nor the process's
+    exit; a cancelled wait leaves it running, its result dropped."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(value: float | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def work() -> None:
+        try:
+            value, error = function(index), None
+        except Exception as exc:  # handed to the waiting task
+            value, error = None, exc
+        except BaseException as exc:  # SystemExit in user code: a failure, not an exit
+            value, error = None, RuntimeError(f"{type(exc).__name__}: {exc}")
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=work, name="pobo-objective", daemon=True).start()
+    return await future
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from pobo import __version__
 from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY
 from pobo.protocol.errors import PoboError
 from pobo.protocol.ledger import describe_ledger
-from pobo.scenarios.launch import TRANSPORTS, LaunchError, run
+from pobo.scenarios.launch import PARENT_PIPE, TRANSPORTS, LaunchError, run
 from pobo.scenarios.presets import PRESETS, Preset
 from pobo.scenarios.registry import build_problem, is_known, is_script, scenario_names
 from pobo.scenarios.config import CONFIGURABLE, apply_config, check_required
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(getattr(args, "verbose", 0) or 0, getattr(args, "quiet", False))
     _terminate_like_interrupt()
+    _stop_with_parent()
     try:
         if args.command in CONFIGURABLE:
             sub = parser.subcommands[args.command]
@@ -87,6 +88,33 @@ def _terminate_like_interrupt() -> None:
 
 def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+PARENT_GRACE = 30.0  # seconds a party whose `pobo run` died has to unwind before exiting
+
+
+def _stop_with_parent() -> None:
+    """A party started by `pobo run` (its stdin a pipe from it, scenarios.launch) stops
+    like on SIGTERM when that pipe closes -- `pobo run` died, even by SIGKILL -- and
+    exits PARENT_GRACE s later if it has not by then: no party outlives its run."""
+    import os
+    import signal
+    import threading
+
+    if os.environ.pop(PARENT_PIPE, None) != "1":  # popped: not for the party's children
+        return
+
+    def watch() -> None:
+        try:
+            while os.read(0, 1 << 16):  # nobody writes: this returns at end of file
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(PARENT_GRACE)
+        os._exit(143)
+
+    threading.Thread(target=watch, name="pobo-parent-watch", daemon=True).start()
 
 
 class Parser(argparse.ArgumentParser):

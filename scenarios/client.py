@@ -155,9 +155,13 @@ class ModelerClient:
                     non_private: bool, client: str, batch: int) -> None:
         # the context and socket are made on the client's own loop, like connect_modeler
         self._ctx = new_context()
-        self._channel = open_channel(DealerPipe.connect(self._ctx, endpoint, curve=curve),
-                                     MODELER, non_private, self._out, self._timeout,
-                                     signer=signing.modeler, peer_key=signing.curator_key)
+        pipe = DealerPipe.connect(self._ctx, endpoint, curve=curve)
+        try:
+            self._channel = open_channel(pipe, MODELER, non_private, self._out, self._timeout,
+                                         signer=signing.modeler, peer_key=signing.curator_key)
+        except BaseException:  # no channel to close it later: a transcript that cannot open
+            pipe.close()
+            raise
         channel = self._channel
         # an external optimizer declares no acquisition: no claim to Kusner's beta_t
         await channel.send(Hello(PROTOCOL_VERSION, client, "", "", 0.0, channel.sign_key,
@@ -387,6 +391,9 @@ class ModelerClient:
         except TimeoutError:  # concurrent.futures.TimeoutError is TimeoutError (3.11+)
             future.cancel()
             raise PeerTimeout(f"no answer from the client's loop within {wait} s") from None
+        except BaseException:  # Ctrl-C while waiting: the call must not go on behind us
+            future.cancel()
+            raise
 
 
 __all__ = ["ClientError", "ModelerClient"]

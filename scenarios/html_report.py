@@ -395,10 +395,11 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(low / step) * step
-    ticks = [round(start, 12)]
-    while ticks[-1] < high - step * 1e-9 or len(ticks) < 2:
-        ticks.append(round(start + len(ticks) * step, 12))
-    return ticks
+    # as many ticks as cover [low, high], counted up front: a loop until one reached
+    # `high` never ended when rounding made every tick 0 (a curve of values ~1e-20)
+    n = max(2, math.ceil((high - start) / step - 1e-9) + 1)
+    digits = max(0, 2 - math.floor(math.log10(step)))  # enough for the step's digits
+    return [round(start + k * step, digits) for k in range(n)]
 
 
 def svg_chart(curves: list[Curve], *, title: str, xlabel: str, ylabel: str,

@@ -8,6 +8,7 @@ progress lines, and always stops both processes before returning, pass or fail.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import json
 import subprocess
@@ -23,6 +24,9 @@ from pobo.scenarios.progress import step
 from pobo.scenarios.runspec import LISTENING, RunConfig, merge_results
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
+STOP_WAIT = 30.0  # seconds a cancelled run_async waits for its parties to be stopped
+_POLL_S = 0.1  # how often a run that may be stopped checks
+PARENT_PIPE = "POBO_PARENT_PIPE"  # set for a party: its stdin is a pipe from `pobo run`
 
 
 class LaunchError(PoboError):
@@ -124,8 +128,18 @@ async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", 
 
     if transport == "inproc":
         return await _inproc(config, out, verbose)
-    return await asyncio.to_thread(run_processes, config, out, transport, verbose=verbose,
-                                   wall_timeout=wall_timeout, curve_dir=curve_dir)
+    stop = threading.Event()
+    work = asyncio.ensure_future(asyncio.to_thread(
+        run_processes, config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
+        curve_dir=curve_dir, stop=stop))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:  # the worker thread stops both parties before it ends
+        stop.set()
+        await asyncio.wait({work}, timeout=STOP_WAIT)
+        if work.done() and not work.cancelled():
+            work.exception()  # retrieved: the cancellation is what the caller sees
+        raise
 
 
 async def _inproc(config: RunConfig, out: Path | str, verbose: bool,
@@ -186,9 +200,12 @@ def signing_argv(curve_dir: Path | None, scratch: Path,
 def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                   verbose: bool = True, wall_timeout: float | None = None,
                   start_timeout: float = 60.0, curve_dir: Path | None = None,
-                  modeler_lines: bool = False) -> dict:
+                  modeler_lines: bool = False, stop: threading.Event | None = None) -> dict:
     """Curator and modeler as two OS processes over loopback tcp or ipc (CURVE-encrypted
-    with the keys in `curve_dir` when given); result.json."""
+    with the keys in `curve_dir` when given); result.json. Setting `stop` (from another
+    thread) stops both parties and raises LaunchError; so does `wall_timeout` (seconds
+    for the whole run) running out. Each party also stops by itself if this process
+    dies (its stdin, a pipe from here, closes: see `scenarios.cli`)."""
     curator_curve, modeler_curve = curve_argv(curve_dir)
     if transport not in ("tcp", "ipc"):
         raise ValueError(f"transport must be tcp or ipc for two processes, got {transport!r}")
@@ -214,8 +231,8 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                                               str(out), *modeler_argv(config), *modeler_curve,
                                               *(["-v"] if modeler_lines else [])],
                                   verbose=modeler_lines))
-            _wait_for_endpoint(curator, endpoint_ready, start_timeout)
-            codes = {s.role: _wait(s.process, wall_timeout) for s in spawned}
+            _wait_for_endpoint(curator, endpoint_ready, start_timeout, stop)
+            codes = _wait_all(spawned, wall_timeout, stop)
         except KeyboardInterrupt:  # Ctrl-C reached the parties too: let them write
             for s in spawned:
                 _wait_quietly(s.process, 15.0)
@@ -245,10 +262,13 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float) -> None:
+def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float,
+                       stop: threading.Event | None = None) -> None:
     """Wait until the curator prints its endpoint; fail at once if it exits first."""
     deadline = time.monotonic() + timeout
     while not ready.wait(0.05):
+        if stop is not None and stop.is_set():
+            raise LaunchError("the run was stopped")
         code = curator.process.poll()
         if code is not None:
             curator.reader.join(2)
@@ -268,9 +288,12 @@ def _spawn(role: str, argv: list[str], verbose: bool, on_line=None) -> Spawned:
     """Start `python -m pobo ARGV` -- the installed package, so that a `scenarios/`
     folder in the working directory cannot shadow it -- forwarding its stdout line by
     line."""
+    # stdin is a pipe nobody writes to: it closes when this process dies, however it
+    # dies, and the party then stops by itself (scenarios.cli) instead of running on
     process = subprocess.Popen([sys.executable, "-m", "pobo", *argv],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               stdin=subprocess.DEVNULL, text=True, bufsize=1)
+                               stdin=subprocess.PIPE, text=True, bufsize=1,
+                               env={**os.environ, PARENT_PIPE: "1"})
     lines: list[str] = []
     errors: list[str] = []
 
@@ -313,11 +336,27 @@ def forward(role: str, line: str) -> None:
         logger.info(line)
 
 
-def _wait(process: subprocess.Popen, timeout: float | None) -> int:
-    try:
-        return process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        raise LaunchError(f"a party process ran past {timeout:g} s") from None
+def _wait_all(spawned: list[Spawned], timeout: float | None,
+              stop: threading.Event | None) -> dict[str, int]:
+    """Each party's exit code once all have exited; LaunchError when `timeout` s pass
+    first or `stop` is set (the caller's finally then stops them)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    codes: dict[str, int] = {}
+    for s in spawned:
+        while s.role not in codes:
+            if stop is not None and stop.is_set():
+                raise LaunchError("the run was stopped")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise LaunchError(f"a party process ran past {timeout:g} s")
+            wait = _POLL_S if stop is not None else remaining  # None: until it exits
+            if wait is not None and remaining is not None:
+                wait = min(wait, remaining)
+            try:
+                codes[s.role] = s.process.wait(wait)
+            except subprocess.TimeoutExpired:
+                pass
+    return codes
 
 
 def _stop(process: subprocess.Popen) -> None:

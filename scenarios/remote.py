@@ -86,12 +86,13 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
     has written its record.
     """
     ctx = new_context()
-    auth = start_authenticator(ctx, curve) if curve is not None else None
-    hub = RouterHub.bind(ctx, bind, curve=curve, insecure=insecure)
-    stop = _stop_on_signals()
+    auth = hub = stop = None
     slots = Admissions(sessions, max_sessions)
     handshakes: set[asyncio.Task] = set()
-    try:
+    try:  # a failing bind (the port in use) stops the authenticator and the context too
+        auth = start_authenticator(ctx, curve) if curve is not None else None
+        hub = RouterHub.bind(ctx, bind, curve=curve, insecure=insecure)
+        stop = _stop_on_signals()
         if on_bound is not None:
             on_bound(hub.endpoint)
         if verbose:
@@ -134,11 +135,15 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
             return slots.results[0]
         return slots.results
     finally:
-        stop.cancel()
-        await hub.aclose()
-        if auth is not None:
-            auth.stop()
-        close_context(ctx)
+        try:
+            if stop is not None:
+                stop.cancel()
+            if hub is not None:
+                await hub.aclose()
+        finally:
+            if auth is not None:
+                await auth.aclose()
+            close_context(ctx)
 
 
 async def _connection(pipe, service: CuratorService, out: Path | None,
@@ -282,12 +287,17 @@ async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, rele
                            batch: int) -> dict:
     """One connection of the modeler: a fresh DEALER, its channel and the session."""
     ctx = new_context()
-    channel = open_channel(DealerPipe.connect(ctx, connect, curve=curve), MODELER, non_private,
-                           out, timeout, resume=state is not None, signer=signing.modeler,
-                           peer_key=signing.curator_key)
-    try:
+    pipe = channel = None
+    try:  # a transcript that cannot be opened still closes the socket and the context
+        pipe = DealerPipe.connect(ctx, connect, curve=curve)
+        channel = open_channel(pipe, MODELER, non_private, out, timeout,
+                               resume=state is not None, signer=signing.modeler,
+                               peer_key=signing.curator_key)
         return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
                               release=release, resume=state, verbose=verbose, batch=batch)
     finally:
-        channel.close()
+        if channel is not None:
+            channel.close()
+        elif pipe is not None:
+            pipe.close()
         close_context(ctx)

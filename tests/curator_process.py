@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,3 +58,84 @@ class CuratorProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(10)
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (a killed orphan that init has
+    not reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def in_group(pgid: int) -> list[int]:
+    """The live (non-zombie) processes of process group `pgid` (Linux /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def wait_gone(pids, timeout: float = 10.0) -> list[int]:
+    """Wait (bounded) until none of `pids` runs; those still running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [pid for pid in pids if running(pid)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def kill_all(pids) -> None:
+    """SIGKILL whatever of `pids` still runs (cleanup, pass or fail)."""
+    import signal
+
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class Lines:
+    """A process's output lines, read by a daemon thread, so that each wait for the next
+    line is bounded (a bare readline() waits for ever on a process that hangs silent)."""
+
+    def __init__(self, stream) -> None:
+        self._queue: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream) -> None:
+        try:
+            for line in stream:
+                self._queue.put(line)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._queue.put("")  # end of output
+
+    def next(self, timeout: float = 60.0) -> str:
+        """The next line ('' at the end of the output); AssertionError after `timeout` s."""
+        try:
+            line = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"no output line within {timeout:g} s") from None
+        if not line:
+            self._queue.put("")
+        return line

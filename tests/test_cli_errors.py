@@ -92,9 +92,12 @@ def test_ctrl_c_mid_run_still_writes_what_it_has(tmp_path, transport):
         time.sleep(2.0)  # mid-run: some queries answered
         os.killpg(run.pid, signal.SIGINT)
         stdout, stderr = run.communicate(timeout=60)
-    finally:
-        if run.poll() is None:
+    finally:  # the whole group: a party that outlived `pobo run` too
+        try:
             os.killpg(run.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if run.poll() is None:
             run.wait(10)
     assert run.returncode == 130, stderr[-2000:]
     assert "Traceback" not in stderr and "pobo run: interrupted" in stderr, stderr
@@ -105,6 +108,33 @@ def test_ctrl_c_mid_run_still_writes_what_it_has(tmp_path, transport):
     assert theirs[:len(mine)] == mine and len(theirs) - len(mine) <= 1
     assert result["modeler"]["status"] != "ok"
     assert "result (interrupted)" in stdout
+
+
+def test_the_parties_stop_when_pobo_run_is_killed(tmp_path):
+    """`pobo run` killed by SIGKILL (a CI job's timeout, the OOM killer, a test's
+    subprocess timeout) used to leave the curator and the modeler running the session
+    on their own; they now see their stdin pipe close and stop like on SIGTERM."""
+    from curator_process import in_group, kill_all, wait_gone
+
+    out = tmp_path / "out"
+    run = subprocess.Popen([*POBO, "run", "synthetic", "--T", "5000", "--grid", "40",
+                            "--out", str(out)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    parties: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (out / "curator.transcript").exists():
+            time.sleep(0.2)
+        parties = [pid for pid in in_group(run.pid) if pid != run.pid]
+        assert len(parties) == 2, parties
+        run.kill()
+        run.wait(10)
+        assert not wait_gone(parties, 15), "a party outlived its pobo run by 15 s"
+    finally:
+        kill_all(in_group(run.pid) + parties)
+        if run.poll() is None:
+            run.kill()
+            run.wait(10)
 
 
 def test_version_and_module_entry_point():
@@ -139,11 +169,14 @@ def test_a_curator_stopped_by_sigterm_exits_cleanly(tmp_path, sessions, code):
                                 str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "listening" not in curator.stdout.readline():
-            pass
+        from curator_process import Lines
+
+        lines = Lines(curator.stdout)  # bounded: no readline waiting on a silent curator,
+        while "listening" not in (line := lines.next(60)):  # no spin after its exit
+            assert line, "the curator exited before listening"
         curator.send_signal(signal.SIGTERM)
-        _, err = curator.communicate(timeout=30)
+        curator.wait(30)  # its stdout is the reader thread's; stderr is small
+        err = curator.stderr.read()
     finally:
         if curator.poll() is None:
             curator.kill()

@@ -168,3 +168,22 @@ def test_client_connect_to_nobody_times_out_bounded(tmp_path):
                               timeout=1.0)
     assert time.monotonic() - started < 15
     assert not [t for t in threading.enumerate() if t.name == "pobo-modeler-client"]
+
+
+def test_a_client_whose_transcript_cannot_open_closes_at_once(tmp_path, caplog):
+    """`out` is a file: the DEALER connected before the transcript failed was never
+    closed, so closing the client's context waited out close_context's 5 s and left
+    its termination hanging in a thread."""
+    import logging
+    import time
+
+    from pobo.scenarios.client import ModelerClient
+
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="pobo.transport"):
+        with pytest.raises(OSError):
+            ModelerClient.connect(f"tcp://127.0.0.1:{free_port()}", not_a_folder, timeout=2.0)
+    assert time.monotonic() - started < 4.0
+    assert not [r.getMessage() for r in caplog.records], "a socket was left open"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from curator_process import Lines  # test helper: bounded reads of a process's lines
 
 from pobo.protocol.signing import body_of
 from pobo.protocol.codec import decode, encode
@@ -78,7 +79,7 @@ def test_pobo_curator_and_pobo_modeler_as_two_commands(tmp_path):
                                stdout=subprocess.PIPE, text=True)
     modeler = None
     try:
-        line = curator.stdout.readline()
+        line = Lines(curator.stdout).next(60)
         assert line.startswith(LISTENING), line
         endpoint = line[len(LISTENING):].strip()
         assert endpoint.startswith("tcp://127.0.0.1:") and not endpoint.endswith(":0")
@@ -122,6 +123,9 @@ async def _serve_and_drive(tmp_path, drive):
         return await asyncio.wait_for(drive(mpipe), 20), serve
     finally:
         await asyncio.wait({serve}, timeout=20)
+        if not serve.done():  # never left running past the test
+            serve.cancel()
+            await asyncio.wait({serve}, timeout=5)
         channel.close()
 
 
@@ -199,3 +203,20 @@ async def test_modeler_with_no_curator_times_out_with_a_typed_error(tmp_path):
 
 def test_console_script_is_installed():
     assert shutil.which("pobo") or Path(sys.executable).with_name("pobo").exists()
+
+
+async def test_a_modeler_whose_transcript_cannot_open_closes_its_socket_and_context(
+        tmp_path, monkeypatch):
+    """`out` is a file: opening the transcript fails after the DEALER connected. The
+    DEALER (and its monitor) were left open and the context never terminated."""
+    from pobo.scenarios import remote
+    from pobo.transport.sockets import new_context
+
+    made = []
+    monkeypatch.setattr(remote, "new_context", lambda: made.append(new_context()) or made[-1])
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    with pytest.raises(OSError):
+        await asyncio.wait_for(connect_modeler(f"tcp://127.0.0.1:{_free_port()}",
+                                               not_a_folder, timeout=1.0), 20)
+    assert made and made[0].closed

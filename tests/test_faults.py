@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+from curator_process import Lines  # test helper: bounded reads of a process's lines
 
 from pobo.protocol.codec import decode, encode
 from pobo.protocol.messages import PROTOCOL_VERSION, End, Hello, Query, Reward
@@ -46,8 +47,12 @@ def _start_curator(tmp_path, *extra):
                              "--seed", "1", "--bind", "tcp://127.0.0.1:0", "--timeout", "2",
                              "--out", str(tmp_path / "c"), *extra],
                             stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert line.startswith(LISTENING), line
+    try:  # a curator that never says where it listens is not left running
+        line = Lines(proc.stdout).next(60)
+        assert line.startswith(LISTENING), line
+    except BaseException:
+        _kill(proc)
+        raise
     return proc, line[len(LISTENING):].strip()
 
 
@@ -65,8 +70,9 @@ def test_curator_whose_modeler_vanishes_exits_in_time_with_its_record(tmp_path):
                                 "--out", str(tmp_path / "m"), "--verbose"],
                                stdout=subprocess.PIPE, text=True)
     try:
+        lines = Lines(modeler.stdout)
         for _ in range(5):  # let it get going
-            assert modeler.stdout.readline().startswith("[modeler] t=")
+            assert lines.next(60).startswith("[modeler] t=")
         modeler.kill()  # kill -9
         started = time.monotonic()
         code = curator.wait(30)
@@ -85,8 +91,9 @@ def test_modeler_whose_curator_vanishes_exits_in_time_with_its_record(tmp_path):
                                 "--timeout", "1", "--out", str(tmp_path / "m"), "--verbose"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        lines = Lines(modeler.stdout)
         for _ in range(5):
-            assert modeler.stdout.readline().startswith("[modeler] t=")
+            assert lines.next(60).startswith("[modeler] t=")
         curator.kill()
         started = time.monotonic()
         code = modeler.wait(30)

@@ -151,8 +151,22 @@ def test_the_command_prints_the_path(run_dir, tmp_path):
     assert proc.stdout.strip() == str(out) and out.read_text().startswith("<!DOCTYPE html>")
 
 
+def test_ticks_of_tiny_values_are_computed_at_once():
+    """nice_ticks rounded every tick to 12 decimals and looped until one reached `high`:
+    for a chart of values ~1e-20 (a regret that is rounding noise) every tick was 0 and
+    the loop ran ~10^8 times, eating gigabytes (`pobo report` hung)."""
+    code = ("from pobo.scenarios.html_report import nice_ticks\n"
+            "for low, high in ((0, 1e-20), (1e-20, 3e-20), (-2e-300, 5e-300)):\n"
+            "    t = nice_ticks(low, high)\n"
+            "    assert t[0] <= low and t[-1] >= high and 2 <= len(t) <= 8, (low, high, t)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=30)  # the old loop: killed here, not a hung test
+    assert done.returncode == 0, done.stderr
+
+
 def test_ticks_cover_the_data():
-    for low, high in ((0, 2.3), (0, 1), (-1, 3), (0.3, 0.31), (5, 5), (0, 1e-9)):
+    for low, high in ((0, 2.3), (0, 1), (-1, 3), (0.3, 0.31), (5, 5), (0, 1e-9),
+                      (1e20, 1e20 + 1e5), (-7.5, -7.4)):
         ticks = nice_ticks(low, high)
         assert ticks[0] <= low and ticks[-1] >= high and len(ticks) >= 2
         assert ticks == sorted(ticks)

@@ -10,7 +10,7 @@ def modules_after(code: str) -> set[str]:
     """The modules a fresh interpreter holds after running `code`."""
     done = subprocess.run([sys.executable, "-c", code + "\nimport sys, json\n"
                            "print(json.dumps(sorted(sys.modules)))"],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=True, timeout=120)
     return set(json.loads(done.stdout.splitlines()[-1]))
 
 

@@ -53,3 +53,82 @@ def test_run_blocking_raises_the_coroutines_error_in_the_caller():
         asyncio.run(cell())
     with pytest.raises(KeyError, match="inside"):
         run_blocking(fails())
+
+
+def test_ctrl_c_while_run_blocking_waits_cancels_the_coroutine():
+    """Inside a running loop run_blocking runs the coroutine in a worker thread. Ctrl-C
+    used to interrupt only the caller's wait: the session went on in the background
+    (a notebook cell interrupted, its run still talking to a curator)."""
+    import signal
+    import threading
+    import time
+
+    cancelled = threading.Event()
+
+    async def session() -> None:
+        try:
+            await asyncio.sleep(20)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def cell() -> None:
+        run_blocking(session())
+
+    loop = asyncio.new_event_loop()  # no asyncio.run: its Ctrl-C handler would cancel instead
+    ctrl_c = threading.Timer(0.3, signal.pthread_kill, (threading.main_thread().ident,
+                                                        signal.SIGINT))
+    started = time.monotonic()
+    ctrl_c.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(cell())
+    finally:
+        ctrl_c.cancel()
+        loop.close()
+    assert cancelled.wait(5), "the coroutine was not cancelled"
+    assert time.monotonic() - started < 10
+    workers = [t for t in threading.enumerate() if t.name == "pobo-blocking"]
+    for t in workers:
+        t.join(5)
+    assert not any(t.is_alive() for t in workers)
+
+
+async def test_a_cancelled_run_async_stops_both_party_processes(tmp_path):
+    """run_async waits for the party processes in a worker thread; cancelling it used to
+    return at once and leave both processes (and the thread) running the session."""
+    import os
+
+    from tests.curator_process import kill_all, wait_gone
+
+    def parties() -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == os.getpid() and b"pobo" in argv:
+                found.append(int(entry))
+        return found
+
+    config = RunConfig("synthetic", T=5000, seed=2, options={"grid": 40})
+    task = asyncio.ensure_future(run_async(config, tmp_path, transport="tcp", verbose=False))
+    seen: list[int] = []
+    try:
+        for _ in range(600):
+            if (tmp_path / "curator.transcript").exists() or task.done():
+                break
+            await asyncio.sleep(0.1)
+        seen = parties()
+        assert not task.done() and len(seen) == 2, (task, seen)
+        task.cancel()
+        await asyncio.wait({task}, timeout=40)
+        assert task.cancelled()
+        assert not wait_gone(seen, 10), "a party process outlived the cancelled run"
+    finally:
+        task.cancel()
+        kill_all(seen)

@@ -135,6 +135,90 @@ def test_a_command_past_its_timeout_is_killed():
     assert time.monotonic() - started < 10
 
 
+def _spawning_command(tmp_path: Path) -> tuple[str, Path]:
+    """A command that starts a child sharing its stdout (a script running a long tool),
+    records the child's pid, then waits: it never prints a value."""
+    lab, pidfile = tmp_path / "spawner.py", tmp_path / "child.pid"
+    lab.write_text("import subprocess, sys, time\n"
+                   "child = subprocess.Popen([sys.executable, '-c', "
+                   "'import time; time.sleep(60)'])\n"
+                   f"open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
+                   "time.sleep(60)\n")
+    return f"{PY} {lab} {{index}}", pidfile
+
+
+def _child(pidfile: Path) -> int | None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if pidfile.exists() and pidfile.read_text():
+            return int(pidfile.read_text())
+        time.sleep(0.05)
+    return None
+
+
+@pytest.mark.parametrize("how", ["timeout", "cancelled"])
+def test_a_stopped_command_is_killed_with_its_children_without_waiting_for_them(tmp_path, how):
+    """A command past its timeout, or whose evaluation is cancelled (the curator stops),
+    used to be killed alone, and asyncio's wait() then waited for its pipes -- held by
+    the child it started -- for as long as the child ran (here 60 s; a lab tool, for
+    ever): a curator that could not stop. Its whole process group is killed now."""
+    from tests.curator_process import kill_all, wait_gone
+
+    template, pidfile = _spawning_command(tmp_path)
+    objective = CommandObjective(template, timeout=1.0 if how == "timeout" else 3600.0)
+    request = EvaluationRequest("s1", 1, 3, None)
+
+    async def measure():
+        task = asyncio.ensure_future(objective.measure(request))
+        if how == "cancelled":  # as a stopping curator cancels the evaluation
+            while not pidfile.exists():
+                await asyncio.sleep(0.05)
+            task.cancel()
+        await asyncio.wait({task}, timeout=30)
+        assert task.done(), "still waiting for the killed command's pipes"
+        return task
+
+    started = time.monotonic()
+    try:
+        task = asyncio.run(asyncio.wait_for(measure(), 40))
+        took = time.monotonic() - started
+        if how == "timeout":
+            with pytest.raises(EvaluationFailed, match="killed"):
+                task.result()
+        else:
+            assert task.cancelled()
+        assert took < 15, f"stopping the command took {took:.1f} s"
+        child = _child(pidfile)
+        assert child is not None and not wait_gone([child], 5), "its child still runs"
+    finally:
+        child = _child(pidfile) if pidfile.exists() else None
+        if child is not None:
+            kill_all([child])
+
+
+def test_a_function_that_never_returns_does_not_hold_up_the_loop_shutdown():
+    """asyncio.to_thread ran a scenario's `evaluate` on the loop's default executor,
+    whose threads asyncio.run joins at exit without a bound (Python 3.11): a function
+    stuck for ever kept a stopped curator from ever exiting."""
+    import threading
+
+    release = threading.Event()
+    objective = FunctionObjective(lambda i: float(release.wait(60)))
+
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(objective.measure(EvaluationRequest("s1", 1, 3, None)), 0.2)
+
+    finished = threading.Event()
+    runner = threading.Thread(target=lambda: (asyncio.run(main()), finished.set()), daemon=True)
+    runner.start()
+    try:
+        assert finished.wait(10), "asyncio.run is still waiting for the objective's thread"
+    finally:
+        release.set()
+        runner.join(10)
+
+
 @pytest.mark.parametrize("template", ["", "measure.sh", "measure.sh {row}", "m {index"])
 def test_a_bad_command_template_is_refused_at_once(template):
     with pytest.raises(ValueError):
@@ -343,7 +427,7 @@ def test_a_deferred_answer_entered_after_a_curator_restart_completes_the_session
         curator.proc.kill()  # kill -9 while query 2 is pending
         curator.proc.wait(10)
         time.sleep(4)  # past the modeler's timeout: it is reconnecting
-        assert modeler.poll() is None, modeler.communicate()[1][-2000:]
+        assert modeler.poll() is None, modeler.communicate(timeout=10)[1][-2000:]
         _answer(db, waiting[0])  # entered while no curator runs
         restarted = CuratorProcess(out, T, extra, endpoint)
         restarted.wait_listening()

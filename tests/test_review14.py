@@ -300,19 +300,24 @@ def test_held_the_row_budget_check_and_charge_is_atomic_across_processes(tmp_pat
     barrier = threading.Barrier(8)
 
     def go(k: int) -> None:
-        journal = Journal(path, busy_timeout=30)
-        barrier.wait()
+        try:
+            journal = Journal(path, busy_timeout=30)
+        except BaseException:
+            barrier.abort()  # the others must not wait for this one for ever
+            raise
+        barrier.wait(60)
         try:
             journal.reserve("a" if k % 2 else "b", 1, k + 1, 4, entry, budget)
             outcomes.append("ok")
         except PrivacyBudgetExceeded:
             outcomes.append("refused")
 
-    threads = [threading.Thread(target=go, args=(k,)) for k in range(8)]
+    threads = [threading.Thread(target=go, args=(k,), daemon=True) for k in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
+    assert not any(t.is_alive() for t in threads)
     assert sorted(outcomes) == ["ok"] + ["refused"] * 7
     assert first.row_spent(4) == (1.0, 0.0)
 

@@ -14,6 +14,7 @@ import pytest
 import zmq
 import zmq.asyncio
 import zmq.auth
+from waits import result_within, stop  # test helper: waits on tasks that are really bounded
 
 from pobo.protocol.errors import AuthenticationFailed, HandshakeFailed, PeerTimeout
 from pobo.scenarios.remote import connect_modeler, serve_curator
@@ -36,11 +37,7 @@ async def _start(tmp_path, curve=None, sessions=1):
 
 
 async def _finish(task):
-    task.cancel()
-    try:
-        await asyncio.wait_for(task, 15)
-    except (asyncio.CancelledError, Exception):
-        pass
+    await stop(task, 15)  # bounded: wait_for would wait for ever on a task stuck in its cancel
 
 
 @pytest.fixture
@@ -52,9 +49,10 @@ async def test_allowed_key_completes_a_run_and_is_the_recorded_peer(tmp_path, ke
     server = CurveServer(keys["curator_secret"], keys["allowed"])
     task, endpoint = await _start(tmp_path, server)
     try:
-        mres = await connect_modeler(endpoint, tmp_path / "m", seed=2, timeout=10.0,
-                                     curve=CurveClient(keys["modeler_secret"], keys["curator_public"]))
-        cres = await asyncio.wait_for(task, 15)
+        mres = await result_within(connect_modeler(
+            endpoint, tmp_path / "m", seed=2, timeout=10.0,
+            curve=CurveClient(keys["modeler_secret"], keys["curator_public"])), 60)
+        cres = await result_within(task, 15)
     finally:
         await _finish(task)
     assert mres["status"] == "ok" and cres["queries"] == mres["queries"]
@@ -68,8 +66,9 @@ async def test_unknown_key_is_refused(tmp_path, keys):
     task, endpoint = await _start(tmp_path, CurveServer(keys["curator_secret"], keys["allowed"]))
     try:
         with pytest.raises(AuthenticationFailed):  # was PeerTimeout: now told why, at once
-            await connect_modeler(endpoint, tmp_path / "m", timeout=1.5, curve=CurveClient(
-                stranger["modeler_secret"], keys["curator_public"]))
+            await result_within(connect_modeler(
+                endpoint, tmp_path / "m", timeout=1.5,
+                curve=CurveClient(stranger["modeler_secret"], keys["curator_public"])), 30)
         assert not task.done()  # the curator is still waiting for a legitimate modeler
     finally:
         await _finish(task)
@@ -79,7 +78,30 @@ async def test_plaintext_client_is_refused_by_a_curve_curator(tmp_path, keys):
     task, endpoint = await _start(tmp_path, CurveServer(keys["curator_secret"], keys["allowed"]))
     try:
         with pytest.raises(PeerTimeout):
-            await connect_modeler(endpoint, tmp_path / "m", timeout=1.5)
+            await result_within(connect_modeler(endpoint, tmp_path / "m", timeout=1.5), 30)
+    finally:
+        await _finish(task)
+
+
+async def test_plaintext_client_whose_hello_cannot_be_queued_is_refused_too(tmp_path, keys,
+                                                                        monkeypatch):
+    """The test above when the Hello is sent after the failed handshake has left the
+    DEALER no pipe (on a loaded machine; forced here with ZMQ_IMMEDIATE): the send
+    waited for ever, with the event loop idle -- how CI hung for 90 minutes."""
+    from pobo.transport import sockets
+
+    apply = sockets.SocketOptions.apply
+
+    def immediate(self, sock):
+        apply(self, sock)
+        if sock.type == zmq.DEALER:
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+
+    monkeypatch.setattr(sockets.SocketOptions, "apply", immediate)
+    task, endpoint = await _start(tmp_path, CurveServer(keys["curator_secret"], keys["allowed"]))
+    try:
+        with pytest.raises(PeerTimeout):
+            await result_within(connect_modeler(endpoint, tmp_path / "m", timeout=1.5), 30)
     finally:
         await _finish(task)
 
@@ -90,7 +112,7 @@ async def test_one_curator_serves_concurrent_sessions_with_their_own_projection(
         modelers = await asyncio.gather(*(
             connect_modeler(endpoint, tmp_path / f"m{i}", seed=i, timeout=10.0)
             for i in range(3)))
-        results = await asyncio.wait_for(task, 20)
+        results = await result_within(task, 20)
     finally:
         await _finish(task)
     assert all(m["status"] == "ok" for m in modelers)
@@ -123,8 +145,9 @@ async def test_refused_key_is_logged_by_the_curator_and_the_modeler_is_told_at_o
         with caplog.at_level(logging.WARNING, logger="pobo.transport"):
             started = time.monotonic()
             with pytest.raises(AuthenticationFailed) as info:
-                await connect_modeler(endpoint, tmp_path / "m", timeout=30.0, curve=CurveClient(
-                    stranger["modeler_secret"], keys["curator_public"]))
+                await result_within(connect_modeler(
+                    endpoint, tmp_path / "m", timeout=30.0,
+                    curve=CurveClient(stranger["modeler_secret"], keys["curator_public"])), 60)
             took = time.monotonic() - started
         assert took < 5, "the modeler waited for a timeout instead of being told"
         assert "refused this modeler's CURVE key (ZAP status 400)" in str(info.value)
@@ -153,7 +176,7 @@ async def curve_hub(keys):
         for pipe in pipes:
             pipe.close()
         await hub.aclose()
-        auth.stop()
+        await auth.aclose()
         close_context(ctx)
 
 
@@ -216,6 +239,30 @@ async def test_plaintext_or_wrong_server_key_names_the_handshake_failure(tmp_pat
         with pytest.raises(HandshakeFailed, match="--curve-server"):
             await wrong.recv(1.0)
         assert issubclass(HandshakeFailed, PeerTimeout)  # callers that retry timeouts still do
+
+
+async def test_a_frame_that_cannot_be_queued_after_a_failed_handshake_fails_at_once(keys):
+    """The CI hang (test_plaintext_client_is_refused_by_a_curve_curator, 90 min): after
+    a plaintext DEALER's handshake with a CURVE curator fails, libzmq may leave it with
+    no pipe for good; a Hello sent after that waited for ever in pyzmq's send (no send
+    timeout, no timer: the event loop idle in select). Here the DEALER has no pipe by
+    construction (ZMQ_IMMEDIATE: a pipe only after a handshake succeeds)."""
+    import time
+
+    from pobo.transport.sockets import DealerPipe, SocketOptions, _monitor
+
+    async with curve_hub(keys) as (ctx, auth, hub, pipes):
+        sock = ctx.socket(zmq.DEALER)
+        SocketOptions().apply(sock)
+        sock.setsockopt(zmq.IMMEDIATE, 1)
+        monitor = _monitor(ctx, sock)
+        sock.connect(hub.endpoint)
+        pipe = DealerPipe(sock, monitor, endpoint=hub.endpoint)
+        pipes.append(pipe)
+        started = time.monotonic()
+        with pytest.raises(HandshakeFailed, match="CURVE and the other plaintext"):
+            await result_within(pipe.send(b"hello"), 30)
+        assert time.monotonic() - started < 5
 
 
 def test_refusal_logging_is_rate_limited_and_counts_stay_bounded(caplog):
@@ -288,4 +335,47 @@ def test_a_world_readable_secret_key_is_warned_about(tmp_path, keys, caplog):
         assert any("readable by others" in r.getMessage() for r in caplog.records)
     finally:
         sock.close(0)
+        close_context(ctx)
+
+
+async def test_a_curve_curator_that_cannot_bind_leaves_no_authenticator_or_context(
+        tmp_path, keys, monkeypatch):
+    """The port is taken: serve_curator used to raise BindError with its ZAP
+    authenticator still running (a task polling for ever) and its context never
+    terminated."""
+    import socket
+
+    from pobo.scenarios import remote
+    from pobo.transport.sockets import BindError
+
+    made = []
+    monkeypatch.setattr(remote, "new_context", lambda: made.append(new_context()) or made[-1])
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(BindError):
+            await asyncio.wait_for(serve_curator(
+                prepare_service(CFG), f"tcp://127.0.0.1:{port}", tmp_path / "curator",
+                curve=CurveServer(keys["curator_secret"], keys["allowed"]), verbose=False), 20)
+    await asyncio.sleep(0.05)
+    left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+    assert not left, left
+    assert made and made[0].closed
+
+
+async def test_the_authenticator_ends_its_task_before_its_zap_socket_closes(keys):
+    """pyzmq's stop() closes the ZAP socket while the authenticator's task still polls
+    it (cancelled, not yet finished: its reader stays on a descriptor a new socket may
+    reuse, and a loop closed meanwhile destroys it pending); aclose() ends it first."""
+    ctx = new_context()
+    auth = start_authenticator(ctx, CurveServer(keys["curator_secret"], keys["allowed"]))
+    task = auth._AsyncioAuthenticator__task
+    try:
+        await asyncio.sleep(0.05)  # polling the ZAP socket
+        await asyncio.wait_for(auth.aclose(), 5)
+        assert task.done() and auth.zap_socket is None
+    finally:
+        if auth.zap_socket is not None:
+            auth.stop()
         close_context(ctx)

@@ -15,6 +15,7 @@ import pytest
 import zmq
 import zmq.asyncio
 import zmq.auth
+from waits import result_within, stop  # test helper: waits on tasks that are really bounded
 
 from pobo.parties.curator import Oracle
 from pobo.protocol.codec import decode, encode
@@ -65,11 +66,7 @@ async def _serve(tmp_path, service, **kw):
 
 
 async def _stop(task):
-    task.cancel()
-    try:
-        await asyncio.wait_for(task, 15)
-    except (asyncio.CancelledError, Exception):
-        pass
+    await stop(task, 15)  # bounded: wait_for would wait for ever on a task stuck in its cancel
 
 
 def _nested(depth: int) -> bytes:
@@ -91,7 +88,7 @@ async def test_a_bad_first_frame_takes_no_slot_of_a_one_session_curator(tmp_path
         result = await asyncio.wait_for(
             connect_modeler(endpoint, tmp_path / "m", seed=5, timeout=10.0), 60)
         assert result["status"] == "ok" and len(result["queries"]) == CFG.T
-        record = await asyncio.wait_for(task, 20)  # the one session served, the curator ends
+        record = await result_within(task, 20)  # the one session served, the curator ends
         assert record["status"] == "ok"
         assert len(service.journal.sessions()) == 1
     finally:

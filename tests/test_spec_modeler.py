@@ -12,6 +12,7 @@ import math
 import os
 import random
 import struct
+import threading
 from pathlib import Path
 
 import msgpack
@@ -191,7 +192,16 @@ def run_session(endpoint: str, seed: int, timeout_ms: int = 20_000, secret=None,
                 "refusals": refusals, "verified": m.verified}
     finally:
         sock.close(linger=0)
-        ctx.term()
+        _term(ctx)
+
+
+def _term(ctx: zmq.Context, timeout: float = 5.0) -> None:
+    """ctx.term() in a daemon thread, waited for at most `timeout` s (libzmq's term can
+    block; this module imports no pobo, so not pobo's close_context)."""
+    done = threading.Thread(target=ctx.term, daemon=True)
+    done.start()
+    done.join(timeout)
+    assert not done.is_alive(), f"the ZeroMQ context did not terminate within {timeout} s"
 
 
 # --------------------------------------------------------------------------- the test

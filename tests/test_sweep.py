@@ -15,7 +15,8 @@ SPEC = SweepSpec("synthetic", epsilons=(2.0, 20.0), rs=(2, 3), seeds=3, T=6,
 
 def test_same_seeds_give_identical_tables(tmp_path):
     a = run_sweep(SPEC, tmp_path / "a", workers=2, progress=None)
-    b = run_sweep(SPEC, tmp_path / "b", executor=ThreadPoolExecutor(2), progress=None)
+    with ThreadPoolExecutor(2) as threads:  # its threads end with the test
+        b = run_sweep(SPEC, tmp_path / "b", executor=threads, progress=None)
     assert len(a) == 3 * (2 * 2 + 1)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
     assert strip(a) == strip(b)
@@ -76,8 +77,10 @@ def test_dask_cluster_gives_the_same_table_as_the_process_pool(tmp_path):
                                   dashboard_address=None) as cluster:
         from pobo.scenarios.sweep import dask_executor
         executor = dask_executor(cluster.scheduler_address)
-        on_dask = run_sweep(small, tmp_path / "dask", executor=executor, progress=None)
-        executor._client.close()
+        try:
+            on_dask = run_sweep(small, tmp_path / "dask", executor=executor, progress=None)
+        finally:
+            executor._client.close()
     local = run_sweep(small, tmp_path / "pool", workers=2, progress=None)
     assert markdown_table(on_dask) == markdown_table(local)
 

@@ -326,12 +326,14 @@ async def test_a_stream_of_handshake_events_never_extends_the_receive_deadline(c
         feeder.setsockopt(zmq.LINGER, 0)
         feeder.connect(address)
         event = struct.pack("=HI", zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, 1)
-        while not stop.is_set():
-            try:  # never blocks on a full pipe: the thread always sees `stop`
-                feeder.send_multipart([event, b"tcp://127.0.0.1:9"], flags=zmq.NOBLOCK)
-            except zmq.Again:
-                time.sleep(0.0001)
-        feeder.close()
+        try:  # never blocked in a send (a full pipe once the reader stops): stop is seen
+            while not stop.is_set():
+                try:
+                    feeder.send_multipart([event, b"tcp://127.0.0.1:9"], flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    time.sleep(0.001)
+        finally:
+            feeder.close()
 
     thread = threading.Thread(target=feed, daemon=True)
     thread.start()
@@ -344,21 +346,25 @@ async def test_a_stream_of_handshake_events_never_extends_the_receive_deadline(c
     finally:
         stop.set()
         thread.join(5)
-        assert not thread.is_alive()
         monitor.close()
         sock.close()
+    assert not thread.is_alive()
 
 
 def test_a_context_that_cannot_terminate_is_given_up_on_with_a_warning(caplog):
     """close_context returns within its timeout when libzmq would block (here: a socket
-    left open), instead of hanging the caller; the context ends once the socket closes."""
+    left open that it cannot see, made through another Python handle of the same libzmq
+    context), instead of hanging the caller; the context ends once the socket closes."""
     import time
 
     from pobo.transport.sockets import close_context as close
 
     context = new_context()
-    left_open = context.socket(zmq.DEALER)
-    assert left_open.getsockopt(zmq.LINGER) == 0  # new_context's default
+    tracked = context.socket(zmq.DEALER)
+    assert tracked.getsockopt(zmq.LINGER) == 0  # new_context's default
+    tracked.close()
+    left_open = zmq.Context.shadow(context.underlying).socket(zmq.DEALER)
+    left_open.setsockopt(zmq.LINGER, 0)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="pobo.transport"):
         assert close(context, timeout=0.3) is False
@@ -370,3 +376,62 @@ def test_a_context_that_cannot_terminate_is_given_up_on_with_a_warning(caplog):
             break
         time.sleep(0.05)
     assert context.closed
+
+
+async def test_a_socket_an_error_path_left_open_does_not_block_the_context(caplog):
+    """A monitored DEALER nobody closed (an error path between connect and the channel)
+    used to keep ctx.term() waiting for ever (close_context: 5 s, then a thread stuck for
+    the life of the process); close_context closes it, monitor first, and terminates."""
+    import time
+
+    from pobo.transport.sockets import DealerPipe
+
+    context = new_context()
+    pipe = DealerPipe.connect(context, "tcp://127.0.0.1:9")  # never closed (kept alive)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="pobo.transport"):
+        assert close_context(context, timeout=3.0) is True
+    assert time.monotonic() - started < 2.0 and context.closed
+    assert any("left open" in r.getMessage() for r in caplog.records)
+    del pipe
+
+
+async def test_a_dealer_send_that_cannot_queue_fails_instead_of_waiting_for_ever(ctx):
+    """Nothing reads the DEALER's frames (no curator): once its queue is full a send
+    used to wait for ever; it now raises PeerGone after the socket's send timeout."""
+    from pobo.transport.sockets import DealerPipe
+
+    pipe = DealerPipe.connect(ctx, "tcp://127.0.0.1:9", SocketOptions(hwm=1, send_timeout_ms=200))
+    try:
+        with pytest.raises(PeerGone, match="queue to it is full"):
+            for _ in range(100):
+                await asyncio.wait_for(pipe.send(b"x"), 5)
+    finally:
+        pipe.close()
+
+
+async def test_a_pump_whose_receive_fails_at_once_still_lets_the_loop_run(ctx):
+    """A receive that fails without ever yielding (any error but a ZMQError) made the
+    hub's pump spin in one loop iteration, starving every other task, aclose included."""
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+    real = hub._sock
+    calls = []
+
+    class Failing:  # the hub's socket, whose receive raises before any await
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        async def recv_multipart(self, **kw):
+            calls.append(1)
+            if len(calls) < 10_000:
+                raise RuntimeError("broken")
+            await asyncio.sleep(3600)
+
+    hub._sock = Failing()
+    try:
+        hub._ensure_pump()
+        await asyncio.sleep(0.05)
+        assert len(calls) < 100, "the pump ran thousands of times without yielding"
+    finally:
+        hub._sock = real
+        await asyncio.wait_for(hub.aclose(), 5)

@@ -10,6 +10,7 @@ and says so.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -131,6 +132,20 @@ class LoggingAuthenticator(AsyncioAuthenticator):
     def stats(self) -> dict[str, int]:
         """Counters for an operator: refusals so far and distinct keys remembered."""
         return {"refusals": self.refusals, "refused_keys": len(self.refused_keys)}
+
+    async def aclose(self, timeout: float = 1.0) -> None:
+        """Stop answering: cancel the ZAP task and let it finish (at most `timeout` s)
+        before the ZAP socket closes -- pyzmq's `stop` closes the socket while the task
+        still polls it, leaving the task pending and its reader on a closed descriptor
+        that a new socket may reuse -- then close the socket (`stop`), also when the
+        caller is cancelled meanwhile."""
+        task = getattr(self, "_AsyncioAuthenticator__task", None)
+        try:
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.wait({task}, timeout=timeout)
+        finally:
+            self.stop()
 
     async def handle_zap_message(self, msg: list[bytes]) -> None:
         """Answer one ZAP request; remember it so a refusal can name the key."""

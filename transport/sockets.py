@@ -2,7 +2,7 @@
 
 No pending recv is ever cancelled: a wait is a recv with a receive timeout (RCVTIMEO,
 which fails the pending recv with EAGAIN before any message is taken) or a poll with a
-deadline. Sockets get
+deadline; a send is non-blocking, retried until a deadline. Sockets get
 MAXMSGSIZE (a peer sending a larger frame is disconnected by libzmq), LINGER=0,
 bounded high-water marks, ZeroMQ heartbeats, and ROUTER_MANDATORY so a reply to a
 vanished peer raises instead of vanishing.
@@ -63,10 +63,15 @@ def new_context() -> zmq.asyncio.Context:
 
 
 def close_context(ctx: zmq.Context, timeout: float = 5.0) -> bool:
-    """Terminate `ctx` (its sockets already closed) within `timeout` s; False, with a
-    warning, when libzmq has not finished by then (it can hang on a socket monitor's
-    shutdown: libzmq #1279, #2083), so that the caller carries on instead of blocking
-    its event loop for ever. The unfinished termination ends with the process."""
+    """Terminate `ctx` within `timeout` s; False, with a warning, when libzmq has not
+    finished by then (it can hang on a socket monitor's shutdown: libzmq #1279, #2083),
+    so that the caller carries on instead of blocking its event loop for ever. The
+    unfinished termination ends with the process.
+
+    A socket of `ctx` still open (an error path that forgot one) would make the
+    termination wait for ever: it is closed here first, with a warning, its monitor
+    stopped before any socket closes. Call this from the thread that used the sockets."""
+    _close_left_open(ctx)
     done = threading.Event()
 
     def term() -> None:
@@ -78,6 +83,21 @@ def close_context(ctx: zmq.Context, timeout: float = 5.0) -> bool:
         return True
     LOG.warning("the ZeroMQ context did not terminate within %g s; carrying on", timeout)
     return False
+
+
+def _close_left_open(ctx: zmq.Context) -> None:
+    """Close (LINGER=0) every socket of `ctx` not closed yet, monitors stopped first."""
+    left = [sock for sock in list(getattr(ctx, "_sockets", None) or ()) if not sock.closed]
+    if not left:
+        return
+    LOG.warning("closing %d ZeroMQ socket(s) left open before terminating their context",
+                len(left))
+    for sock in left:  # a monitor's PAIR closed before its socket's monitor stops can hang
+        with contextlib.suppress(zmq.ZMQError):
+            sock.disable_monitor()
+    for sock in left:
+        with contextlib.suppress(zmq.ZMQError):
+            sock.close(linger=0)
 
 
 class BindError(PoboError):
@@ -93,10 +113,12 @@ class SocketOptions:
     hwm: int = 1000
     heartbeat_ivl_ms: int = 1000
     heartbeat_timeout_ms: int = 10_000
+    send_timeout_ms: int = 10_000  # a send to a peer whose queue stays full fails after this
 
     def apply(self, sock: zmq.Socket) -> None:
         """Set these options on a socket before it binds or connects."""
         sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.SNDTIMEO, self.send_timeout_ms)
         sock.setsockopt(zmq.MAXMSGSIZE, self.max_frame)
         sock.setsockopt(zmq.SNDHWM, self.hwm)
         sock.setsockopt(zmq.RCVHWM, self.hwm)
@@ -269,8 +291,39 @@ class DealerPipe:
         return cls(sock, monitor, endpoint=endpoint, curve=curve is not None)
 
     async def send(self, frame: bytes) -> None:
-        """Send one frame to the curator."""
-        await self._sock.send(frame, copy=len(frame) < _COPY_BELOW)
+        """Queue one frame for the curator. A frame that cannot be queued is retried
+        (never awaited on the socket: a send with no timer waited for ever) until the
+        socket's send timeout (SNDTIMEO), then PeerGone; as soon as the handshake is
+        known to have failed, HandshakeFailed (or AuthenticationFailed) instead. After
+        a protocol-level failure (plaintext against CURVE) libzmq may drop the DEALER's
+        only pipe for good, so that nothing can be queued again (the CI hang of
+        test_plaintext_client_is_refused_by_a_curve_curator: a Hello sent a little
+        after that failure waited for ever)."""
+        copy = len(frame) < _COPY_BELOW
+        try:
+            await self._sock.send(frame, flags=zmq.NOBLOCK, copy=copy)
+            return
+        except zmq.Again:  # no pipe (no connection yet, or none any more) or a full one
+            pass
+        loop = asyncio.get_running_loop()
+        timeout = self._sock.getsockopt(zmq.SNDTIMEO) / 1000
+        deadline = loop.time() + (timeout if timeout >= 0 else math.inf)
+        delay = 0.001
+        while True:
+            self._check_handshake()  # AuthenticationFailed
+            if self._failure is not None:
+                raise HandshakeFailed(f"cannot send to the curator at {self.endpoint}: "
+                                      f"{_handshake_cause(*self._failure, self._curve)}")
+            if loop.time() >= deadline:
+                raise PeerGone(f"the curator read nothing for {timeout:g} s and the queue "
+                               "to it is full (or it never connected)")
+            await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+            delay = min(2 * delay, _POLL_MS / 1000)
+            try:
+                await self._sock.send(frame, flags=zmq.NOBLOCK, copy=copy)
+                return
+            except zmq.Again:
+                pass
 
     async def recv(self, timeout: float) -> bytes:
         """The next single-frame message from the curator, within `timeout` seconds;
@@ -479,6 +532,7 @@ class RouterHub:
                 await asyncio.sleep(_POLL_MS / 1000)
             except Exception as exc:
                 self._pump_error(exc)
+                await asyncio.sleep(_POLL_MS / 1000)  # never spin: a failing recv may not yield
             now = loop.time()
             if now >= next_sweep:
                 self._expire(now)
@@ -655,15 +709,20 @@ class RouterHub:
             self._forgotten.popitem(last=False)
 
     async def aclose(self) -> None:
-        """Stop the pump, wake every waiter and close the socket."""
+        """Stop the pump, wake every waiter and close the socket. The pump ends within
+        _POLL_MS of `_closed`; it is waited for at most a second, and the socket is
+        closed even when the caller is cancelled meanwhile (its cancellation goes on)."""
         self._closed = True
         self._arrived.set()
         for peer in self._peers.values():
             peer.ready.set()
-        if self._pump is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
-        self._sock.close(linger=0)
+        try:
+            if self._pump is not None and not self._pump.done():
+                await asyncio.wait({self._pump}, timeout=1.0)
+        finally:
+            if self._pump is not None and not self._pump.done():
+                self._pump.cancel()
+            self._sock.close(linger=0)
 
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
