@@ -79,18 +79,19 @@ def parties(seeds: int, rs: tuple[int, ...], T: int) -> list[float]:
     """The sweep's own curator and modeler objects, called directly with no channel,
     codec, policy or event loop between them: where the sweep's time goes that is not
     the protocol (the curator's service and journal, the modeler's strategy)."""
-    regrets = []
-    for seed in range(seeds):
-        problem = build_problem(PRESET.scenario, seed)
-        for rs_cfg in [cfg for _, cfg in sweep_spec(seeds, rs).runs() if cfg.seed == seed]:
-            session = prepare_curator(rs_cfg, problem)
-            curator = session.curator()
-            modeler = Modeler(session.params, session.release, make_strategy(rs_cfg.strategy_spec),
-                              rng_for(seed, "modeler"), HyperFit())
-            for seq in range(1, T + 1):
-                modeler.tell(seq - 1, curator.start(seq, modeler.ask()))
-            f = problem.f
-            regrets.append(float(np.max(f)) - float(np.max(f[np.asarray(modeler.queries)])))
+    regrets, problems = [], {}
+    for _, cfg in sweep_spec(seeds, rs).runs():
+        if cfg.seed not in problems:  # one dataset per seed, as the sweep shares it
+            problems[cfg.seed] = build_problem(PRESET.scenario, cfg.seed)
+        problem = problems[cfg.seed]
+        session = prepare_curator(cfg, problem)
+        curator = session.curator()
+        modeler = Modeler(session.params, session.release, make_strategy(cfg.strategy_spec),
+                          rng_for(cfg.seed, "modeler"), HyperFit())
+        for seq in range(1, T + 1):
+            modeler.tell(seq - 1, curator.start(seq, modeler.ask()))
+        f = problem.f
+        regrets.append(float(np.max(f)) - float(np.max(f[np.asarray(modeler.queries)])))
     return regrets
 
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import signal
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,9 +82,6 @@ def main(argv: list[str] | None = None) -> int:
 def _terminate_like_interrupt() -> None:
     """SIGTERM (what `pobo run` sends a party that will not stop) unwinds like Ctrl-C, so
     that every record is still written (a curator's own loop also watches both)."""
-    import signal
-    import threading
-
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_interrupt)
 
@@ -97,10 +97,6 @@ def _stop_with_parent() -> None:
     """A party started by `pobo run` (its stdin a pipe from it, scenarios.launch) stops
     like on SIGTERM when that pipe closes -- `pobo run` died, even by SIGKILL -- and
     exits PARENT_GRACE s later if it has not by then: no party outlives its run."""
-    import os
-    import signal
-    import threading
-
     if os.environ.pop(PARENT_PIPE, None) != "1":  # popped: not for the party's children
         return
 
@@ -164,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--T", type=positive_int, help="query budget")
     p.add_argument("--non-private", action="store_true", help="add the non-private baseline")
     p.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=["gp-ucb"])
-    p.add_argument("--workers", type=positive_int, default=2, help="local worker processes (1: run in this process)")
+    p.add_argument("--workers", type=positive_int, default=2,
+                   help="local worker processes (1: run in this process)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a dask.distributed scheduler")
     p.add_argument("--transcripts", action="store_true", help="keep both transcripts of every run")
     p.add_argument("--lift", choices=LIFT_MODES,

@@ -7,10 +7,12 @@ progress lines, and always stops both processes before returning, pass or fail.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import math
 import os
 import re
-import json
 import subprocess
 import sys
 import tempfile
@@ -25,7 +27,7 @@ from pobo.scenarios.runspec import LISTENING, RunConfig, merge_results
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
 STOP_WAIT = 30.0  # seconds a cancelled run_async waits for its parties to be stopped
-_POLL_S = 0.1  # how often a run that may be stopped checks
+_POLL_S = 0.1  # how often a run waiting for its parties checks for a stop or a timeout
 PARENT_PIPE = "POBO_PARENT_PIPE"  # set for a party: its stdin is a pipe from `pobo run`
 
 
@@ -340,22 +342,17 @@ def _wait_all(spawned: list[Spawned], timeout: float | None,
               stop: threading.Event | None) -> dict[str, int]:
     """Each party's exit code once all have exited; LaunchError when `timeout` s pass
     first or `stop` is set (the caller's finally then stops them)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
     codes: dict[str, int] = {}
     for s in spawned:
-        while s.role not in codes:
+        while (code := s.process.poll()) is None:
             if stop is not None and stop.is_set():
                 raise LaunchError("the run was stopped")
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            if time.monotonic() >= deadline:
                 raise LaunchError(f"a party process ran past {timeout:g} s")
-            wait = _POLL_S if stop is not None else remaining  # None: until it exits
-            if wait is not None and remaining is not None:
-                wait = min(wait, remaining)
-            try:
-                codes[s.role] = s.process.wait(wait)
-            except subprocess.TimeoutExpired:
-                pass
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                s.process.wait(_POLL_S)
+        codes[s.role] = code
     return codes
 
 
