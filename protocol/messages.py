@@ -65,8 +65,12 @@ class SessionParams:
 class ProjectedDataset:
     """The released candidate matrix Z (n x r) and the mechanism that produced it.
 
-    Only the curator's release functions build one (PO-GP-UCB Algorithm 1, or the
-    explicitly non-private identity release); the policy refuses a bare array.
+    Only the curator's release functions build one (PO-GP-UCB Algorithm 1, the Gaussian
+    releases, or the explicitly non-private identity release); the policy refuses a bare
+    array. `omega` is the mechanism's noise parameter; `noise_std` the standard deviation
+    of the independent Gaussian noise on each coordinate of a row of Z (public: a modeler
+    widens its kernel by it); `dp` is False for a release outside every DP claim (the
+    paper's unlifted branch, seeded simulation, the identity), so an audit can say so.
     """
 
     mechanism: str
@@ -74,14 +78,15 @@ class ProjectedDataset:
     delta: float
     omega: float
     Z: np.ndarray
+    noise_std: float = 0.0
+    dp: bool = True
 
     def __post_init__(self) -> None:
         self.Z.flags.writeable = False
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, ProjectedDataset)
-                and (self.mechanism, self.epsilon, self.delta, self.omega)
-                == (other.mechanism, other.epsilon, other.delta, other.omega)
+        fields = lambda d: (d.mechanism, d.epsilon, d.delta, d.omega, d.noise_std, d.dp)  # noqa: E731
+        return (isinstance(other, ProjectedDataset) and fields(self) == fields(other)
                 and self.Z.dtype == other.Z.dtype and np.array_equal(self.Z, other.Z))
 
     __hash__ = None  # type: ignore[assignment]

@@ -18,7 +18,10 @@ from pobo.protocol.messages import (
 )
 
 CURATOR, MODELER = "curator", "modeler"
-DP_PROJECTION = "po-gp-ucb-projection"
+DP_PROJECTION = "po-gp-ucb-projection"  # Algorithm 1's sketch (lift paper/always/private)
+GAUSSIAN_ROWS = "gaussian-rows"  # the Gaussian mechanism on the centred rows, then rotated
+GAUSSIAN_SKETCH = "gaussian-sketch"  # (X_c M + omega G)/sqrt(r), omega by the chi^2-mixture bound
+DP_RELEASES = frozenset({DP_PROJECTION, GAUSSIAN_ROWS, GAUSSIAN_SKETCH})
 IDENTITY = "identity"
 LDP_REWARD = "ctl-laplace"
 LIFT_TEST = "lift-test"  # the private sigma_min test that decides the lift (parties.projection)
@@ -47,8 +50,8 @@ RELEASE_ALGORITHMS = frozenset({"noisy", "noise-free", "lipschitz"})
 DECLARED_STRATEGIES = frozenset({"", "gp-ucb", "random", "tgp-ucb", "ata-gp-ucb", "moma-gp-ucb"})
 KUSNER_UCB = "gp-ucb"
 RELEASE_KERNELS = frozenset({"", "se", "matern52"})
-PRIVATE = Policy("private", _C2M, _M2C, frozenset({DP_PROJECTION}))
-NON_PRIVATE = Policy("non-private", _C2M, _M2C, frozenset({DP_PROJECTION, IDENTITY}))
+PRIVATE = Policy("private", _C2M, _M2C, DP_RELEASES)
+NON_PRIVATE = Policy("non-private", _C2M, _M2C, DP_RELEASES | {IDENTITY})
 POLICIES = {p.name: p for p in (PRIVATE, NON_PRIVATE)}
 
 
