@@ -10,7 +10,7 @@ import numpy as np
 from pobo.parties.choices import (  # noqa: F401  (re-exported)
     ROBUST_NAMES, STRATEGIES, epoch_length_option, strategy_spec,
 )
-from pobo.parties.gp import IncrementalGP
+from pobo.parties.gp import IncrementalGP, argmax_breaking_ties
 from pobo.parties.release import beta_kusner
 
 
@@ -112,7 +112,7 @@ class Distinct:
         beta = self.inner.beta_scale**2 * beta_gp_ucb(t, gp.n, self.inner.delta)
         score = gp.mean + math.sqrt(beta) * np.sqrt(gp.var)
         score[seen] = -np.inf
-        return int(np.argmax(score))
+        return argmax_breaking_ties(score, rng)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,17 @@ import math
 import numpy as np
 
 from pobo.scenarios.loaders import read_columns
-from pobo.scenarios.problem import Problem, data_problem, rng_for
+from pobo.parties.domain import KM_PER_DEG_LAT, km_per_deg_lon
+from pobo.scenarios.problem import Problem, PublicDomain, data_problem, rng_for
 
 EMBEDDED_N = 2362  # projects in the public file
 CBD = (1.285, 103.851)
+# Singapore's bounding box; equal length-scales in kilometres (0.05 degrees, about 5.6 km),
+# so that one isotropic kernel fits distances on the ground
+DOMAIN = PublicDomain(("lat", "long"), (1.15, 103.59), (1.48, 104.09), (0.05, 0.05),
+                      ("deg", "deg"), "Singapore's bounding box (lat 1.15-1.48, long "
+                      "103.59-104.09); length-scale 0.05 deg on both axes",
+                      conversions=((KM_PER_DEG_LAT, "km"), (km_per_deg_lon(1.35), "km")))
 
 
 def build(seed: int | None, data: str | None = None, n: int | None = None) -> Problem:
@@ -33,7 +40,8 @@ def build(seed: int | None, data: str | None = None, n: int | None = None) -> Pr
         X_raw, log_price = np.column_stack([c["lat"], c["long"]]), np.log(c["avg_price_per_sqm"])
         source, dropped = table.describe(), table.dropped
     return data_problem("realestate", X_raw, log_price, seed, sense="minimise", n=n,
-                        source=source, dropped=dropped, epsilon=math.exp(2.8), delta=1e-4,
+                        source=source, dropped=dropped, domain=DOMAIN,
+                        row_unit="one project (not a person)", epsilon=math.exp(2.8), delta=1e-4,
                         r=15, T=100, noise_var=1e-6, B=11.0)
 
 
