@@ -242,6 +242,8 @@ class CuratorService:
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
         self.params = self._session_params()
+        if not settings.non_private:  # `pobo ledger` shows what the release protects
+            self.journal.set_meta("privacy_statement", json.dumps(self.privacy_unit()["dataset"]))
 
     @property
     def randomness(self) -> str:

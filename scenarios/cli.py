@@ -165,8 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dask", metavar="ADDRESS", help="run on a dask.distributed scheduler")
     p.add_argument("--transcripts", action="store_true", help="keep both transcripts of every run")
     p.add_argument("--lift", choices=LIFT_MODES,
-                   help="Algorithm 1's branch (default: paper for a --preset, else "
-                        f"{DEFAULT_LIFT})")
+                   help="the dataset release (default: paper for a table --preset, else "
+                        f"{DEFAULT_LIFT}); see pobo run --help")
     p.add_argument("--grid", type=positive_int, help="synthetic, branin: grid side")
     p.add_argument("--data", help="hospital, bank, realestate: the public CSV")
     p.add_argument("--n", type=positive_int, help="hospital, bank, realestate: use n random rows")
@@ -365,9 +365,11 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--ldp-row-budget", type=positive, metavar="E",
                    help="refuse a query whose LDP report would take its row past E in total")
     p.add_argument("--lift", choices=LIFT_MODES, default=DEFAULT_LIFT,
-                   help="Algorithm 1's sigma_min branch: paper (as published, not covered by "
-                        "the DP claim), always (lift unconditionally) or private (a noisy "
-                        f"sigma_min test, charged to the ledger; default {DEFAULT_LIFT})")
+                   help="the dataset release: gaussian (the Gaussian mechanism on the rows, "
+                        "then rotated; the default), jl ((X_c M + omega G)/sqrt(r), omega by "
+                        "the chi^2-mixture bound), private or always (PO-GP-UCB's lift at "
+                        "Blocki et al.'s constant, for comparison) or paper (Algorithm 1 as "
+                        f"published: not DP); default {DEFAULT_LIFT}")
     p.add_argument("--lift-eps", type=positive, help="the private lift test's epsilon (default "
                                                   "0.1 x --eps)")
     p.add_argument("--lift-delta", type=probability, help="the private lift test's delta (default "
@@ -549,6 +551,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"pobo run: error: {exc}", file=sys.stderr)
         return 1
     print(summary(result))
+    print("\n".join(privacy_lines(result)))
     print(describe_ledger(result["ledger"]))
     released, refused = result["modeler"].get("release"), result["modeler"].get("release_error")
     if released:
@@ -561,13 +564,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def privacy_lines(result: dict) -> list[str]:
+    """The release's privacy statement (epsilon by distance) as the run recorded it."""
+    from pobo.parties.statement import statement_lines
+
+    dataset = (result.get("privacy_unit") or {}).get("dataset") or {}
+    if "epsilon_by_distance" not in dataset:
+        return [f"privacy: {dataset.get('claim', 'non-private baseline: no DP claim')}"]
+    return statement_lines(dataset)
+
+
 def summary(result: dict) -> str:
     """One human line about a finished run."""
     sy = result.get("sigma_y") or result["sigma_f"] or 1.0
+    gaussian = result.get("lift") in ("gaussian", "jl")
     priv = ("non-private" if result["epsilon"] is None else
-            f"eps={result['epsilon']:.4g} delta={result['delta']:.3g} omega={result['omega']:.4g} "
-            f"sigma_min={result['sigma_min']:.4g} {'lifted' if result['lifted'] else 'not lifted'}"
-            f" (lift {result.get('lift')})")
+            f"eps={result['epsilon']:.4g} delta={result['delta']:.3g} "
+            + (f"{'sigma' if result['lift'] == 'gaussian' else 'omega'}={result['omega']:.4g} "
+               f"(lift {result['lift']})" if gaussian else
+               f"omega={result['omega']:.4g} sigma_min={result['sigma_min']:.4g} "
+               f"{'lifted' if result['lifted'] else 'not lifted'} (lift {result.get('lift')})"))
     head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
     if not result["queries"]:
         return f"{head}: no query answered (status {result['status']})"
@@ -706,6 +722,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     try:
         service = prepare_service(config, journal=journal)
+        for line in privacy_lines({"privacy_unit": service.privacy_unit()}):
+            print("[curator] " + line, flush=True)
         result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                            max_sessions=args.max_sessions,
                                            accept_timeout=args.accept_timeout, curve=curve,

@@ -125,8 +125,16 @@ def _unit_html(unit: object) -> str:
     if not isinstance(unit, dict):
         return "<p>No privacy unit recorded in result.json.</p>"
     parts = []
+    if isinstance(unit.get("epsilon_by_distance"), list):
+        dataset = unit.get("dataset") or {}
+        parts.append(f"<p class='claim'>{_e(dataset.get('claim', ''))}</p>")
+        rows = [(f"{item.get('distance', 0):.3g}", item.get("what", ""),
+                 "no bound" if item.get("epsilon") is None else f"{item['epsilon']:.3g}")
+                for item in unit["epsilon_by_distance"]]
+        parts.append(_table(("move (preprocessed units)", "what it is",
+                             f"epsilon at delta {dataset.get('delta', 0):.3g}"), rows))
     for name, mechanism in unit.items():
-        if name == "not_covered":
+        if name in ("not_covered", "epsilon_by_distance", "epsilon_whole_row"):
             continue
         rows = (list(mechanism.items()) if isinstance(mechanism, dict)
                 else [("", mechanism)])
