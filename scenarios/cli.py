@@ -621,11 +621,14 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
         seeds=args.seeds or (preset.seeds if preset else 10),
         T=args.T or (preset.T if preset else None),
         non_private=args.non_private or bool(preset and preset.non_private),
-        strategies=tuple(args.strategies), hyper=hyper_from_args(args), options=options,
+        strategies=(preset.strategies if preset and args.strategies == ["gp-ucb"]
+                    else tuple(args.strategies)),
+        hyper=hyper_from_args(args), options=options,
         transcripts=args.transcripts, ldp_epsilons=tuple(args.ldp_eps or (None,)),
         beta_scales=tuple(args.beta_scales or (None,)),
         moma_ks=tuple(args.moma_k or (None,)),
-        lift=args.lift or ("paper" if preset else DEFAULT_LIFT))
+        lift=args.lift or (preset.lifts[0] if preset else DEFAULT_LIFT),
+        lifts=() if args.lift or not preset else preset.lifts)
     return spec, preset
 
 

@@ -22,6 +22,8 @@ class Preset:
     non_private: bool = False
     paper: dict = field(default_factory=dict)  # r -> S_T reported by the paper
     caption: str = ""
+    lifts: tuple[str, ...] = ("paper",)  # the dataset releases swept (the paper's own)
+    strategies: tuple[str, ...] = ("gp-ucb",)
 
     @property
     def epsilons(self) -> tuple[float, ...]:
@@ -52,4 +54,11 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
            caption="Fig. 2b: loans, r = 15, S_t against t per eps"),
     Preset("fig2c", "realestate", (0.5, 1.0, 2.8), (15,), T=100, non_private=True,
            caption="Fig. 2c: property prices, r = 15, S_t against t per eps"),
+    # not the paper's: the privacy-utility frontier of the DP releases (pobo sweep
+    # --preset frontier [SCENARIO --data FILE]); random and non-private as reference lines
+    Preset("frontier", "synthetic", (math.log(0.5), 0.0, 1.1, 1.5, 2.0, 3.0), (None,),
+           seeds=10, non_private=True, lifts=("gaussian", "jl", "always"),
+           strategies=("gp-ucb", "random"),
+           caption="privacy-utility frontier: S_T (hits for hospital) against eps per "
+                   "release, with random and non-private"),
 )}
