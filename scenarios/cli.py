@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 NEEDED = {"run": ("scenario",), "curator": ("scenario",), "modeler": ("connect",),
           "sweep": (), "export-data": ("scenario",)}  # what a command needs from its flags or its --config
 SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objective",
-                    "minimise")
+                    "minimise", "bounds")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -354,6 +354,9 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--objective", metavar="COLUMN", help="table: the CSV column that is f")
     p.add_argument("--minimise", action="store_true", default=None,
                    help="table: minimise the objective (default: maximise)")
+    p.add_argument("--bounds", metavar="LO:HI,LO:HI",
+                   help="table: each feature's public bounds (rows clipped to them); without "
+                        "them the preprocessing is fitted on the rows and not covered")
     _ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=positive,
                    help="make every reward eps-LDP with the CTL Laplace mechanism (Zhou & Tan)")
