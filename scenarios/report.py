@@ -73,8 +73,11 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
     cells: dict[tuple, list[float]] = defaultdict(list)
     raws: dict[tuple, list[float]] = defaultdict(list)
     lifted: dict[tuple, list[bool]] = defaultdict(list)
+    several = len({r.get("lift") for r in rows if r["policy"] == "private"}) > 1
     for row in rows:
-        key = (strategy_label(row), row.get("beta_scale"), row.get("ldp_epsilon"),
+        release = (f" [{row['lift']}]" if several and row["policy"] == "private"
+                   and row["strategy"] != "random" else "")
+        key = (strategy_label(row) + release, row.get("beta_scale"), row.get("ldp_epsilon"),
                row["epsilon"], row["r"] if row["epsilon"] is not None else None)
         cells[key].append(float(row[metric]))
         raws[key].append(float(row["simple_regret"]))
