@@ -84,3 +84,11 @@ def statement_lines(statement: dict) -> list[str]:
         lines.append("  preprocessing is data-dependent: " + statement["preprocessing"]["how"]
                      + " (not covered)")
     return lines
+
+
+def privacy_lines(unit: dict | None) -> list[str]:
+    """The lines of a privacy unit's dataset statement (a run's, or a service's)."""
+    dataset = (unit or {}).get("dataset") or {}
+    if "epsilon_by_distance" not in dataset:
+        return [f"privacy: {dataset.get('claim', 'the non-private baseline: no DP claim')}"]
+    return statement_lines(dataset)

@@ -554,7 +554,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"pobo run: error: {exc}", file=sys.stderr)
         return 1
     print(summary(result))
-    print("\n".join(privacy_lines(result)))
+    from pobo.parties.statement import privacy_lines  # numpy: only once a run is done
+
+    print("\n".join(privacy_lines(result.get("privacy_unit"))))
     print(describe_ledger(result["ledger"]))
     released, refused = result["modeler"].get("release"), result["modeler"].get("release_error")
     if released:
@@ -565,16 +567,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"DP release refused: {refused}")
     print(f"result: {Path(out) / 'result.json'}")
     return 0
-
-
-def privacy_lines(result: dict) -> list[str]:
-    """The release's privacy statement (epsilon by distance) as the run recorded it."""
-    from pobo.parties.statement import statement_lines
-
-    dataset = (result.get("privacy_unit") or {}).get("dataset") or {}
-    if "epsilon_by_distance" not in dataset:
-        return [f"privacy: {dataset.get('claim', 'non-private baseline: no DP claim')}"]
-    return statement_lines(dataset)
 
 
 def summary(result: dict) -> str:
@@ -728,8 +720,6 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     try:
         service = prepare_service(config, journal=journal)
-        for line in privacy_lines({"privacy_unit": service.privacy_unit()}):
-            print("[curator] " + line, flush=True)
         result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                            max_sessions=args.max_sessions,
                                            accept_timeout=args.accept_timeout, curve=curve,
