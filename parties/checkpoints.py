@@ -27,7 +27,10 @@ class LedgerBehind(JournalError):
 
 
 class LedgerChain:
-    """The hash-chain head of a journal's ledger, extended incrementally."""
+    """The hash-chain head of a journal's ledger, extended incrementally (read in chunks
+    of CHUNK entries: a journal of millions of LDP reports is never held in memory)."""
+
+    CHUNK = 10_000
 
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
@@ -35,21 +38,27 @@ class LedgerChain:
 
     def current(self) -> tuple[int, str]:
         """(entries, head) of the whole ledger now."""
-        for n, *fields in self.journal.ledger_rows(self._last_n):
-            self.head = next_head(self.head, entry_record(*fields))
-            self.entries, self._last_n = self.entries + 1, n
+        self._extend(None)
         return self.entries, self.head
 
     def head_at(self, entries: int) -> str | None:
-        """The head after the first `entries` entries, or None when the ledger holds fewer."""
-        head, count = GENESIS_HEAD, 0
-        if entries == 0:
-            return head
-        for _, *fields in self.journal.ledger_rows(0):
-            head, count = next_head(head, entry_record(*fields)), count + 1
-            if count == entries:
-                return head
-        return None
+        """The head after the first `entries` entries, or None when the ledger holds fewer
+        (from the start again if the chain went past them already)."""
+        if entries < self.entries:
+            self.entries, self.head, self._last_n = 0, GENESIS_HEAD, 0
+        self._extend(entries)
+        return self.head if self.entries == entries else None
+
+    def _extend(self, stop: int | None) -> None:
+        """Hash the entries appended since, up to `stop` entries in all (None: every one)."""
+        while stop is None or self.entries < stop:
+            limit = self.CHUNK if stop is None else min(self.CHUNK, stop - self.entries)
+            rows = self.journal.ledger_rows(self._last_n, limit)
+            for n, *fields in rows:
+                self.head = next_head(self.head, entry_record(*fields))
+                self.entries, self._last_n = self.entries + 1, n
+            if len(rows) < limit:
+                return
 
 
 @dataclass(frozen=True)

@@ -286,3 +286,25 @@ def test_the_head_file_is_checked_typed_and_a_journal_ahead_of_it_starts(tmp_pat
                            "--out", str(tmp_path / "cli")])
     assert status == 1 and "--ledger-head needs --journal" in err
 
+
+
+def test_the_chain_read_in_chunks_finds_every_prefix_and_follows_appends(tmp_path,
+                                                                         monkeypatch):
+    from pobo.parties.checkpoints import LedgerChain
+    from pobo.protocol.checkpoint import chain_head, entry_record
+    from pobo.protocol.ledger import LOCAL, Budget, Entry
+
+    journal = Journal(tmp_path / "j.db")
+    for row in range(7):
+        journal.charge("s", [Entry("ctl-laplace", 1.0, 0.0, LOCAL, row)], Budget())
+    records = [entry_record(*fields) for _, *fields in journal.ledger_rows()]
+    prefixes = [chain_head(records[:k]) for k in range(8)]
+    monkeypatch.setattr(LedgerChain, "CHUNK", 2)
+    chain = LedgerChain(journal)
+    assert chain.current() == (7, prefixes[7])
+    assert [chain.head_at(k) for k in (3, 0, 7, 5)] == [prefixes[k] for k in (3, 0, 7, 5)]
+    assert chain.head_at(8) is None
+    journal.charge("t", [Entry("ctl-laplace", 1.0, 0.0, LOCAL, 0)], Budget())
+    more = entry_record(*journal.ledger_rows(after=journal.ledger_rows()[-2][0])[0][1:])
+    assert chain.current() == (8, chain_head([*records, more]))
+    journal.close()
