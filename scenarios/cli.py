@@ -739,6 +739,7 @@ def writable(folder: Path) -> None:
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
     from pobo.parties.budget import describe_journal_ledger, journal_ledger
+    from pobo.parties.checkpoints import LedgerChain
     from pobo.parties.journal import Journal
 
     if not args.journal.exists():
@@ -746,9 +747,12 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     journal = Journal(args.journal)
     try:
         ledger = journal_ledger(journal)
+        entries, head = LedgerChain(journal).current()
     finally:
         journal.close()
-    print(json.dumps(ledger, indent=1) if args.json else describe_journal_ledger(ledger))
+    ledger["chain"] = {"entries": entries, "head": head}  # what the curator's heads commit to
+    print(json.dumps(ledger, indent=1) if args.json else describe_journal_ledger(ledger)
+          + f"\nledger chain: {entries} entries, head {head}")
     return 0
 
 

@@ -172,6 +172,10 @@ def test_a_sequence_of_sessions_across_restarts_audits_clean_and_commits_to_its_
     reports = json.loads(out)
     assert status == 0 and all(r["ok"] for r in reports), out
     assert [len(r["ledger_heads"]) for r in reports] == [2] * 6
+    # `pobo ledger` names the head the last End committed to
+    status, out, _ = _cli(["ledger", "--journal", str(journal), "--json"])
+    assert status == 0 and json.loads(out)["chain"] == {"entries": heads[1][1].entries,
+                                                        "head": heads[1][1].chain}
 
 
 def test_the_head_is_the_documented_hash_chain_over_the_journal(tmp_path, monkeypatch):
