@@ -132,9 +132,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                     continue
                 await channel.send(reply)
             elif isinstance(message, End):
-                if checkpoint is not None:  # the modeler may be gone already: no matter
-                    with contextlib.suppress(PeerGone, PeerTimeout):
-                        await channel.send(End("closed", checkpoint()))
+                if checkpoint is not None:
+                    await _send_closing_end(channel, checkpoint, session_id)
                 return message.reason
             elif isinstance(message, Error):
                 raise PeerError(message.code, message.message)
@@ -145,6 +144,21 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
         for task in evaluations.values():
             task.cancel()
         await asyncio.gather(*evaluations.values(), return_exceptions=True)
+
+
+async def _send_closing_end(channel: Channel, checkpoint: Callable[[], LedgerHead],
+                            session_id: str) -> None:
+    """Answer the modeler's End with the ledger's head. The modeler may be gone already,
+    and a head that cannot be kept (its file unwritable) is not sent: either way the
+    session is over and nothing of it is lost."""
+    try:
+        head = checkpoint()
+    except OSError as exc:
+        log.error("session %s: the ledger head could not be kept (%s): no closing End",
+                  session_id[:12], exc)
+        return
+    with contextlib.suppress(PeerGone, PeerTimeout):
+        await channel.send(End("closed", head))
 
 
 async def _logged(work) -> None:
