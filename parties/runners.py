@@ -60,8 +60,13 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
         await receive_hello(channel)
-    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key,
-                               checkpoint() if checkpoint is not None else NO_LEDGER_HEAD))
+    try:
+        head = checkpoint() if checkpoint is not None else NO_LEDGER_HEAD
+    except OSError as exc:  # no session without a head kept: refused, typed, nothing spent
+        await _send_error(channel, ErrorCode.INTERNAL, "the curator cannot keep its ledger "
+                          f"head ({type(exc).__name__}): no session now")
+        raise
+    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key, head))
     await channel.send(Dataset(release))
     if asked:
         channel.boundary.restore_queries(asked)
@@ -149,14 +154,14 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
 async def _send_closing_end(channel: Channel, checkpoint: Callable[[], LedgerHead],
                             session_id: str) -> None:
     """Answer the modeler's End with the ledger's head. The modeler may be gone already,
-    and a head that cannot be kept (its file unwritable) is not sent: either way the
-    session is over and nothing of it is lost."""
+    and a head that cannot be kept (its file unwritable: a full disk) is not sent, the
+    End goes without it: either way the session is over and nothing of it is lost."""
     try:
         head = checkpoint()
     except OSError as exc:
-        log.error("session %s: the ledger head could not be kept (%s): no closing End",
-                  session_id[:12], exc)
-        return
+        log.error("session %s: the ledger head could not be kept (%s): the closing End "
+                  "carries none", session_id[:12], exc)
+        head = NO_LEDGER_HEAD
     with contextlib.suppress(PeerGone, PeerTimeout):
         await channel.send(End("closed", head))
 
@@ -284,7 +289,7 @@ async def closing_head(channel: Channel) -> LedgerHead | None:
             log.warning("the curator's closing End did not come: its ledger head is not recorded")
             return None
         if isinstance(message, End):
-            return message.ledger
+            return None if message.ledger == NO_LEDGER_HEAD else message.ledger
         if not isinstance(message, (Pending, Reward)):  # a late answer to a retry: skipped
             log.warning("expected the curator's End, got %s", type(message).__name__)
             return None

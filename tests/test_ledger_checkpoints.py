@@ -312,3 +312,49 @@ def test_the_chain_read_in_chunks_finds_every_prefix_and_follows_appends(tmp_pat
     more = entry_record(*journal.ledger_rows(after=journal.ledger_rows()[-2][0])[0][1:])
     assert chain.current() == (8, chain_head([*records, more]))
     journal.close()
+
+
+def test_a_head_file_that_cannot_be_written_refuses_the_session_typed_and_spends_nothing(
+        tmp_path, monkeypatch):
+    journal = tmp_path / "curator.journal"
+
+    def full_disk(self, head):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(HeadFile, "write", full_disk)  # the first Welcome's head: 1 entry
+    j = Journal(journal)
+    service = prepare_service(CONFIG, journal=j)
+    session, out = service.new_session(), tmp_path / "first"
+    cpipe, mpipe = pipe_pair()
+    cchan = open_channel(cpipe, CURATOR, False, out, 10.0)
+    mchan = open_channel(mpipe, MODELER, False, out, 10.0)
+
+
+    async def both():
+        return await asyncio.gather(curate(cchan, session, out, verbose=False,
+                                           raise_errors=False), optimise(mchan, 1),
+                                    return_exceptions=True)
+
+    curator, refused = asyncio.run(asyncio.wait_for(both(), 30))
+    cchan.close(), mchan.close(), j.close()
+    assert isinstance(refused, PeerError) and refused.code == "internal", refused
+    assert "ledger head" in refused.peer_message
+    assert curator["status"] == "failed" and "No space left" in curator["error"]
+    assert [r[2] for r in Journal(journal).ledger_rows()] == ["po-gp-ucb-projection"]
+    assert not Path(f"{journal}.head").exists()  # no query was answered, nothing else spent
+
+
+def test_a_head_that_cannot_be_kept_at_the_end_is_not_sent(tmp_path, monkeypatch):
+    journal = tmp_path / "curator.journal"
+    writes = []
+
+    def fail_second(self, head):
+        writes.append(head)
+        if len(writes) > 1:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(HeadFile, "write", fail_second)
+    modeler = _serve(journal, tmp_path / "s", 1, monkeypatch)
+    assert modeler["status"] == "ok" and modeler["ledger_head"] is None  # End came, no head
+    kinds = [(k, h.entries) for k, h in _heads(tmp_path / "s" / "modeler.transcript")]
+    assert kinds == [("welcome", 1), ("end", 0)]  # the End carries no head it could not keep
