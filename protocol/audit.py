@@ -215,13 +215,15 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
 def checkpoints(messages: list, role: str, path: str) -> list[Checkpoint]:
     """The ledger heads the curator's Welcomes and Ends carry in a transcript, in order."""
     by_curator = "sent" if role == CURATOR else "recv"
-    session, out = "", []
+    session, opened, out = "", 0.0, []
     for r, m in messages:
+        if r.kind == "hello":  # a connection opens: the heads it carries are computed later
+            opened = r.time
         if isinstance(m, Welcome):
             session = m.session
         if (isinstance(m, (Welcome, End)) and r.dir == by_curator
                 and m.ledger != NO_LEDGER_HEAD):
-            out.append(Checkpoint(session, r.kind, r.time, m.ledger, path, r.seq))
+            out.append(Checkpoint(session, r.kind, r.time, m.ledger, path, r.seq, opened))
     return out
 
 

@@ -79,7 +79,8 @@ def check_head(head: LedgerHead, sender: str) -> None:
 @dataclass(frozen=True)
 class Checkpoint:
     """A ledger head as a transcript records it: the session and message (welcome or end)
-    that carried it, when the party recorded it, and where (transcript, record)."""
+    that carried it, when the party recorded it, when the connection that carried it
+    was opened (the party recorded its Hello), and where (transcript, record)."""
 
     session: str
     kind: str
@@ -87,6 +88,7 @@ class Checkpoint:
     head: LedgerHead
     path: str = ""
     record: int = -1
+    opened: float = 0.0
 
     def describe(self) -> str:
         """'session 0123456789ab's end (PATH record N)'."""
@@ -95,20 +97,17 @@ class Checkpoint:
 
 def forks(points: list[Checkpoint], limit: int = 3) -> list[tuple[Checkpoint, str]]:
     """The checkpoints that break one chain, each with a one-line reason (at most
-    `limit`): two that commit to the same number of entries with different heads; or
-    one that commits to fewer entries than one recorded before it, in its own session
-    or in a session it started after (sessions that overlap in time are compared by
-    the first rule only: their frames may cross in flight)."""
+    `limit`): two that commit to the same number of entries with different heads; one
+    that commits to fewer entries than one recorded before its connection was opened
+    (the curator computed it later: the ledger went back); or, in one transcript, fewer
+    than the one before it. Connections that overlap in time are held to the first
+    rule only: their frames may cross in flight."""
     unique: dict[tuple, Checkpoint] = {}
     for p in sorted(points, key=lambda p: p.time):  # both transcripts of a session: once
         unique.setdefault((p.session, p.kind, p.head.entries, p.head.chain), p)
-    ordered = list(unique.values())
-    started = {}
-    for p in ordered:
-        started.setdefault(p.session, p.time)
     out: list[tuple[Checkpoint, str]] = []
     seen: dict[int, Checkpoint] = {}
-    for i, q in enumerate(ordered):
+    for q in sorted(points, key=lambda p: (p.time, p.record)):
         first = seen.setdefault(q.head.entries, q)
         if first.head.chain != q.head.chain:
             out.append((q, f"ledger fork: {first.describe()} and {q.describe()} both commit "
@@ -116,8 +115,8 @@ def forks(points: list[Checkpoint], limit: int = 3) -> list[tuple[Checkpoint, st
                            f"({first.head.chain[:12]}... vs {q.head.chain[:12]}...): the "
                            "curator's journal was rolled back or forked"))
         else:
-            ahead = [p for p in ordered[:i] if p.head.entries > q.head.entries
-                     and (p.session == q.session or p.time <= started[q.session])]
+            ahead = [p for p in unique.values() if p.head.entries > q.head.entries
+                     and (p.time <= q.opened or (p.path == q.path and p.record < q.record))]
             if ahead:
                 p = max(ahead, key=lambda p: p.head.entries)
                 out.append((q, f"ledger fork: {q.describe()} commits to {q.head.entries} "

@@ -242,26 +242,30 @@ def test_a_modeler_end_carrying_a_head_is_refused_by_the_policy():
     assert End("done").ledger == NO_LEDGER_HEAD
 
 
-def _point(session: str, kind: str, time: float, entries: int, chain: str) -> Checkpoint:
+def _point(session: str, kind: str, time: float, entries: int, chain: str,
+           opened: float, record: int = 0) -> Checkpoint:
     return Checkpoint(session, kind, time, LedgerHead(entries, chain, 0.0, 0.0, 0.0, 0.0),
-                      f"{session}.transcript", 0)
+                      f"{session}.transcript", record, opened)
 
 
 def test_forks_name_a_same_count_fork_and_a_count_that_goes_back_but_not_concurrency():
     a, b, c = "a" * 64, "b" * 64, "c" * 64
-    chain = [_point("s1", "welcome", 1, 1, a), _point("s1", "end", 2, 4, b),
-             _point("s2", "welcome", 3, 4, b), _point("s2", "end", 4, 7, c)]
+    chain = [_point("s1", "welcome", 1, 1, a, 0.5, 1), _point("s1", "end", 2, 4, b, 0.5, 9),
+             _point("s2", "welcome", 3, 4, b, 2.5, 1), _point("s2", "end", 4, 7, c, 2.5, 9)]
     assert forks(chain) == []
     # the same number of entries, another head
-    assert len(forks(chain + [_point("s3", "end", 9, 7, "d" * 64)])) == 1
-    # a session started after s2 ended, committing to fewer entries than s2's End
-    late = forks(chain + [_point("s3", "welcome", 5, 4, b)])
+    assert len(forks(chain + [_point("s3", "end", 9, 7, "d" * 64, 8)])) == 1
+    # a connection opened after s2's End was recorded, committing to fewer entries
+    late = forks(chain + [_point("s3", "welcome", 5, 4, b, 4.5)])
     assert len(late) == 1 and "committed to 7" in late[0][1] and late[0][0].session == "s3"
-    # a session that overlaps s2 (started before s2's End) may hold an older head
-    assert forks(chain + [_point("s3", "welcome", 3.5, 4, b),
-                          _point("s3", "end", 5, 8, "e" * 64)]) == []
-    # within one session the count never goes back
-    assert len(forks([_point("s1", "welcome", 1, 5, a), _point("s1", "welcome", 2, 3, b)])) == 1
+    # a session that overlaps s2 (opened before s2's End) may hold an older head, even
+    # one that arrives after s2's End (its Welcome was in flight)
+    assert forks(chain + [_point("s3", "welcome", 3.5, 4, b, 3.2),
+                          _point("s3", "end", 5, 8, "e" * 64, 3.2)]) == []
+    assert forks(chain + [_point("s3", "welcome", 4.2, 4, b, 3.9)]) == []
+    # within one transcript the count never goes back (an End below its own Welcome)
+    assert len(forks([_point("s1", "welcome", 1, 5, a, 0.5, 1),
+                      _point("s1", "end", 2, 3, b, 0.5, 9)])) == 1
 
 
 def test_the_head_file_is_checked_typed_and_a_journal_ahead_of_it_starts(tmp_path):
