@@ -473,6 +473,14 @@ class Journal:
             args = [v for _, v in where]
         return [Entry(*r) for r in self._db.execute(sql + " ORDER BY n", args)]
 
+    def ledger_rows(self, after: int = 0, limit: int = -1) -> list[tuple]:
+        """The ledger entries numbered past `after` (at most `limit`; -1: all), in journal
+        order, as (n, session, mechanism, epsilon, delta, scope, row, time): what the
+        ledger's hash chain covers."""
+        return [tuple(r) for r in self._db.execute(
+            "SELECT n, session, mechanism, epsilon, delta, scope, row, time FROM ledger "
+            "WHERE n > ? ORDER BY n LIMIT ?", (after, limit))]
+
     def central_entries(self) -> list[dict]:
         """Every central entry with its session and time, oldest first."""
         return [{"mechanism": m, "epsilon": e, "delta": d, "scope": CENTRAL, "session": s,

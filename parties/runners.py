@@ -21,8 +21,8 @@ from pobo.protocol.signing import body_of
 from pobo.protocol.transcript import read_transcript
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import (
-    PROTOCOL_VERSION, Dataset, End, Error, Hello, Pending, ProjectedDataset, Query, Release,
-    ReleaseRequest, Reward, SessionParams, Welcome,
+    NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, LedgerHead, Pending,
+    ProjectedDataset, Query, Release, ReleaseRequest, Reward, SessionParams, Welcome,
 )
 
 log = logging.getLogger("pobo.session")
@@ -39,7 +39,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         hello: Hello | None = None, asked: dict[int, int] | None = None,
                         max_refusals: int = 10_000, measure: Measure | None = None,
                         on_evaluate: StepCallback | None = None,
-                        on_measured: Callable[[int], None] | None = None) -> str:
+                        on_measured: Callable[[int], None] | None = None,
+                        checkpoint: Callable[[], LedgerHead] | None = None) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
     Every answer is committed to the dataset's journal by `curator` before its reward is
@@ -53,11 +54,19 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     mismatch ends it. A release request goes to `on_release`, which computes it from
     the curator's own record (a refusal, e.g. past the privacy budget, is a typed Error).
     `on_evaluate(seq, row, seconds waited)` is called when an evaluation starts and
-    `on_measured(seq)` when its answer is committed.
+    `on_measured(seq)` when its answer is committed. With `checkpoint` (the dataset
+    ledger's head now) the Welcome carries the head, and the modeler's End is answered
+    with an End carrying it again (protocol.checkpoint).
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
         await receive_hello(channel)
-    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key))
+    try:
+        head = checkpoint() if checkpoint is not None else NO_LEDGER_HEAD
+    except OSError as exc:  # no session without a head kept: refused, typed, nothing spent
+        await _send_error(channel, ErrorCode.INTERNAL, "the curator cannot keep its ledger "
+                          f"head ({type(exc).__name__}): no session now")
+        raise
+    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key, head))
     await channel.send(Dataset(release))
     if asked:
         channel.boundary.restore_queries(asked)
@@ -128,6 +137,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                     continue
                 await channel.send(reply)
             elif isinstance(message, End):
+                if checkpoint is not None:
+                    await _send_closing_end(channel, checkpoint, session_id)
                 return message.reason
             elif isinstance(message, Error):
                 raise PeerError(message.code, message.message)
@@ -138,6 +149,21 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
         for task in evaluations.values():
             task.cancel()
         await asyncio.gather(*evaluations.values(), return_exceptions=True)
+
+
+async def _send_closing_end(channel: Channel, checkpoint: Callable[[], LedgerHead],
+                            session_id: str) -> None:
+    """Answer the modeler's End with the ledger's head. The modeler may be gone already,
+    and a head that cannot be kept (its file unwritable: a full disk) is not sent, the
+    End goes without it: either way the session is over and nothing of it is lost."""
+    try:
+        head = checkpoint()
+    except OSError as exc:
+        log.error("session %s: the ledger head could not be kept (%s): the closing End "
+                  "carries none", session_id[:12], exc)
+        head = NO_LEDGER_HEAD
+    with contextlib.suppress(PeerGone, PeerTimeout):
+        await channel.send(End("closed", head))
 
 
 async def _logged(work) -> None:
@@ -242,7 +268,31 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         else:
             modeler.release = expect(reply, Release)
     await channel.send(End("done"))
+    if welcome.ledger != NO_LEDGER_HEAD:
+        modeler.ledger_head = await closing_head(channel)
     return modeler
+
+
+async def closing_head(channel: Channel) -> LedgerHead | None:
+    """The ledger head of the curator's End answering ours (recorded in the transcript),
+    skipping late duplicates; None when it does not come within the timeout (the session
+    is over either way: the Welcome's head is the last commitment then)."""
+    while True:
+        try:
+            message = await channel.recv()
+        except ProtocolError as exc:
+            if exc.code is ErrorCode.DUPLICATE:
+                continue
+            log.warning("the curator's closing End was refused: %s", exc)
+            return None
+        except (PeerTimeout, PeerGone):
+            log.warning("the curator's closing End did not come: its ledger head is not recorded")
+            return None
+        if isinstance(message, End):
+            return None if message.ledger == NO_LEDGER_HEAD else message.ledger
+        if not isinstance(message, (Pending, Reward)):  # a late answer to a retry: skipped
+            log.warning("expected the curator's End, got %s", type(message).__name__)
+            return None
 
 
 # what a curator answers one query with when it may be retried: its evaluation failed,

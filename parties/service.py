@@ -16,11 +16,13 @@ import json
 import math
 import secrets
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
 from pobo.parties.choices import DEFAULT_LIFT, LIFT_MODES  # noqa: F401  (re-exported)
 from pobo.parties.budget import DatasetLedger, session_ledger
+from pobo.parties.checkpoints import HeadFile, LedgerChain, check_not_behind
 from pobo.parties.curator import Curator, Oracle
 from pobo.parties.dataset import Problem, dataset_digest
 from pobo.parties.journal import (
@@ -35,11 +37,12 @@ from pobo.parties.projection import (
     choose_projection, identity_release, lift_test_needed, release_mechanism, singular_values,
 )
 from pobo.parties.statement import release_statement
+from pobo.protocol.checkpoint import ledger_head
 from pobo.protocol.codec import decode, encode
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
 from pobo.protocol.messages import (
-    PROTOCOL_VERSION, Dataset, Mechanism, ProjectedDataset, SessionParams, Welcome,
+    PROTOCOL_VERSION, Dataset, LedgerHead, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
 
@@ -208,11 +211,16 @@ class CuratorSession:
 
 
 class CuratorService:
-    """A curator serving one prepared dataset to any number of sessions."""
+    """A curator serving one prepared dataset to any number of sessions.
+
+    With a `head_file` (a path outside the journal) it keeps there the last ledger head
+    it committed to in a Welcome or an End, and refuses (LedgerBehind) to start on a
+    journal whose ledger does not hold that head (protocol.checkpoint)."""
 
     def __init__(self, problem: Problem, settings: CuratorSettings,
                  journal: Journal | None = None, config: dict | None = None,
-                 objective: Objective | None = None, max_batch: int = 1) -> None:
+                 objective: Objective | None = None, max_batch: int = 1,
+                 head_file: str | Path | None = None) -> None:
         if not 1 <= max_batch <= MAX_BATCH:
             raise ValueError(f"--max-batch must lie in [1, {MAX_BATCH}], got {max_batch}")
         if objective is None and problem.f is None:
@@ -236,6 +244,11 @@ class CuratorService:
                                f"{self.digest[:16]}...): each dataset keeps its own journal "
                                "(a dataset generated from the seed needs the same --seed; a "
                                "file, the same --data)")
+        self.chain = LedgerChain(self.journal)
+        self.head_file = None if head_file is None else HeadFile(Path(head_file), self.digest)
+        self._committed = self.head_file.read() if self.head_file is not None else None
+        if self._committed is not None:  # before anything is charged: refused, not spent
+            check_not_behind(self.chain, self._committed, self.head_file.path)
         self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))
         self.ledger = DatasetLedger(self.journal, settings.budget)
         self.ldp = ldp_mechanism(problem, settings)
@@ -345,6 +358,18 @@ class CuratorService:
         return CuratorSession(self, session_id, saved.ordinal, welcome.params,
                               decode(stored[0]).release, owner, generation, saved)
 
+    def checkpoint(self) -> LedgerHead:
+        """The dataset ledger's head now, for a Welcome or an End: kept in the head file
+        (when there is one) before it is returned, so no frame commits to a head the
+        file does not hold or extend."""
+        entries, chain = self.chain.current()
+        head = ledger_head(entries, chain, self.ledger.to_dict())
+        if self.head_file is not None and (self._committed is None
+                                           or head.entries > self._committed.entries):
+            self.head_file.write(head)
+            self._committed = head
+        return head
+
     def _check_journal(self) -> None:
         """Refuse new work once a journal write has failed (disk full, I/O error)."""
         if self.journal.fault is not None:
@@ -408,6 +433,10 @@ def ldp_mechanism(problem: Problem, s: CuratorSettings) -> ConvertToLaplace | No
 NOT_COVERED = (
     "the number of rows n and the dimension d are public",
     "the objective's declared bounds B and R are public constants, not computed from f",
+    "the ledger's rollback protection: a curator refuses a journal behind the ledger head "
+    "it keeps outside it, and every Welcome and End carries a signed head; an operator who "
+    "restores or deletes both the journal and the head file can spend a row's budget again, "
+    "which only an audit of the modelers' transcripts (a fork) then shows",
 )
 FLOAT_GAP = ("the release's Gaussian noise is drawn as floating-point normals (Box-Muller "
              "on 53-bit CSPRNG uniforms): the floating-point attack on textbook samplers "

@@ -53,7 +53,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +61,10 @@ import numpy as np
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
-from pobo.protocol.messages import Dataset, End, Error, Hello, Release, Reward, Welcome
+from pobo.protocol.checkpoint import Checkpoint, forks
+from pobo.protocol.messages import (
+    NO_LEDGER_HEAD, Dataset, End, Error, Hello, Release, Reward, Welcome,
+)
 from pobo.protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
 from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
 from pobo.protocol.transcript import (
@@ -86,6 +89,7 @@ class AuditReport:
     unacknowledged: dict | None = None  # paired audit: frames sent, never received
     signatures: str = "unsigned"  # verified | unsigned | unverified (...) | FAILED at record N (...)
     complete: bool = True  # False when the transcript holds no End (cut, or still running)
+    checkpoints: list[Checkpoint] = field(default_factory=list)  # the curator's ledger heads
 
     @property
     def ok(self) -> bool:
@@ -98,7 +102,9 @@ class AuditReport:
                 "session": self.session, "violations": self.violations, "notes": self.notes,
                 "ledger": self.ledger, "refused": self.refused,
                 "unacknowledged": self.unacknowledged, "signatures": self.signatures,
-                "complete": self.complete}
+                "complete": self.complete,
+                "ledger_heads": [{"kind": c.kind, "record": c.record, **asdict(c.head)}
+                                 for c in self.checkpoints]}
 
     def text(self) -> str:
         """The human report."""
@@ -107,6 +113,10 @@ class AuditReport:
         lines.append(f"  signatures: {self.signatures}")
         lines += [f"  violation: {v}" for v in self.violations]
         lines += [f"  note: {n}" for n in self.notes]
+        if self.checkpoints:
+            last = self.checkpoints[-1].head
+            lines.append(f"  ledger heads: {len(self.checkpoints)} in the curator's Welcome "
+                         f"and End frames; the last commits to {last.entries} entries (head {last.chain[:16]}...)")
         if self.ledger is not None:
             c = self.ledger["central"]
             loc = self.ledger["local"]
@@ -195,9 +205,26 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
             + "; whatever it does not hold (a later release, say) the audit cannot see")
         report.complete = False
     report.ledger = recompute_ledger(messages, welcome).to_dict()
+    report.checkpoints = checkpoints(messages, role, str(path))
+    report.violations += [why for _, why in forks(report.checkpoints)]
     if X is not None:
         _check_data(messages, welcome, np.asarray(X, float), f, report)
     return report
+
+
+def checkpoints(messages: list, role: str, path: str) -> list[Checkpoint]:
+    """The ledger heads the curator's Welcomes and Ends carry in a transcript, in order."""
+    by_curator = "sent" if role == CURATOR else "recv"
+    session, opened, out = "", 0.0, []
+    for r, m in messages:
+        if r.kind == "hello":  # a connection opens: the heads it carries are computed later
+            opened = r.time
+        if isinstance(m, Welcome):
+            session = m.session
+        if (isinstance(m, (Welcome, End)) and r.dir == by_curator
+                and m.ledger != NO_LEDGER_HEAD):
+            out.append(Checkpoint(session, r.kind, r.time, m.ledger, path, r.seq, opened))
+    return out
 
 
 def _role(messages: list) -> str:

@@ -93,6 +93,25 @@ class ProjectedDataset:
 
 
 @dataclass(frozen=True)
+class LedgerHead:
+    """A checkpoint of the dataset's privacy ledger, signed with the frame that carries it
+    (protocol.checkpoint): `chain` is the SHA-256 hash chain over its first `entries`
+    entries in journal order (64 hex digits; '' = no checkpoint, an older curator), with
+    the totals the ledger reported at that point: the central (epsilon, delta) and the
+    worst-off row's local (epsilon, delta)."""
+
+    entries: int
+    chain: str
+    central_epsilon: float
+    central_delta: float
+    max_row_epsilon: float
+    max_row_delta: float
+
+
+NO_LEDGER_HEAD = LedgerHead(0, "", 0.0, 0.0, 0.0, 0.0)  # a frame without a checkpoint
+
+
+@dataclass(frozen=True)
 class Hello:
     """Modeler's opening message: its protocol version, a free-form client name, the
     id of a session to resume ('' for a new one), and the acquisition it declares:
@@ -113,12 +132,14 @@ class Hello:
 
 @dataclass(frozen=True)
 class Welcome:
-    """Curator's answer to Hello: its version, a session id and the public parameters."""
+    """Curator's answer to Hello: its version, a session id, the public parameters and
+    the dataset ledger's head as the session starts (NO_LEDGER_HEAD: none kept)."""
 
     version: int
     session: str
     params: SessionParams
     sign_key: str = ""  # the curator's Ed25519 public key (hex); '' = an unsigned curator
+    ledger: LedgerHead = NO_LEDGER_HEAD
 
 
 @dataclass(frozen=True)
@@ -193,9 +214,12 @@ class Release:
 
 @dataclass(frozen=True)
 class End:
-    """Either side closes the session, with a reason."""
+    """Either side closes the session, with a reason; the curator answers the modeler's
+    End with its own, carrying the dataset ledger's head as the session ends (a modeler's
+    End carries none)."""
 
     reason: str
+    ledger: LedgerHead = NO_LEDGER_HEAD
 
 
 @dataclass(frozen=True)

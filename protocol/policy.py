@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from pobo.protocol.checkpoint import check_head
 from pobo.protocol.errors import ErrorCode, PolicyViolation, ProtocolError
 from pobo.protocol.messages import (
-    PROTOCOL_VERSION, Dataset, Hello, Message, Pending, Query, Release, ReleaseRequest, Reward,
+    PROTOCOL_VERSION, Dataset, End, Hello, Message, Pending, Query, Release, ReleaseRequest, Reward,
     SessionParams, Welcome, kind_of,
 )
 
@@ -64,6 +65,8 @@ def check_message(policy: Policy, sender: str, message: Message) -> None:
     if isinstance(message, Welcome) and message.params.policy != policy.name:
         raise PolicyViolation(f"session announces policy {message.params.policy!r}, "
                               f"this side enforces {policy.name!r}")
+    if isinstance(message, (Welcome, End)):
+        check_head(message.ledger, sender)  # a garbled checkpoint is a typed refusal
     if isinstance(message, Dataset):
         release = message.release
         if release.mechanism not in policy.dataset_mechanisms:

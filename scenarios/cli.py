@@ -187,7 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("audit", help="verify transcripts: chain, policy, ledger, agreement")
     p.add_argument("transcripts", nargs="+", type=Path,
-                   help="a party's transcript, or the curator's and the modeler's of one session")
+                   help="a party's transcript, the curator's and the modeler's of one session, "
+                        "or those of several sessions of one dataset (their signed ledger "
+                        "heads must form one chain: a rolled-back journal shows as a fork)")
     p.add_argument("--data", type=Path,
                    help="the curator's data (.npz with X and f, or .npy X): check that none of "
                         "it appears in anything sent")
@@ -240,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "answers are committed before they are sent, and a restarted curator "
                         "serves the same Z, keeps the same ledger and resumes the sessions in "
                         "it (without it the ledger lives for the process only)")
+    p.add_argument("--ledger-head", type=Path, metavar="FILE",
+                   help="where the curator keeps the last ledger head it signed, outside the "
+                        "journal (default JOURNAL.head; beside its keys is better): it refuses "
+                        "to start on a journal behind it")
     _durability_argument(p)
     p.add_argument("--curve-secret", type=Path, help="CURVE: the curator's secret key file")
     p.add_argument("--curve-allow", type=Path,
@@ -705,6 +711,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     from pobo.transport.security import CurveServer
 
     config = config_from_args(args)
+    if args.ledger_head is not None and config.journal is None:
+        raise ValueError("--ledger-head needs --journal (a ledger in memory has no head to keep)")
     if args.sessions < 0 or args.max_sessions < 0:
         raise ValueError("--sessions and --max-sessions must be >= 0")
     secret, allowed = _curve_pair(args.curve_secret, args.curve_allow, "allow")
@@ -719,7 +727,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
               "record says randomness: seeded", file=sys.stderr, flush=True)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     try:
-        service = prepare_service(config, journal=journal)
+        service = prepare_service(config, journal=journal, head_file=args.ledger_head)
         result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                            max_sessions=args.max_sessions,
                                            accept_timeout=args.accept_timeout, curve=curve,
@@ -745,6 +753,7 @@ def writable(folder: Path) -> None:
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
     from pobo.parties.budget import describe_journal_ledger, journal_ledger
+    from pobo.parties.checkpoints import LedgerChain
     from pobo.parties.journal import Journal
 
     if not args.journal.exists():
@@ -752,9 +761,12 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     journal = Journal(args.journal)
     try:
         ledger = journal_ledger(journal)
+        entries, head = LedgerChain(journal).current()
     finally:
         journal.close()
-    print(json.dumps(ledger, indent=1) if args.json else describe_journal_ledger(ledger))
+    ledger["chain"] = {"entries": entries, "head": head}  # what the curator's heads commit to
+    print(json.dumps(ledger, indent=1) if args.json else describe_journal_ledger(ledger)
+          + f"\nledger chain: {entries} entries, head {head}")
     return 0
 
 

@@ -46,9 +46,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pobo.parties.runners import PendingCallback, QueryWindow, expect
+from pobo.parties.runners import PendingCallback, QueryWindow, closing_head, expect
 from pobo.protocol.errors import PeerError, PeerTimeout
 from pobo.protocol.messages import (
+    NO_LEDGER_HEAD,
     PROTOCOL_VERSION,
     Dataset,
     End,
@@ -97,6 +98,8 @@ class ModelerClient:
         self.rewards: list[float] = []
         self.released: Release | None = None
         self.release_error: str | None = None
+        self.ledger_head = None  # the curator's closing checkpoint (protocol.checkpoint)
+        self._checkpoints = False  # whether the Welcome carried a ledger head
         self._inflight: list[tuple[int, int]] = []  # (seq, row) of a call left unanswered
         self._received: dict[int, float] = {}  # rewards of that call that did arrive
         self._window: QueryWindow | None = None
@@ -169,6 +172,7 @@ class ModelerClient:
         welcome = expect(await channel.recv(), Welcome)
         dataset = expect(await channel.recv(), Dataset)
         self.params, self.session = welcome.params, welcome.session
+        self._checkpoints = welcome.ledger != NO_LEDGER_HEAD
         self.Z = dataset.release.Z  # read-only (ProjectedDataset freezes it)
         self.dataset = dataset.release
         self._window = QueryWindow(channel, self._retries, on_pending=self._pending_seen)
@@ -325,6 +329,8 @@ class ModelerClient:
                     reason = reason if reason != "done" else "closed early"
                 try:
                     self._run(self._channel.send(End(reason[:200])), 0)
+                    if self._checkpoints:  # the curator's End: its ledger head, recorded
+                        self.ledger_head = self._run(closing_head(self._channel), 1)
                 except Exception as exc:  # the record is still written
                     self._failed = self._failed or f"{type(exc).__name__}: {exc}"
             record = self._record()
@@ -363,6 +369,7 @@ class ModelerClient:
                 "best_reward": None if best is None else self.rewards[best],
                 "release": None if self.released is None else asdict(self.released),
                 "release_error": self.release_error,
+                "ledger_head": None if self.ledger_head is None else asdict(self.ledger_head),
                 "seconds": time.perf_counter() - self._started,
                 "transcript_head": channel.transcript.head if channel and channel.transcript
                 else None,

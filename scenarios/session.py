@@ -81,15 +81,24 @@ def default_budget_delta(config: RunConfig, problem: Problem) -> float:
 
 
 def prepare_service(config: RunConfig, problem: Problem | None = None,
-                    journal: Journal | None = None) -> CuratorService:
+                    journal: Journal | None = None,
+                    head_file: str | Path | None = None) -> CuratorService:
     """The long-lived curator of a scenario: its dataset built (unless given), its
     projection prepared once, its ledger in `journal` (memory if None) and its objective
-    (the scenario's, or measured on demand as `config` says)."""
+    (the scenario's, or measured on demand as `config` says). A journal on disk keeps
+    its ledger head in `head_file` (default: the journal's path + '.head')."""
     if problem is None:
         problem = build_problem(config.scenario, config.seed, **config.options)
+    if head_file is None and journal is not None and journal.path != ":memory:":
+        head_file = ledger_head_path(journal.path)
     return CuratorService(problem, curator_settings(config, problem), journal,
                           journal_config(config), objective_for(config),
-                          max_batch=config.max_batch)
+                          max_batch=config.max_batch, head_file=head_file)
+
+
+def ledger_head_path(journal: str | Path) -> Path:
+    """Where a journal's ledger head is kept by default: beside it, JOURNAL.head."""
+    return Path(f"{journal}.head")
 
 
 def objective_for(config: RunConfig) -> Objective | None:
@@ -196,7 +205,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         reason = await serve_session(
             channel, curator, session.params, session.release, sid, on_answer=progress,
             on_release=handler, hello=hello, measure=session.measure, on_evaluate=evaluating,
-            on_measured=session.measured,
+            on_measured=session.measured, checkpoint=service.checkpoint,
             asked={**{seq: row for seq, (row, _) in curator.answered.items()},
                    **curator.reserved})
         # an End "done" finishes the session; any other reason before the T-th answer
@@ -297,7 +306,9 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                                     hyper=hyper, on_step=progress, release=release,
                                     resume=resume, batch=batch, on_pending=pending)
         released = {"release": None if modeler.release is None else asdict(modeler.release),
-                    "release_error": modeler.release_error}
+                    "release_error": modeler.release_error,
+                    "ledger_head": None if modeler.ledger_head is None
+                    else asdict(modeler.ledger_head)}
         fits = [{"kernel": f.kernel.name, "lengthscales": list(f.kernel.lengthscales),
                  "signal_var": f.kernel.variance, "noise_var": f.noise_var,
                  "prior_mean": f.prior_mean, "log_likelihood": f.log_likelihood}

@@ -32,13 +32,14 @@ if str(ROOT) not in sys.path:
 from pobo.protocol.codec import decode, encode  # noqa: E402
 from pobo.protocol.errors import ErrorCode, ProtocolError  # noqa: E402
 from pobo.protocol.messages import (  # noqa: E402
-    KINDS, Dataset, End, Error, Hello, KernelParams, Mechanism, Pending, ProjectedDataset, Query,
-    Release, ReleaseRequest, Reward, SessionParams, Welcome, kind_of,
+    KINDS, Dataset, End, Error, Hello, KernelParams, LedgerHead, Mechanism, Pending,
+    ProjectedDataset, Query, Release, ReleaseRequest, Reward, SessionParams, Welcome, kind_of,
 )
 from pobo.protocol.signing import ZERO, Link, Signer, open_frame, seal, verify, verify_key  # noqa: E402
 
 VECTORS = Path(__file__).parent / "conformance" / "vectors.json"
 TEST_SEED = bytes(range(32))  # the TEST KEY's secret: 00 01 02 ... 1f, public by design
+_HEAD = "5d" * 32  # a ledger chain head: 64 lowercase hex digits
 
 
 # --------------------------------------------------------------------------- JSON form
@@ -107,6 +108,10 @@ def _valid_messages() -> list[tuple[str, object]]:
         ("hello-batch", Hello(3, "spec-client", "", "gp-ucb", 0.0, "", 4)),
         ("pending", Pending(2, 17, 3600.5)),
         ("end", End("done")),
+        ("welcome-ledger-head", Welcome(3, "0123456789abcdef0123456789abcdef", _params(), "",
+                                        LedgerHead(4, _HEAD, 3.0, 1e-05, 3.0, 3e-06))),
+        ("end-curator-ledger-head", End("closed", LedgerHead(7, _HEAD, 3.5, 2e-05, 3.0,
+                                                             3e-06))),
         ("error", Error("index_out_of_range", "row index 64 out of range [0, 64)")),
         ("error-evaluation-failed", Error("evaluation_failed", "objective command "
                                           "'./lab 17' exited with 1: sample lost", 2)),
@@ -183,6 +188,18 @@ def _malformed() -> list[tuple[str, bytes, str]]:
          "malformed"),
         ("string-over-64KiB", _pack({"reason": "x" * 65537, "kind": "end"}), "malformed"),
         ("integer-map-key", _pack({1: "done", "kind": "end"}), "malformed"),
+        ("end-ledger-head-missing-chain", _pack({"reason": "closed", "ledger": {
+            "entries": 1, "central_epsilon": 0.0, "central_delta": 0.0,
+            "max_row_epsilon": 0.0, "max_row_delta": 0.0}, "kind": "end"}), "malformed"),
+        ("end-ledger-head-not-a-map", _pack({"reason": "closed", "ledger": _HEAD,
+                                             "kind": "end"}), "malformed"),
+        ("welcome-ledger-entries-float", _pack({
+            "version": 3, "session": "s", "kind": "welcome", "ledger": {
+                "entries": 1.0, "chain": _HEAD, "central_epsilon": 0.0, "central_delta": 0.0,
+                "max_row_epsilon": 0.0, "max_row_delta": 0.0}, "params": {
+                "scenario": "x", "n": 1, "r": 1, "T": 1, "policy": "private", "mechanisms": [],
+                "kernel": {"kernel": "se", "lengthscale": 1.0, "signal_var": 1.0,
+                           "noise_var": 0.1}, "randomness": "seeded"}}), "malformed"),
     ]
 
 
@@ -255,6 +272,7 @@ def generate() -> dict:
         ("hello-defaults-absent", _pack({"version": 3, "client": "old", "kind": "hello"}),
          Hello(3, "old")),
         ("query-kind-first", _pack({"kind": "query", "seq": 1, "index": 2}), Query(1, 2)),
+        ("end-ledger-absent", _pack({"reason": "done", "kind": "end"}), End("done")),
         ("reward-value-int", _pack({"seq": 1, "index": 0, "value": 3, "kind": "reward"}),
          Reward(1, 0, 3.0)),
         ("reward-value-float32", msgpack.packb({"seq": 1, "index": 0, "value": 0.5,
