@@ -704,7 +704,11 @@ def check_signatures(messages: list, role: str, keys: dict[str, str] | None,
             if not verify(env, vks[who]):
                 failures.append((r.seq, f"the {who}'s signature on the {r.kind} {r.dir} "
                                  "does not verify with its key"))
-        if link.session != session:
+        # an Error received from a peer connection with no session (PROTOCOL.md 3): its
+        # link names no session and counts from 0 on that connection
+        sessionless = (r.dir == "recv" and isinstance(m, Error) and link.session == ""
+                       and (m.code == ErrorCode.SESSION_LOST.value or peer_seq < 0))
+        if link.session != session and not sessionless:
             failures.append((r.seq, f"the {r.kind} {r.dir} is linked to session "
                              f"{link.session[:40]!r}, not {session[:40]!r}"))
         if r.dir == "sent":
@@ -718,11 +722,14 @@ def check_signatures(messages: list, role: str, keys: dict[str, str] | None,
                                  "the last one this transcript records receiving"))
             sent[hashlib.sha256(r.frame).hexdigest()] = len(sent)
             continue
-        if link.seq < peer_seq or peer_prev.get(link.seq, link.prev) != link.prev:
+        if sessionless:
+            pass  # another connection's numbering: neither going back nor a second prev
+        elif link.seq < peer_seq or peer_prev.get(link.seq, link.prev) != link.prev:
             failures.append((r.seq, f"the {peer_role}'s signed record number {link.seq} "
                              f"goes back (after {peer_seq}) or names two previous records"))
-        peer_seq = max(peer_seq, link.seq)
-        peer_prev[link.seq] = link.prev
+        else:
+            peer_seq = max(peer_seq, link.seq)
+            peer_prev[link.seq] = link.prev
         if link.peer != ZERO:
             at = sent.get(link.peer.hex())
             if at is None:
@@ -738,7 +745,7 @@ def check_signatures(messages: list, role: str, keys: dict[str, str] | None,
                                  "before"))
             else:
                 acked = at
-        elif acked >= 0:
+        elif acked >= 0 and not sessionless:
             failures.append((r.seq, f"the {peer_role} acknowledges nothing after it "
                              "acknowledged a frame"))
         last_recv = hashlib.sha256(r.frame).digest()

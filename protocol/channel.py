@@ -205,6 +205,11 @@ class Channel:
                                     ErrorCode.BAD_SIGNATURE)
         elif self.peer_key is None and not isinstance(message, Error):
             raise before_handshake(message, self.boundary.role)
+        elif self.peer_key is None and self.peer_keys is not None and "" not in self.peer_keys \
+                and not any(verify(envelope, verify_key(k)) for k in self.peer_keys):
+            # an Error before the handshake from a peer whose key this side knows already
+            raise ProtocolError("an Error before the handshake not signed by an expected "
+                                "key", ErrorCode.BAD_SIGNATURE)
         # an Error from a peer connection with no session: a refusal before any session
         # was settled, or the curator's session_lost (its link counts from 0 again)
         sessionless = isinstance(message, Error) and link.session == "" and (
@@ -224,7 +229,7 @@ class Channel:
             if acked < self._acked:
                 raise ProtocolError("the frame acknowledges an older frame than the peer "
                                     "did before", ErrorCode.BAD_SIGNATURE)
-        elif self._acked >= 0:
+        elif self._acked >= 0 and not sessionless:  # a session-less link accepted nothing
             raise ProtocolError("the frame acknowledges nothing after the peer acknowledged "
                                 "a frame", ErrorCode.BAD_SIGNATURE)
 
@@ -233,7 +238,8 @@ class Channel:
             if acked > self._acked:  # frames before the one acknowledged can never be again
                 for digest in [d for d, i in self._sent.items() if i < acked]:
                     del self._sent[digest]
-            self._acked, self._peer_seq = acked, link.seq
+            self._acked = acked
+            self._peer_seq = max(self._peer_seq, link.seq)
             self._last_recv = hashlib.sha256(frame).digest()
             if handshake is not None:
                 self.peer_key, self.session_id, self._peer_vk = handshake
