@@ -327,6 +327,13 @@ def _public_hex(secret: bytes) -> str:
         serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
 
 
+def _audit(*args) -> subprocess.CompletedProcess:
+    """`pobo audit ARGS --json` (the CLI: this module imports no pobo)."""
+    return subprocess.run([sys.executable, "-m", "pobo", "audit", *map(str, args), "--json"],
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=120)
+
+
 def test_spec_transcript_passes_pobo_audit(tmp_path):
     """A transcript written from PROTOCOL.md 12 alone (SpecTranscript, no pobo code), of a
     signed session with pipelined queries, passes `pobo audit` next to the curator's: the
@@ -353,12 +360,9 @@ def test_spec_transcript_passes_pobo_audit(tmp_path):
     finally:
         curator.kill()
     curator_transcript = tmp_path / "curator" / "curator.transcript"
-    audit = subprocess.run(
-        [sys.executable, "-m", "pobo", "audit", str(curator_transcript),
-         str(modeler_transcript), "--curator-key", str(keys / "curator.sign_public"),
-         "--modeler-key", str(keys / "modeler.sign_public"), "--json"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-        text=True, timeout=120)
+    key_args = ["--curator-key", str(keys / "curator.sign_public"),
+                "--modeler-key", str(keys / "modeler.sign_public")]
+    audit = _audit(curator_transcript, modeler_transcript, *key_args)
     assert audit.returncode == 0, audit.stdout[-3000:] + audit.stderr[-2000:]
     reports = json.loads(audit.stdout)
     reports = reports if isinstance(reports, list) else [reports]
@@ -370,12 +374,7 @@ def test_spec_transcript_passes_pobo_audit(tmp_path):
     data = bytearray(modeler_transcript.read_bytes())
     data[len(data) // 2] ^= 0x01
     modeler_transcript.write_bytes(bytes(data))
-    audit = subprocess.run(
-        [sys.executable, "-m", "pobo", "audit", str(curator_transcript),
-         str(modeler_transcript), "--curator-key", str(keys / "curator.sign_public"),
-         "--modeler-key", str(keys / "modeler.sign_public")],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-        text=True, timeout=120)
+    audit = _audit(curator_transcript, modeler_transcript, *key_args)
     assert audit.returncode != 0, audit.stdout[-2000:]
 
 
@@ -432,6 +431,12 @@ def test_pipelined_queries_go_on_after_a_refused_one(tmp_path):
         m.sock.close(linger=0)
         record = curator.finish()
         assert record["status"] == "ok" and sorted(record["queries"]) == [5, 6, 7]
+        audit = _audit(tmp_path / "curator" / "curator.transcript")  # the refusal included
+        assert audit.returncode == 0, audit.stdout[-3000:]
+        [report] = json.loads(audit.stdout) if audit.stdout.startswith("[") else [
+            json.loads(audit.stdout)]
+        assert report["ok"] and report["refused"]["codes"] == {"index_out_of_range": 1,
+                                                              "budget_exhausted": 1}
     finally:
         curator.kill()
         _term(ctx)
