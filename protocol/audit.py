@@ -61,7 +61,9 @@ import numpy as np
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
-from pobo.protocol.messages import Dataset, End, Error, Hello, Release, Reward, Welcome
+from pobo.protocol.messages import (
+    PROTOCOL_VERSION, Dataset, End, Error, Hello, Release, Reward, Welcome,
+)
 from pobo.protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
 from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
 from pobo.protocol.transcript import (
@@ -69,6 +71,9 @@ from pobo.protocol.transcript import (
 )
 
 RELEASE_COST = {"noisy": 2, "noise-free": 1, "lipschitz": 1}
+# transcripts of these protocol versions are audited (version 4 only added rules a
+# version-3 session never needed, PROTOCOL.md: a transcript kept from before still audits)
+AUDITED_VERSIONS = frozenset(range(3, PROTOCOL_VERSION + 1))
 
 
 @dataclass
@@ -187,7 +192,7 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
     if policy is None:
         report.violations.append(f"unknown policy {welcome.params.policy!r} in the welcome")
         return report
-    _replay(messages, Boundary(policy, role), report)
+    _replay(messages, Boundary(policy, role, versions=AUDITED_VERSIONS), report)
     if not any(isinstance(m, End) for _, m in messages):
         last = messages[-1][0] if messages else None
         report.notes.append("session incomplete: no End in this transcript" + (
@@ -273,7 +278,7 @@ def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
             # a resumed connection: a fresh handshake, then the queries asked before count
             report.notes.append(f"record {r.seq}: session resumed")
             carried = dict(boundary.asked)
-            boundary = Boundary(boundary.policy, boundary.role)
+            boundary = Boundary(boundary.policy, boundary.role, versions=AUDITED_VERSIONS)
         try:
             (boundary.outgoing if r.dir == "sent" else boundary.incoming)(m)
         except ProtocolError as exc:

@@ -91,6 +91,7 @@ class Boundary:
     fresh: set[int] = field(default_factory=set)  # asked as new, not answered at all yet
     release_requested: bool = False
     released: bool = False
+    versions: frozenset[int] = frozenset({PROTOCOL_VERSION})  # the Hello/Welcome versions admitted
 
     @property
     def peer(self) -> str:
@@ -187,9 +188,8 @@ class Boundary:
             raise ProtocolError(f"{what} before the welcome", ErrorCode.SEQUENCE)
         return self.params
 
-    @staticmethod
-    def _check_version(version: int) -> None:
-        if version != PROTOCOL_VERSION:
+    def _check_version(self, version: int) -> None:
+        if version not in self.versions:
             raise ProtocolError(f"protocol version {version} is not supported "
                                 f"(this side speaks {PROTOCOL_VERSION})",
                                 ErrorCode.VERSION_MISMATCH)
