@@ -15,9 +15,7 @@ from typing import Protocol
 
 from pobo.protocol.codec import DEFAULT_MAX_FRAME, decode, encode
 from pobo.protocol.errors import ErrorCode, ProtocolError
-from pobo.protocol.messages import (
-    PROTOCOL_VERSION, Error, Hello, Message, Query, Welcome, kind_of,
-)
+from pobo.protocol.messages import Error, Hello, Message, Query, Welcome, kind_of
 from pobo.protocol.signing import (
     SIGNED, UNSIGNED, ZERO, Link, Signer, key_id, open_frame, seal, verify, verify_key,
 )
@@ -172,7 +170,7 @@ class Channel:
         bare = self.bare if self.bare is not None else envelope.bare
         if envelope.bare:
             message = decode(envelope.body, self.max_frame)
-            if isinstance(message, Hello) and message.version != PROTOCOL_VERSION:
+            if isinstance(message, Hello) and message.version not in self.boundary.versions:
                 self.boundary.incoming(message)  # the typed version_mismatch, answered bare
             if self.peer_keys is not None or self.peer_key or self.bare is False:
                 raise ProtocolError("an unsigned bare frame where every frame must be a "
