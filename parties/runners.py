@@ -15,14 +15,15 @@ from pobo.parties.curator import Curator
 from pobo.parties.modeler import HyperFit, Modeler
 from pobo.parties.objective import EvaluationFailed
 from pobo.parties.strategies import KusnerUCB, Robust, Strategy, declaration, for_release
-from pobo.protocol.channel import Channel
+from pobo.protocol.channel import Channel, before_handshake
+from pobo.protocol.policy import CURATOR
 from pobo.protocol.codec import decode
 from pobo.protocol.signing import body_of
 from pobo.protocol.transcript import read_transcript
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, LedgerHead, Pending,
-    ProjectedDataset, Query, Release, ReleaseRequest, Reward, SessionParams, Welcome,
+    ProjectedDataset, Query, Release, ReleaseRequest, Reward, SessionParams, Welcome, new_nonce,
 )
 
 log = logging.getLogger("pobo.session")
@@ -120,10 +121,9 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                 message = await channel.recv()
             except ProtocolError as exc:
                 refusals += 1
+                await _send_error(channel, exc.code, str(exc), exc.seq)
                 if not exc.recoverable or refusals > max_refusals:
-                    await _send_error(channel, exc.code, str(exc))
                     raise
-                await _send_error(channel, exc.code, str(exc))
                 continue
             if isinstance(message, Query):
                 await on_query(message)
@@ -182,11 +182,11 @@ async def receive_hello(channel: Channel) -> Hello:
     try:
         message = await channel.recv()
     except ProtocolError as exc:
-        await _send_error(channel, exc.code, str(exc))
+        await _send_error(channel, exc.code, str(exc), exc.seq)
         raise
     if not isinstance(message, Hello):
-        exc = ProtocolError(f"expected hello, got {type(message).__name__}", ErrorCode.SEQUENCE)
-        await _send_error(channel, exc.code, str(exc))
+        exc = before_handshake(message, CURATOR)
+        await _send_error(channel, exc.code, str(exc), exc.seq)
         raise exc
     return message
 
@@ -222,7 +222,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                             else "") + " chooses one query at a time (its proof is sequential)")
     declared, release_delta = declaration(strategy)
     await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else "",
-                             declared, release_delta, channel.sign_key, batch))
+                             declared, release_delta, channel.sign_key, batch, new_nonce()))
     welcome = expect(await channel.recv(), Welcome)
     dataset = expect(await channel.recv(), Dataset)
     modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)

@@ -63,7 +63,7 @@ from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
 from pobo.protocol.checkpoint import Checkpoint, forks
 from pobo.protocol.messages import (
-    NO_LEDGER_HEAD, Dataset, End, Error, Hello, Release, Reward, Welcome,
+    NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, Release, Reward, Welcome,
 )
 from pobo.protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
 from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
@@ -72,6 +72,9 @@ from pobo.protocol.transcript import (
 )
 
 RELEASE_COST = {"noisy": 2, "noise-free": 1, "lipschitz": 1}
+# transcripts of these protocol versions are audited (version 4 only added rules a
+# version-3 session never needed, PROTOCOL.md: a transcript kept from before still audits)
+AUDITED_VERSIONS = frozenset(range(3, PROTOCOL_VERSION + 1))
 
 
 @dataclass
@@ -197,7 +200,7 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
     if policy is None:
         report.violations.append(f"unknown policy {welcome.params.policy!r} in the welcome")
         return report
-    _replay(messages, Boundary(policy, role), report)
+    _replay(messages, Boundary(policy, role, versions=AUDITED_VERSIONS), report)
     if not any(isinstance(m, End) for _, m in messages):
         last = messages[-1][0] if messages else None
         report.notes.append("session incomplete: no End in this transcript" + (
@@ -300,7 +303,7 @@ def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
             # a resumed connection: a fresh handshake, then the queries asked before count
             report.notes.append(f"record {r.seq}: session resumed")
             carried = dict(boundary.asked)
-            boundary = Boundary(boundary.policy, boundary.role)
+            boundary = Boundary(boundary.policy, boundary.role, versions=AUDITED_VERSIONS)
         try:
             (boundary.outgoing if r.dir == "sent" else boundary.incoming)(m)
         except ProtocolError as exc:
@@ -731,7 +734,11 @@ def check_signatures(messages: list, role: str, keys: dict[str, str] | None,
             if not verify(env, vks[who]):
                 failures.append((r.seq, f"the {who}'s signature on the {r.kind} {r.dir} "
                                  "does not verify with its key"))
-        if link.session != session:
+        # an Error received from a peer connection with no session (PROTOCOL.md 3): its
+        # link names no session and counts from 0 on that connection
+        sessionless = (r.dir == "recv" and isinstance(m, Error) and link.session == ""
+                       and (m.code == ErrorCode.SESSION_LOST.value or peer_seq < 0))
+        if link.session != session and not sessionless:
             failures.append((r.seq, f"the {r.kind} {r.dir} is linked to session "
                              f"{link.session[:40]!r}, not {session[:40]!r}"))
         if r.dir == "sent":
@@ -745,11 +752,14 @@ def check_signatures(messages: list, role: str, keys: dict[str, str] | None,
                                  "the last one this transcript records receiving"))
             sent[hashlib.sha256(r.frame).hexdigest()] = len(sent)
             continue
-        if link.seq < peer_seq or peer_prev.get(link.seq, link.prev) != link.prev:
+        if sessionless:
+            pass  # another connection's numbering: neither going back nor a second prev
+        elif link.seq < peer_seq or peer_prev.get(link.seq, link.prev) != link.prev:
             failures.append((r.seq, f"the {peer_role}'s signed record number {link.seq} "
                              f"goes back (after {peer_seq}) or names two previous records"))
-        peer_seq = max(peer_seq, link.seq)
-        peer_prev[link.seq] = link.prev
+        else:
+            peer_seq = max(peer_seq, link.seq)
+            peer_prev[link.seq] = link.prev
         if link.peer != ZERO:
             at = sent.get(link.peer.hex())
             if at is None:
@@ -765,7 +775,7 @@ def check_signatures(messages: list, role: str, keys: dict[str, str] | None,
                                  "before"))
             else:
                 acked = at
-        elif acked >= 0:
+        elif acked >= 0 and not sessionless:
             failures.append((r.seq, f"the {peer_role} acknowledges nothing after it "
                              "acknowledged a frame"))
         last_recv = hashlib.sha256(r.frame).digest()

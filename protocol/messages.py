@@ -11,7 +11,9 @@ from typing import Union
 
 import numpy as np
 
-PROTOCOL_VERSION = 3  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches, Error.seq
+PROTOCOL_VERSION = 4  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches,
+# Error.seq; 4: Hello.nonce, every per-query Error names its query, refused queries are not
+# asked, session_lost and replay (PROTOCOL.md)
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,9 @@ class Hello:
     GP-UCB with Kusner et al.'s beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) at that delta
     (Algorithm 1 line 3; 0 for any other beta). `sign_key` is the key that signs every
     frame the modeler sends ('' when it signs none). `batch` is how many queries it
-    would like to keep outstanding at once (GP-BUCB); the Welcome grants at most that."""
+    would like to keep outstanding at once (GP-BUCB); the Welcome grants at most that.
+    `nonce` (32 hex digits, 128 random bits from `secrets`; '' = none) makes every
+    opening frame unique: the curator refuses one it has seen (`replay`)."""
 
     version: int
     client: str
@@ -128,6 +132,14 @@ class Hello:
     release_delta: float = 0.0
     sign_key: str = ""  # the modeler's Ed25519 public key (hex); '' = an unsigned modeler
     batch: int = 1
+    nonce: str = ""  # version 4: 32 lowercase hex digits, fresh per Hello
+
+
+def new_nonce() -> str:
+    """A Hello's nonce: 128 bits from the OS CSPRNG, as 32 lowercase hex digits."""
+    import secrets
+
+    return secrets.token_hex(16)
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ from pobo.protocol.messages import (
     ReleaseRequest,
     SessionParams,
     Welcome,
+    new_nonce,
 )
 from pobo.protocol.policy import CURATOR, MODELER, RELEASE_ALGORITHMS
 from pobo.scenarios.session import Signing, open_channel, write_json
@@ -168,7 +169,7 @@ class ModelerClient:
         channel = self._channel
         # an external optimizer declares no acquisition: no claim to Kusner's beta_t
         await channel.send(Hello(PROTOCOL_VERSION, client, "", "", 0.0, channel.sign_key,
-                                 batch))
+                                 batch, new_nonce()))
         welcome = expect(await channel.recv(), Welcome)
         dataset = expect(await channel.recv(), Dataset)
         self.params, self.session = welcome.params, welcome.session

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_con
 
 log = logging.getLogger("pobo.curator")
 modeler_log = logging.getLogger("pobo.modeler")
+REPLAY_WINDOW = 4096  # Hello nonces a curator remembers (PROTOCOL.md 3: replays)
 
 
 @dataclass
@@ -41,6 +43,20 @@ class Admissions:
     live: dict[str, asyncio.Task] = field(default_factory=dict)  # session id -> its task
     results: list[dict] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    nonces: OrderedDict = field(default_factory=OrderedDict)  # the last REPLAY_WINDOW seen
+
+    def replayed(self, nonce: str) -> bool:
+        """Whether a Hello's nonce is among the last REPLAY_WINDOW this curator admitted or
+        refused ('' never is: a peer that sends none gets no replay check); remembers it."""
+        if not nonce:
+            return False
+        if nonce in self.nonces:
+            return True
+        self.nonces[nonce] = None
+        while len(self.nonces) > REPLAY_WINDOW:
+            self.nonces.popitem(last=False)
+        return False
 
     def refusal(self) -> ProtocolError | None:
         """Why a new session may not start now (None: it may)."""
@@ -196,6 +212,9 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
 
 def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admissions):
     """The session a valid Hello opens or resumes for `peer`, or a typed refusal."""
+    if slots.replayed(hello.nonce):
+        raise ProtocolError(f"a hello with nonce {hello.nonce} was received before: a replay",
+                            ErrorCode.REPLAY)
     if not (hello.resume and hello.resume in slots.live):  # a takeover needs no new slot
         refusal = slots.refusal()
         if refusal is not None:
@@ -266,7 +285,8 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
 
 # what a restarted curator answers the old connection's frames with (it knows no session
 # for them): worth a reconnect that resumes, unlike a definite refusal
-RECONNECT_CODES = (ErrorCode.SEQUENCE.value, ErrorCode.BAD_SIGNATURE.value)
+RECONNECT_CODES = (ErrorCode.SEQUENCE.value, ErrorCode.BAD_SIGNATURE.value,
+                   ErrorCode.SESSION_LOST.value)
 
 
 def _reconnectable(exc: Exception, out: Path | None, deadline: float):
@@ -282,7 +302,8 @@ def _reconnectable(exc: Exception, out: Path | None, deadline: float):
         state = resume_state(out / "modeler.transcript")
     except (OSError, ValueError):
         return None
-    return state if state.pending else None
+    # session_lost: the curator dropped this connection (it still holds the session)
+    return state if state.pending or code == ErrorCode.SESSION_LOST.value else None
 
 
 async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, release,

@@ -29,7 +29,7 @@ FLOOD = 10_000
 
 def _hostile_frames(n: int) -> list[bytes]:
     """n frames the curator refuses: garbage of many sizes (up to 40 KB), unknown kinds,
-    rewards (the modeler may not send one), queries out of sequence."""
+    rewards (the modeler may not send one), queries out of sequence (seq < 1)."""
     rng = np.random.default_rng(0)
     out = []
     for i in range(n):
@@ -41,7 +41,7 @@ def _hostile_frames(n: int) -> list[bytes]:
         elif pick == 2:
             out.append(encode(Reward(i, 0, 1.0)))
         else:
-            out.append(encode(Query(1_000 + i, 0)))
+            out.append(encode(Query(-i, 0)))
     return out
 
 
