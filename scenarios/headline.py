@@ -79,7 +79,7 @@ def run_headline(result: dict) -> dict:
     out: dict = {"metric": result.get("metric") or "simple_regret", "value": None,
                  "best": None, "optimum": None, "regret": None, "random": None}
     if not queries:
-        out["text"] = f"no query answered (status {result.get('status', '?')})"
+        out["text"] = out["short"] = f"no query answered (status {result.get('status', '?')})"
         return out
     if out["metric"] == "hits" and result.get("hits"):
         out["value"] = float(result["hits"][-1])
@@ -87,16 +87,19 @@ def run_headline(result: dict) -> dict:
         out["text"] = (f"{out['value']:.0f} distinct positives in {len(queries)} queries"
                        + ("" if out["random"] is None else
                           f"; random selection expects {float(out['random']):.1f}"))
+        out["short"] = (f"{out['value']:.0f} hits" + ("" if out["random"] is None else
+                                                      f" (random {float(out['random']):.1f})"))
         return out
     if result.get("simple_regret") is None or result.get("f_star") is None:
         measured = [float(v) for v in result.get("measured") or []]
         if not measured:
-            out["text"] = f"{len(queries)} queries, no value recorded"
+            out["text"] = out["short"] = f"{len(queries)} queries, no value recorded"
             return out
         best = max(range(len(measured)), key=measured.__getitem__)
         out.update(metric="measured", best=measured[best])
         out["text"] = (f"best measured {measured[best]:.6g} at row {queries[best]} "
                        "(f is known only at the queried rows: no regret)")
+        out["short"] = f"best measured {measured[best]:.4g}"
         return out
     regret = float(result["simple_regret"][-1])
     sigma_y = float(result.get("sigma_y") or result.get("sigma_f") or 1.0)
@@ -106,6 +109,7 @@ def run_headline(result: dict) -> dict:
                optimum=sign * f_star, sigma_y=sigma_y)
     out["text"] = (f"best f found {out['best']:.4g} (f* = {out['optimum']:.4g}): simple "
                    f"regret {out['value']:.3g} σ_y after {len(queries)} queries")
+    out["short"] = f"S_T {out['value']:.3g} σ_y (best f {out['best']:.4g}, f* {out['optimum']:.4g})"
     return out
 
 
@@ -180,6 +184,12 @@ def sweep_headline(rows: list[dict]) -> dict:
         if item is not None]
     out["text"] = (f"{name}{' (more is better)' if higher else ''}: " + "; ".join(parts)
                    if parts else "no run recorded the metric")
+    best = out["best_private"]
+    short = [f"private {best['mean']:.3g} ({eps_label(best['epsilon'])})" if best else "",
+             f"random {out['random']['mean']:.3g}" if out["random"] else "",
+             f"non-private {out['non_private']['mean']:.3g}" if out["non_private"] else ""]
+    out["short"] = (f"{'hits' if higher else 'S_T/σ_y'} " + ", ".join(x for x in short if x)
+                    if parts else out["text"])
     return out
 
 
