@@ -8,7 +8,7 @@
   pobo answer --journal DB [SESSION SEQ VALUE]   enter (or list) values awaited on demand
 
 Every command is a thin wrapper over a documented Python call (scenarios.launch.run,
-scenarios.remote.serve_curator, scenarios.remote.connect_modeler).
+scenarios.remote.serve_curator, scenarios.remote.connect_modeler, scenarios.runs.list_runs).
 """
 from __future__ import annotations
 

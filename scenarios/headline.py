@@ -168,10 +168,10 @@ def sweep_headline(rows: list[dict]) -> dict:
         return {"setting": setting_label(key, varied), "epsilon": key[4], "mean": m,
                 "se": se, "runs": len(groups[key]), "key": key}
 
+    private = [k for k in groups if k[4] is not None and not k[0].startswith("random")]
     out = {"metric": name, "higher_is_better": higher, "runs": len(rows),
-           "seeds": len({r.get("seed") for r in rows}),
-           "best_private": summary([k for k in groups if k[4] is not None
-                                    and not k[0].startswith("random")]),
+           "seeds": len({r.get("seed") for r in rows}), "private_settings": len(private),
+           "best_private": summary(private),
            "non_private": summary([k for k in groups if k[4] is None
                                    and not k[0].startswith("random")])}
     randoms = [v for k, v in groups.items() if k[0].startswith("random")]

@@ -369,7 +369,9 @@ def sweep_result_html(rows: list[dict], results: dict[str, dict]) -> str:
                      item["runs"]) for what, item in lines if item is not None])
     parts = [f"<p class='answer'>{_e(head['text'])}</p>", table,
              f"<p>{'More' if head['higher_is_better'] else 'Less'} is better; "
-             f"{head['runs']} runs over {head['seeds']} seed(s).</p>"]
+             f"{head['runs']} runs over {head['seeds']} seed(s). The best private setting "
+             f"is the best mean of {head['private_settings']}: an optimistic pick when the "
+             "seeds are few (compare its standard error).</p>"]
     spent = sweep_spent_text(sweep_spent(r.get("ledger") for r in results.values()))
     best = head["best_private"]
     example = next((results[str(r["run"])] for r in rows if best is not None
