@@ -61,17 +61,22 @@ class Curve:
 
 def write_html_report(folder: Path | str, out: Path | str | None = None) -> Path:
     """Write the HTML report of a run or sweep folder to `out` (default FOLDER/report.html)
-    and return its path; ReportError for a folder that is neither."""
+    and return its path; ReportError for a folder that is neither, or whose records
+    hold values of the wrong shape (a list where a number belongs, ...)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReportError(f"no folder at {folder}")
-    if (folder / "result.json").is_file():
-        page = run_report_html(folder)
-    elif (folder / "runs.csv").is_file():
-        page = sweep_report_html(folder)
-    else:
-        raise ReportError(f"{folder} is neither a run folder (result.json) nor a sweep "
-                          "folder (runs.csv)")
+    try:
+        if (folder / "result.json").is_file():
+            page = run_report_html(folder)
+        elif (folder / "runs.csv").is_file():
+            page = sweep_report_html(folder)
+        else:
+            raise ReportError(f"{folder} is neither a run folder (result.json) nor a sweep "
+                              "folder (runs.csv)")
+    except (TypeError, KeyError, AttributeError, IndexError) as exc:
+        raise ReportError(f"{folder}: a record of an unexpected shape "
+                          f"({type(exc).__name__}: {exc})") from None
     path = Path(out) if out is not None else folder / REPORT_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")

@@ -255,6 +255,9 @@ def test_a_folder_that_is_neither_is_a_one_line_error(tmp_path):
     (tmp_path / "result.json").write_text("{ half")
     with pytest.raises(ReportError, match="cannot read"):
         write_html_report(tmp_path)
+    (tmp_path / "result.json").write_text('{"queries": 5, "metric": "hits", "hits": 3}')
+    with pytest.raises(ReportError, match="a record of an unexpected shape"):
+        write_html_report(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "pobo", "report", str(tmp_path / "nothing")],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stdout == ""
