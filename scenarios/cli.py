@@ -4,10 +4,11 @@
   pobo curator SCENARIO --bind EP      the curator alone (separate machines)
   pobo modeler --connect EP            the modeler alone
   pobo sweep [SCENARIO] [--preset P]   a grid of runs, with tables and plots
+  pobo runs [DIR]                      the runs and sweeps under DIR, one line each
   pobo answer --journal DB [SESSION SEQ VALUE]   enter (or list) values awaited on demand
 
 Every command is a thin wrapper over a documented Python call (scenarios.launch.run,
-scenarios.remote.serve_curator, scenarios.remote.connect_modeler).
+scenarios.remote.serve_curator, scenarios.remote.connect_modeler, scenarios.runs.list_runs).
 """
 from __future__ import annotations
 
@@ -213,6 +214,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="where to write the page (default RUN_OR_SWEEP_DIR/report.html)")
     p.set_defaults(handler=_cmd_report)
+
+    p = sub.add_parser("runs", help="list the runs and sweeps under a folder, oldest first: "
+                                    "scenario, time, status, policy, ε spent, result")
+    p.add_argument("folder", type=Path, nargs="?", default=Path("runs"), metavar="DIR",
+                   help="where to look (default ./runs), down to 4 levels: a folder with "
+                        "result.json is a run, one with runs.csv a sweep (its runs/ are "
+                        "summarised on its line, not listed), one with only a party's record "
+                        "an incomplete run; TIME is when the result (runs.csv) was written")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.set_defaults(handler=_cmd_runs)
 
     p = sub.add_parser("export-data", help="write a scenario's preprocessed X and f (.npz), "
                                            "the curator's private data, for `pobo audit --data`")
@@ -667,6 +678,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from pobo.scenarios.html_report import write_html_report
 
     print(write_html_report(args.folder, args.out))
+    return 0
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    from pobo.scenarios.runs import list_runs, runs_json, runs_table
+
+    entries = list_runs(args.folder)
+    print(runs_json(entries) if args.json else runs_table(entries))
     return 0
 
 
