@@ -18,11 +18,14 @@ committed answer survives a power loss or an OS crash; "normal" (`synchronous=NO
 leaves the fsync to checkpoints, so a committed answer survives the curator process being
 killed (the log is written to the OS before the commit returns) but the last commits may
 be lost with the machine, and with them ledger charges of rewards the modeler already saw.
-sqlite3 from the standard library: no hand-rolled file format for state that must
-survive a crash.
+Answers and reservations made from a running event loop are group-committed: each in a
+savepoint of the loop turn's one transaction, committed once at the end of the turn
+(`committed()` waits for it; a reward is sent only after). sqlite3 from the standard
+library: no hand-rolled file format for state that must survive a crash.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -134,7 +137,7 @@ class Journal:
     """A curator's journal; one per curator process, shared by all of its sessions."""
 
     def __init__(self, path: str | Path = ":memory:", busy_timeout: float = 5.0,
-                 durability: str = DEFAULT_DURABILITY) -> None:
+                 durability: str = DEFAULT_DURABILITY, group_commit: bool = True) -> None:
         if durability not in DURABILITY:
             raise ValueError(f"durability {durability!r}: expected one of {', '.join(DURABILITY)}")
         self.path = str(path)
@@ -143,6 +146,9 @@ class Journal:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self.fault: str | None = None  # the cause of the first failed write, if any
+        self.group_commit = group_commit
+        self._group: asyncio.Future | None = None  # the open group transaction's commit
+        self.commits = 0  # transactions committed (COMMITs: fsyncs at durability full)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=busy_timeout)  # how long to wait for another writer
         (version,) = self._db.execute("PRAGMA user_version").fetchone()
@@ -160,47 +166,121 @@ class Journal:
 
     def _transaction(self, statements: list[tuple[str, tuple]] | Callable[[], list],
                      session: str = "", entries: list[Entry] = (),
-                     budget: Budget | None = None, generation: int | None = None) -> None:
+                     budget: Budget | None = None, generation: int | None = None,
+                     grouped: bool = False) -> None:
         """Run `statements` and charge `entries` in one transaction; with a `budget`,
         check every entry against what is spent inside the transaction first; with a
         `generation`, refuse (Superseded) unless it is still the session's current one.
-        `statements` may be a callable, called only once every check has passed."""
+        `statements` may be a callable, called only once every check has passed.
+
+        `grouped` (an answer's write, called from a running event loop): the write joins
+        the group transaction of this loop turn, in a SAVEPOINT of its own (a refused
+        write is rolled back alone, and each one's checks see the writes before it), and
+        the group is committed once, by a callback at the end of the turn: one COMMIT,
+        one fsync at durability full, for every answer staged meanwhile (group commit).
+        The caller awaits `committed()` before it sends what it wrote."""
+        loop = _running_loop() if grouped and self.group_commit else None
         with self._lock:
+            if loop is None:
+                self._commit_group()  # an immediate write never overtakes a staged one
             cur = self._db.cursor()
             try:
-                cur.execute("BEGIN IMMEDIATE")  # waits up to busy_timeout for another writer
-                if generation is not None and self._generation(cur, session) != generation:
-                    raise Superseded(session)
-                now = time.time()
-                for e in entries:
-                    if budget is not None:
-                        why = budget.refusal(e, self._spent(cur, e))
-                        if why is not None:
-                            raise PrivacyBudgetExceeded(why)
-                    cur.execute("INSERT INTO ledger (session, mechanism, epsilon, delta, scope, "
-                                "row, time) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                (session, e.mechanism, e.epsilon, e.delta, e.scope, e.row, now))
-                    if e.scope == LOCAL:
-                        cur.execute("INSERT INTO row_ledger VALUES (?, ?, ?, 1) ON CONFLICT(row) "
-                                    "DO UPDATE SET epsilon = epsilon + excluded.epsilon, "
-                                    "delta = delta + excluded.delta, reports = reports + 1",
-                                    (e.row, e.epsilon, e.delta))
-                for sql, args in (statements() if callable(statements) else statements):
-                    cur.execute(sql, args)
-                cur.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(cur)
-                if isinstance(exc, sqlite3.IntegrityError):
+                if loop is None:
+                    cur.execute("BEGIN IMMEDIATE")  # waits up to busy_timeout for another writer
+                else:
+                    self._open_group(cur, loop)
+                    cur.execute("SAVEPOINT answer")
+                try:
+                    self._apply(cur, statements, session, entries, budget, generation)
+                except BaseException:
+                    if loop is not None:
+                        cur.execute("ROLLBACK TO answer")
+                        cur.execute("RELEASE answer")
                     raise
-                if "locked" in str(exc) or "busy" in str(exc):  # another process writes
-                    raise ProtocolError(f"the curator's journal is busy ({exc}): try again",
-                                        ErrorCode.BUSY) from exc
-                self.fault = self.fault or f"{type(exc).__name__}: {exc}"
-                log.error("journal %s: write failed: %s", self.path, self.fault)
-                raise JournalFault(self.fault) from exc
+                cur.execute("COMMIT" if loop is None else "RELEASE answer")
+                self.commits += loop is None
+            except sqlite3.Error as exc:
+                if loop is None:
+                    self._rollback(cur)
+                self._raise_failed(exc)
             except BaseException:
-                self._rollback(cur)
+                if loop is None:
+                    self._rollback(cur)
                 raise
+
+    def _apply(self, cur: sqlite3.Cursor, statements, session: str, entries: list[Entry],
+               budget: Budget | None, generation: int | None) -> None:
+        """The checks and writes of one transaction (see `_transaction`)."""
+        if generation is not None and self._generation(cur, session) != generation:
+            raise Superseded(session)
+        now = time.time()
+        for e in entries:
+            if budget is not None:
+                why = budget.refusal(e, self._spent(cur, e))
+                if why is not None:
+                    raise PrivacyBudgetExceeded(why)
+            cur.execute("INSERT INTO ledger (session, mechanism, epsilon, delta, scope, "
+                        "row, time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (session, e.mechanism, e.epsilon, e.delta, e.scope, e.row, now))
+            if e.scope == LOCAL:
+                cur.execute("INSERT INTO row_ledger VALUES (?, ?, ?, 1) ON CONFLICT(row) "
+                            "DO UPDATE SET epsilon = epsilon + excluded.epsilon, "
+                            "delta = delta + excluded.delta, reports = reports + 1",
+                            (e.row, e.epsilon, e.delta))
+        for sql, args in (statements() if callable(statements) else statements):
+            cur.execute(sql, args)
+
+    def _raise_failed(self, exc: sqlite3.Error):
+        """Raise what a failed SQLite statement means: the IntegrityError itself, BUSY
+        for another process holding the lock, else a JournalFault (sticky)."""
+        if isinstance(exc, sqlite3.IntegrityError):
+            raise exc
+        if "locked" in str(exc) or "busy" in str(exc):  # another process writes
+            raise ProtocolError(f"the curator's journal is busy ({exc}): try again",
+                                ErrorCode.BUSY) from exc
+        self.fault = self.fault or f"{type(exc).__name__}: {exc}"
+        log.error("journal %s: write failed: %s", self.path, self.fault)
+        raise JournalFault(self.fault) from exc
+
+    def _open_group(self, cur: sqlite3.Cursor, loop: asyncio.AbstractEventLoop) -> None:
+        """Begin this loop turn's group transaction unless it is open; its COMMIT is
+        scheduled for the end of the turn."""
+        if self._group is not None:
+            return
+        cur.execute("BEGIN IMMEDIATE")
+        self._group = loop.create_future()
+        self._group.add_done_callback(_retrieved)
+        loop.call_soon(self._commit_group)
+
+    def _commit_group(self) -> None:
+        """Commit the open group transaction (if any) and wake everyone waiting for it;
+        a failed COMMIT is a JournalFault for all of them."""
+        with self._lock:
+            group, self._group = self._group, None
+            if group is None:
+                return
+            try:
+                self._db.execute("COMMIT")
+                self.commits += 1
+            except sqlite3.Error as exc:
+                self._rollback(self._db.cursor())
+                try:
+                    self._raise_failed(exc)
+                except Exception as failed:
+                    if not group.done():
+                        group.set_exception(failed)
+                    return
+            if not group.done():
+                group.set_result(None)
+
+    async def committed(self) -> None:
+        """Return once every write staged so far is committed; JournalFault once any
+        write has failed (no reward is sent after that, not even a recorded one)."""
+        group = self._group
+        if group is not None:
+            await asyncio.shield(group)
+        if self.fault is not None:
+            raise JournalFault(self.fault)
 
     @staticmethod
     def _rollback(cur: sqlite3.Cursor) -> None:
@@ -228,6 +308,7 @@ class Journal:
     def bind(self, key: str, value: str) -> str:
         """Record meta `key` = `value` unless set; return the value the journal holds."""
         with self._lock:
+            self._commit_group()  # an autocommit write: never inside a staged group
             self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, value))
             return self.meta(key)
 
@@ -239,6 +320,7 @@ class Journal:
     def set_meta(self, key: str, value: str) -> None:
         """Set a meta value (e.g. the budget last configured)."""
         with self._lock:
+            self._commit_group()  # an autocommit write: never inside a staged group
             self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def projection(self, key: str) -> tuple[bytes, dict] | None:
@@ -312,7 +394,7 @@ class Journal:
             done.append(evaluate())
             return [("INSERT INTO answers VALUES (?, ?, ?, ?, ?)", (session, seq, row, *done[0]))]
 
-        self._transaction(insert, session, entries, budget, generation)
+        self._transaction(insert, session, entries, budget, generation, grouped=True)
         return done[0]
 
     def reserve(self, session: str, generation: int | None, seq: int, row: int,
@@ -339,7 +421,7 @@ class Journal:
                      (session, seq, row, when[0]))]
 
         try:
-            self._transaction(insert, session, entries, budget, generation)
+            self._transaction(insert, session, entries, budget, generation, grouped=True)
         except _Held as found:  # reserved by a racing connection in between
             return self._held(seq, row, found.row, found.requested)
         return when[0]
@@ -410,7 +492,7 @@ class Journal:
         self._transaction([("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
                             (session, seq, row, measured, value)),
                            ("DELETE FROM pending WHERE session = ? AND seq = ?",
-                            (session, seq))], session, generation=generation)
+                            (session, seq))], session, generation=generation, grouped=True)
 
     def pending(self, session: str | None = None, live: bool = False) -> list[PendingEvaluation]:
         """Pending evaluations, oldest first: all, or one session's; with `live`, only
@@ -493,6 +575,21 @@ class Journal:
         return local_summary(reports, rows, worst)
 
     def close(self) -> None:
-        """Close the database."""
+        """Commit what is staged and close the database."""
         with self._lock:
+            self._commit_group()
             self._db.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None (a synchronous caller)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _retrieved(future: asyncio.Future) -> None:
+    """Mark a group's failure as seen (its waiters, if any, get it from `committed`)."""
+    if not future.cancelled():
+        future.exception()
