@@ -1,8 +1,9 @@
 """The curator's journal: one SQLite database holding all of its durable state.
 
 The prepared dataset's digest (a journal serves one dataset), the projections served
-(each stored once, content-addressed by its parameters, and referenced by every session
-that uses it), every session (its configuration, welcome frame, projection key, status
+(each stored once, keyed by its parameters, and referenced by every session that uses
+it; on disk Z itself is a content-addressed `.npy` file beside the journal, named by its
+SHA-256 in the row, memory-mapped and verified on load), every session (its configuration, welcome frame, projection key, status
 and release), every answered query (committed in the same transaction as its ledger
 entry, before the reward is sent: an answer the modeler saw is never lost and never
 evaluated twice), and the dataset's privacy ledger across all sessions and restarts
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.ledger import CENTRAL, LOCAL, Budget, Entry, PrivacyBudgetExceeded, local_summary
+from pobo.protocol.transcript import file_digest
 
 log = logging.getLogger("pobo.journal")
 SCHEMA_VERSION = 3  # 3: evaluations pending (schema 2 journals gain the table on open)
@@ -70,6 +72,7 @@ CREATE TABLE IF NOT EXISTS pending (
 
 
 from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY  # noqa: E402,F401
+NPY_REF = b"pobo-npy-ref\x00"  # a projections.frame naming a .npy file (then JSON) instead of Z
 RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose peer vanished
 FINISHED = ("ok", "failed")
 
@@ -323,18 +326,102 @@ class Journal:
             self._commit_group()  # an autocommit write: never inside a staged group
             self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def projection(self, key: str) -> tuple[bytes, dict] | None:
-        """(dataset frame, curator-private report) of a stored projection, or None."""
+    def projection(self, key: str):
+        """(the stored ProjectedDataset, curator-private report), or None. A projection
+        kept in a .npy file comes back memory-mapped, after its file was checked against
+        the digest the journal holds (JournalError if it is missing or altered)."""
         row = self._db.execute("SELECT frame, report FROM projections WHERE key = ?",
                                (key,)).fetchone()
-        return None if row is None else (row[0], json.loads(row[1]))
+        if row is None:
+            return None
+        frame, report = row
+        from pobo.protocol.codec import decode
 
-    def store_projection(self, key: str, frame: bytes, report: dict, entries: list[Entry],
+        if not frame.startswith(NPY_REF):  # Z held in the row itself (":memory:", older)
+            return decode(frame).release, json.loads(report)
+        ref = json.loads(frame[len(NPY_REF):])
+        Z = self._load_npy(ref["npy"], tuple(ref["shape"]))
+        head = decode(bytes.fromhex(ref["dataset"])).release
+        from dataclasses import replace
+
+        return replace(head, Z=Z), json.loads(report)
+
+    def store_projection(self, key: str, release, report: dict, entries: list[Entry],
                          budget: Budget) -> None:
-        """Store a projection and charge its entries atomically (refused past the budget)."""
+        """Store a projection and charge its entries atomically (refused past the budget).
+        On disk Z goes to a content-addressed .npy file (`projection_dir`), written and
+        fsynced before the row that names it by SHA-256 (no SQLite blob: those stop at
+        1 GB); an in-memory journal keeps the whole Dataset frame in the row."""
+        from dataclasses import replace
+
+        import numpy as np
+
+        from pobo.protocol.codec import encode
+        from pobo.protocol.messages import Dataset
+
+        if self.path == ":memory:":
+            frame = encode(Dataset(release))
+        else:
+            Z = np.ascontiguousarray(release.Z)
+            head = encode(Dataset(replace(release, Z=np.empty((0, Z.shape[1]), Z.dtype))))
+            frame = NPY_REF + json.dumps({"npy": self._save_npy(Z), "shape": list(Z.shape),
+                                          "dataset": head.hex()}).encode()
         self._transaction([("INSERT INTO projections VALUES (?, ?, ?, ?)",
                             (key, frame, json.dumps(report), time.time()))],
                           "", entries, budget)
+
+    @property
+    def projection_dir(self) -> Path:
+        """Where an on-disk journal keeps its projections: `<journal>.projections/`."""
+        return Path(self.path + ".projections")
+
+    def _save_npy(self, Z) -> str:
+        """Write Z as `<sha256 of the file>.npy` (atomically: a temporary file, fsynced,
+        renamed; an existing verified copy is kept); returns the digest."""
+        import os
+        import secrets
+
+        import numpy as np
+
+        folder = self.projection_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{os.getpid()}.{secrets.token_hex(4)}.npy.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                np.save(f, Z, allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())
+            digest = file_digest(tmp)
+            path = folder / f"{digest}.npy"
+            if path.is_file() and file_digest(path) == digest:
+                return digest
+            os.replace(tmp, path)
+            dir_fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)  # the rename itself is durable before the row names it
+            finally:
+                os.close(dir_fd)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return digest
+
+    def _load_npy(self, digest: str, shape: tuple[int, ...]):
+        """The Z of `<digest>.npy`, memory-mapped read-only, once the file hashes to
+        `digest` and holds an array of `shape`; JournalError otherwise."""
+        import numpy as np
+
+        path = self.projection_dir / f"{digest}.npy"
+        if not path.is_file():
+            raise JournalError(f"the journal's projection file {path} is missing")
+        actual = file_digest(path)
+        if actual != digest:
+            raise JournalError(f"the journal's projection file {path} is corrupt: it hashes "
+                               f"to {actual}, the journal holds {digest}")
+        Z = np.load(path, mmap_mode="r", allow_pickle=False)
+        if Z.shape != shape:
+            raise JournalError(f"the journal's projection file {path} holds an array of "
+                               f"shape {Z.shape}, not {shape}")
+        return Z
 
     # -- sessions -----------------------------------------------------------------------
 

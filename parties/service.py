@@ -38,7 +38,7 @@ from pobo.protocol.codec import decode, encode
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
 from pobo.protocol.messages import (
-    PROTOCOL_VERSION, Dataset, Mechanism, ProjectedDataset, SessionParams, Welcome,
+    PROTOCOL_VERSION, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
 
@@ -266,8 +266,8 @@ class CuratorService:
                          sort_keys=True)
         stored = self.journal.projection(key)
         if stored is not None:
-            frame, report = stored
-            return key, decode(frame).release, report
+            release, report = stored
+            return key, release, report
         if s.non_private:
             if math.isfinite(s.budget.epsilon):
                 raise PrivacyBudgetExceeded("the non-private baseline releases X itself, which "
@@ -289,8 +289,7 @@ class CuratorService:
                 test_source=NoiseSource(None if seed is None else rng_for(seed, "lift-test")),
                 r_fallback=self.problem.r)
             report = asdict(rep)
-        self.journal.store_projection(key, encode(Dataset(release)), report, entries,
-                                      s.budget)
+        self.journal.store_projection(key, release, report, entries, s.budget)
         return key, release, report
 
     def _session_params(self) -> SessionParams:
@@ -340,7 +339,7 @@ class CuratorService:
             raise ProtocolError("the journal lost the session's projection", ErrorCode.INTERNAL)
         welcome = decode(saved.welcome)
         return CuratorSession(self, session_id, saved.ordinal, welcome.params,
-                              decode(stored[0]).release, owner, generation, saved)
+                              stored[0], owner, generation, saved)
 
     def _check_journal(self) -> None:
         """Refuse new work once a journal write has failed (disk full, I/O error)."""
