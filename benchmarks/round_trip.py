@@ -196,8 +196,9 @@ async def channel_alone(opening: tuple[Welcome, Dataset], rounds: int,
     return times
 
 
-def journal_commits(where: Path, rounds: int, reps: int) -> dict[str, list[float]]:
-    """Seconds per committed answer (with one ledger entry), normal and full interleaved."""
+async def journal_commits(where: Path, rounds: int, reps: int) -> dict[str, list[float]]:
+    """Seconds per committed answer (with one ledger entry), normal and full interleaved:
+    staged and group-committed as the curator does it (`committed()` awaited)."""
     journals = {d: Journal(where / f"commit-{d}.db", durability=d) for d in ("normal", "full")}
     budget, times = Budget(), {d: [] for d in journals}
     seq = 0
@@ -209,6 +210,7 @@ def journal_commits(where: Path, rounds: int, reps: int) -> dict[str, list[float
                 journal.record_answer("s", None, seq, seq % 97,
                                       [Entry("gaussian", 0.01, 0.0, "central", -1)], budget,
                                       lambda: (0.5, 0.5))
+                await journal.committed()
                 times[d].append(time.perf_counter() - start_)
     for journal in journals.values():
         journal.close()
@@ -315,7 +317,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
 
     sign_us, verify_us = ed25519_costs()
     alone = await channel_alone(opening, args.reps * args.block, out)
-    commits = journal_commits(out, args.block, args.reps)
+    commits = await journal_commits(out, args.block, args.reps)
     print("pieces, measured in this process:")
     print(f"  Ed25519: seal+sign a Reward frame {sign_us:.1f} us, open+verify {verify_us:.1f} us;"
           f" a round trip signs twice and verifies twice: {2 * (sign_us + verify_us) / 1e3:.3f} ms")

@@ -186,30 +186,43 @@ class Journal:
         with self._lock:
             if loop is None:
                 self._commit_group()  # an immediate write never overtakes a staged one
+            joining = loop is not None and self._group is not None  # in a SAVEPOINT
             cur = self._db.cursor()
             try:
                 if loop is None:
                     cur.execute("BEGIN IMMEDIATE")  # waits up to busy_timeout for another writer
-                else:
-                    self._open_group(cur, loop)
+                elif joining:
                     cur.execute("SAVEPOINT answer")
+                else:  # the group's first write: the transaction is its own
+                    self._open_group(cur, loop)
                 try:
                     self._apply(cur, statements, session, entries, budget, generation)
                 except BaseException:
-                    if loop is not None:
+                    if joining:
                         cur.execute("ROLLBACK TO answer")
                         cur.execute("RELEASE answer")
                     raise
-                cur.execute("COMMIT" if loop is None else "RELEASE answer")
-                self.commits += loop is None
-            except sqlite3.Error as exc:
                 if loop is None:
-                    self._rollback(cur)
+                    cur.execute("COMMIT")
+                    self.commits += 1
+                elif joining:
+                    cur.execute("RELEASE answer")
+            except sqlite3.Error as exc:
+                if not joining:
+                    self._abandon(cur)
                 self._raise_failed(exc)
             except BaseException:
-                if loop is None:
-                    self._rollback(cur)
+                if not joining:
+                    self._abandon(cur)
                 raise
+
+    def _abandon(self, cur: sqlite3.Cursor) -> None:
+        """Roll back a failed transaction of one write (its own, or a group it opened:
+        nothing else is in that group yet, and the group is dropped)."""
+        self._rollback(cur)
+        group, self._group = self._group, None
+        if group is not None and not group.done():
+            group.set_result(None)
 
     def _apply(self, cur: sqlite3.Cursor, statements, session: str, entries: list[Entry],
                budget: Budget | None, generation: int | None) -> None:

@@ -144,3 +144,20 @@ def test_an_immediate_write_commits_the_staged_group_first(tmp_path):
 
     asyncio.run(main())
     journal.close()
+
+
+def test_a_refused_first_write_drops_its_group_and_the_next_opens_another(tmp_path):
+    path = tmp_path / "j.db"
+    journal = Journal(path)
+    budget = Budget(row_epsilon=0.4)
+
+    async def main() -> None:
+        with pytest.raises(PrivacyBudgetExceeded):
+            journal.record_answer("a", None, 1, 3, _ldp(3), budget, lambda: (1.0, 1.0))
+        await journal.committed()  # nothing staged: returns at once
+        journal.record_answer("a", None, 2, 4, [], budget, lambda: (2.0, 2.0))
+        await journal.committed()
+
+    asyncio.run(main())
+    assert _answers(path) == {("a", 2): 2.0} and journal.row_spent(3) == (0.0, 0.0)
+    journal.close()
