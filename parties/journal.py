@@ -265,12 +265,11 @@ class Journal:
             return
         cur.execute("BEGIN IMMEDIATE")
         self._group = loop.create_future()
-        self._group.add_done_callback(_retrieved)
         loop.call_soon(self._commit_group)
 
     def _commit_group(self) -> None:
         """Commit the open group transaction (if any) and wake everyone waiting for it;
-        a failed COMMIT is a JournalFault for all of them."""
+        a failed COMMIT sets the journal's fault: a JournalFault for all of them."""
         with self._lock:
             group, self._group = self._group, None
             if group is None:
@@ -278,16 +277,13 @@ class Journal:
             try:
                 self._db.execute("COMMIT")
                 self.commits += 1
-            except sqlite3.Error as exc:
-                self._rollback(self._db.cursor())
-                try:
-                    self._raise_failed(exc)
-                except Exception as failed:
-                    if not group.done():
-                        group.set_exception(failed)
-                    return
-            if not group.done():
-                group.set_result(None)
+            except sqlite3.Error as exc:  # whatever it was, the staged answers are gone:
+                self._rollback(self._db.cursor())  # the sticky fault `committed` raises
+                self.fault = self.fault or f"{type(exc).__name__}: {exc}"
+                log.error("journal %s: group commit failed: %s", self.path, self.fault)
+            finally:
+                if not group.done():
+                    group.set_result(None)
 
     async def committed(self) -> None:
         """Return once every write staged so far is committed; JournalFault once any
@@ -688,8 +684,3 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
     except RuntimeError:
         return None
 
-
-def _retrieved(future: asyncio.Future) -> None:
-    """Mark a group's failure as seen (its waiters, if any, get it from `committed`)."""
-    if not future.cancelled():
-        future.exception()
