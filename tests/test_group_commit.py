@@ -161,3 +161,67 @@ def test_a_refused_first_write_drops_its_group_and_the_next_opens_another(tmp_pa
     asyncio.run(main())
     assert _answers(path) == {("a", 2): 2.0} and journal.row_spent(3) == (0.0, 0.0)
     journal.close()
+
+
+class _CheckingPipe:
+    """A curator's pipe that, for every Reward it carries, reads the journal through
+    another connection first: the answer must already be committed there."""
+
+    def __init__(self, pipe, path, seen: list) -> None:
+        self._pipe, self._path, self._seen = pipe, path, seen
+
+    async def send(self, frame: bytes) -> None:
+        from pobo.protocol.codec import decode
+        from pobo.protocol.messages import Reward
+        from pobo.protocol.signing import body_of
+
+        message = decode(body_of(frame))
+        if isinstance(message, Reward):
+            with sqlite3.connect(self._path) as db:
+                row = db.execute("SELECT value FROM answers WHERE seq = ? AND value = ?",
+                                 (message.seq, message.value)).fetchall()
+            self._seen.append(bool(row))
+        await self._pipe.send(frame)
+
+    async def recv(self, timeout: float) -> bytes:
+        return await self._pipe.recv(timeout)
+
+    def close(self) -> None:
+        self._pipe.close()
+
+
+def test_every_reward_of_concurrent_sessions_is_committed_before_it_is_sent(tmp_path):
+    """Four in-process sessions on one journal at durability full: every Reward the
+    curators send is already in the journal as another connection reads it, and the
+    answers shared COMMITs (fewer COMMITs than answers)."""
+    from pobo.scenarios.session import (
+        RunConfig, curate, open_channel, optimise, prepare_service,
+    )
+    from pobo.transport.inproc import pipe_pair
+
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="full")
+    service = prepare_service(RunConfig("synthetic", T=12, seed=2, options={"grid": 10},
+                                        timeout=60), journal=journal)
+    seen: list[bool] = []
+
+    async def one(k: int) -> None:
+        session = service.new_session()
+        cpipe, mpipe = pipe_pair()
+        cchan = open_channel(_CheckingPipe(cpipe, path, seen), "curator", False, None, 60.0)
+        mchan = open_channel(mpipe, "modeler", False, None, 60.0)
+        try:
+            await asyncio.gather(curate(cchan, session, None, verbose=False),
+                                 optimise(mchan, k))
+        finally:
+            cchan.close()
+            mchan.close()
+
+    async def main() -> None:
+        await asyncio.gather(*(one(k) for k in range(4)))
+
+    before = journal.commits
+    asyncio.run(main())
+    assert len(seen) == 4 * 12 and all(seen)
+    assert journal.commits - before < 4 * 12  # grouped: not one COMMIT per answer
+    journal.close()
