@@ -76,6 +76,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     async def evaluate(seq: int, index: int) -> None:
         try:
             value = curator.complete(seq, await measure(seq, index))
+            await curator.committed()  # the answer's group commit, before its reward
         except Exception as exc:  # a failure is answered, never left pending forever
             if not isinstance(exc, ProtocolError):
                 log.error("session %s: query %d (row %d): %s: %s", session_id[:12], seq,
@@ -99,6 +100,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
             fresh = seq not in curator.answered
             try:
                 value = curator.start(seq, index)
+                await curator.committed()  # answered or reserved: durable before any reply
             except ProtocolError as exc:
                 await _send_error(channel, exc.code, str(exc), seq)
                 return

@@ -282,8 +282,8 @@ class CuratorService:
                          sort_keys=True)
         stored = self.journal.projection(key)
         if stored is not None:
-            frame, report = stored
-            return key, decode(frame).release, report
+            release, report = stored
+            return key, release, report
         if s.non_private:
             if math.isfinite(s.budget.epsilon):
                 raise PrivacyBudgetExceeded("the non-private baseline releases X itself, which "
@@ -305,8 +305,7 @@ class CuratorService:
                 test_source=NoiseSource(None if seed is None else rng_for(seed, "lift-test")),
                 r_fallback=self.problem.r)
             report = asdict(rep)
-        self.journal.store_projection(key, encode(Dataset(release)), report, entries,
-                                      s.budget)
+        self.journal.store_projection(key, release, report, entries, s.budget)
         return key, release, report
 
     def _session_params(self) -> SessionParams:
@@ -356,7 +355,7 @@ class CuratorService:
             raise ProtocolError("the journal lost the session's projection", ErrorCode.INTERNAL)
         welcome = decode(saved.welcome)
         return CuratorSession(self, session_id, saved.ordinal, welcome.params,
-                              decode(stored[0]).release, owner, generation, saved)
+                              stored[0], owner, generation, saved)
 
     def checkpoint(self) -> LedgerHead:
         """The dataset ledger's head now, for a Welcome or an End: kept in the head file

@@ -59,7 +59,9 @@ class Channel:
     be in `peer_keys` when that is given: '' = unsigned is then refused too) and its links
     checked (the session; a receipt only for a frame this side sent, never going back)
     BEFORE the policy sees it; a frame that fails is refused with a typed ProtocolError
-    (bad_signature, wrong_key) and recorded as refused. A peer whose first frame is bare
+    (bad_signature, wrong_key) and recorded as refused. Verification is always on the hot path,
+    CURVE or not: a curator verifies a query before f is evaluated, a modeler a reward
+    before it uses it. A peer whose first frame is bare
     (no envelope: version-1 framing) is answered bare, and only if it need not sign.
     """
 

@@ -103,7 +103,7 @@ class BlobStore:
         """Store `data` (whose SHA-256 is `digest`) unless a verified copy is there already;
         written to a temporary file and renamed, so a reader never sees half a blob."""
         path = self.root / digest
-        if path.is_file() and path.stat().st_size == len(data) and _file_digest(path) == digest:
+        if path.is_file() and path.stat().st_size == len(data) and file_digest(path) == digest:
             return path
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".{digest}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -118,7 +118,8 @@ class BlobStore:
         return path
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """The SHA-256 (hex) of a file's bytes, read in chunks (a blob, a stored projection)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 

@@ -261,6 +261,7 @@ class DealerPipe:
         self.endpoint, self._curve = endpoint, curve
         self._failure: tuple[int, int] | None = None  # last failed handshake (event, value)
         self._shook = monitor is None  # a handshake succeeded and none failed since
+        self._rcvtimeo: int | None = None  # the receive timeout last set on the socket
         self._events = zmq.Socket.shadow(monitor.underlying) if monitor is not None else None
         self._poller = zmq.asyncio.Poller()
         self._poller.register(sock, zmq.POLLIN)
@@ -338,8 +339,10 @@ class DealerPipe:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise self._timeout(timeout)
-            self._sock.setsockopt(zmq.RCVTIMEO, max(1, min(math.ceil(remaining * 1000),
-                                                           _POLL_MS)))
+            wait_ms = max(1, min(math.ceil(remaining * 1000), _POLL_MS))
+            if wait_ms != self._rcvtimeo:  # usually _POLL_MS: set once, not per frame
+                self._sock.setsockopt(zmq.RCVTIMEO, wait_ms)
+                self._rcvtimeo = wait_ms
             try:
                 parts = await self._sock.recv_multipart(copy=True)
             except zmq.Again:  # the receive timeout: nothing was taken
