@@ -42,7 +42,7 @@ from pobo.protocol.codec import decode, encode
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
 from pobo.protocol.messages import (
-    PROTOCOL_VERSION, Dataset, LedgerHead, Mechanism, ProjectedDataset, SessionParams, Welcome,
+    PROTOCOL_VERSION, LedgerHead, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
 
