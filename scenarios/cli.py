@@ -39,7 +39,7 @@ from pobo.scenarios.presets import PRESETS, Preset
 from pobo.scenarios.registry import build_problem, is_known, is_script, scenario_names
 from pobo.scenarios.config import CONFIGURABLE, apply_config, check_required
 from pobo.scenarios.progress import configure_logging
-from pobo.scenarios.runspec import RunConfig
+from pobo.scenarios.runspec import RunConfig, startup_warnings
 
 if TYPE_CHECKING:
     from pobo.protocol.messages import ReleaseRequest
@@ -357,13 +357,16 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     _ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=positive,
                    help="make every reward eps-LDP with the CTL Laplace mechanism (Zhou & Tan)")
-    p.add_argument("--budget-eps", type=positive,
+    p.add_argument("--budget-eps", type=budget_value,
                    help="the dataset's central privacy budget over every session and restart: "
-                        "refuse what would exceed it")
+                        "refuse what would exceed it (default: the projection, its lift test "
+                        "and one release of eps 1; 'inf': none, warned)")
     p.add_argument("--budget-delta", type=probability,
-                   help="the budget's delta (default 1/n with --budget-eps, else none)")
-    p.add_argument("--ldp-row-budget", type=positive, metavar="E",
-                   help="refuse a query whose LDP report would take its row past E in total")
+                   help="the budget's delta (default 1/n with --budget-eps; else the "
+                        "projection's, its test's and one release's)")
+    p.add_argument("--ldp-row-budget", type=budget_value, metavar="E",
+                   help="refuse a query whose LDP report would take its row past E in total "
+                        "(default T x --ldp-eps: one session's worth; 'inf': none, warned)")
     p.add_argument("--lift", choices=LIFT_MODES, default=DEFAULT_LIFT,
                    help="Algorithm 1's sigma_min branch: paper (as published, not covered by "
                         "the DP claim), always (lift unconditionally) or private (a noisy "
@@ -526,6 +529,16 @@ probability = _number(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
 at_least_two = _number(int, lambda v: v >= 2, "an integer >= 2")
 
 
+def budget_value(text: str) -> float:
+    """--budget-eps, --ldp-row-budget: a number > 0, or 'inf' (no budget: warned at start)."""
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    return positive(text)
+
+
+budget_value.__name__ = "a number > 0 or inf"
+
+
 def r_value(text: str) -> int | str:
     """--r: a positive integer or 'auto'."""
     if text == "auto":
@@ -542,6 +555,9 @@ def r_value(text: str) -> int | str:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     out = args.out or Path("runs") / f"{config.scenario}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.transport == "inproc":  # (a curator process says it itself)
+        for line in startup_warnings(config):
+            print(f"pobo run: warning: {line}", file=sys.stderr, flush=True)
     try:
         result = run(config, out, args.transport, curve_dir=args.curve,
                      modeler_lines=args.verbose >= 1)
@@ -699,10 +715,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
                       modeler_keys=load_allowed_keys(args.sign_allow) if args.sign_allow
                       else None)
     writable(args.out)  # refused now, not after a modeler's Hello
-    if config.seed is not None:
-        print(f"pobo curator: warning: --seed {config.seed} draws the projection, the noise "
-              "and the session's measurements from a known seed: for simulation only; every "
-              "record says randomness: seeded", file=sys.stderr, flush=True)
+    for line in startup_warnings(config):
+        print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     try:
         service = prepare_service(config, journal=journal)

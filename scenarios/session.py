@@ -10,7 +10,7 @@ import asyncio
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,8 @@ from pobo.scenarios.runspec import (  # noqa: F401  (re-exported: defined withou
 
 
 CURATOR_LOG = logging.getLogger("pobo.curator")
+DEFAULT_RELEASE_ALLOWANCE = (2.0, 2e-3)  # central (eps, delta) a default budget leaves for a release
+DEFAULT_ROW_REPORTS = 1  # a row's default LDP budget: this many sessions' worth (T reports)
 MODELER_LOG = logging.getLogger("pobo.modeler")
 
 
@@ -62,22 +64,44 @@ class Signing:
 def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
     """The curator's settings for `config`, with the scenario's defaults filled in."""
     pick = lambda value, default: default if value is None else value  # noqa: E731
-    return CuratorSettings(
+    settings = CuratorSettings(
         epsilon=pick(config.epsilon, problem.epsilon), delta=pick(config.delta, problem.delta),
         r=pick(config.r, problem.r), T=pick(config.T, problem.T),
         non_private=bool(config.non_private), lift=config.lift,
         lift_epsilon=config.lift_epsilon, lift_delta=config.lift_delta,
         ldp_epsilon=config.ldp_epsilon,
-        budget=Budget(pick(config.budget_epsilon, math.inf),
-                      pick(config.budget_delta, default_budget_delta(config, problem)),
-                      pick(config.ldp_row_budget, math.inf)),
         seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound)
+    return replace(settings, budget=dataset_budget(config, settings, problem.X.shape))
 
 
-def default_budget_delta(config: RunConfig, problem: Problem) -> float:
-    """The dataset's delta budget when only --budget-eps is given: 1/n (delta < 1/n is
-    the usual rule, and n is public), not 1, which would let a release spend any delta."""
-    return 1.0 if config.budget_epsilon is None else 1.0 / problem.X.shape[0]
+def dataset_budget(config: RunConfig, settings: CuratorSettings,
+                   shape: tuple[int, int]) -> Budget:
+    """The dataset's budget: what `config` gives, else the documented defaults.
+
+    Central, by default: the projection's (eps, delta), its lift test's, and
+    DEFAULT_RELEASE_ALLOWANCE (one release at the default (1, 1e-3), which Kusner's
+    two-part releases charge twice) -- enough for one session and one release, over every
+    session and restart of the journal. The non-private baseline (X itself) has no
+    finite budget. Per row, by default: DEFAULT_ROW_REPORTS x T reports of eps_LDP (one
+    session's worth of queries on one row, GP-UCB re-queries its best row). `inf` opts
+    out (`--budget-eps inf`), with a warning at start (`startup_warnings`)."""
+    n, d = shape
+    if config.budget_epsilon is not None:
+        epsilon = config.budget_epsilon
+        delta = config.budget_delta if config.budget_delta is not None else (
+            1.0 / n if math.isfinite(epsilon) else 1.0)
+    elif settings.non_private:
+        epsilon, delta = math.inf, 1.0 if config.budget_delta is None else config.budget_delta
+    else:
+        test_eps, test_delta = settings.test_budget(n, d)
+        epsilon = settings.epsilon + test_eps + DEFAULT_RELEASE_ALLOWANCE[0]
+        delta = (settings.delta + test_delta + DEFAULT_RELEASE_ALLOWANCE[1]
+                 if config.budget_delta is None else config.budget_delta)
+    row = config.ldp_row_budget
+    if row is None:
+        row = (math.inf if config.ldp_epsilon is None
+               else DEFAULT_ROW_REPORTS * settings.T * config.ldp_epsilon)
+    return Budget(epsilon, min(delta, 1.0), row)
 
 
 def prepare_service(config: RunConfig, problem: Problem | None = None,

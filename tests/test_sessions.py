@@ -290,12 +290,12 @@ def test_a_deployed_curator_never_serves_a_seeded_projection_from_its_journal(tm
     (and pays for) its own Z from the OS CSPRNG instead of serving the seeded one, whose
     seed would give M and G away."""
     from pobo.parties.journal import Journal
-    seeded = RunConfig(T=3, seed=0, options={"grid": 8})
+    seeded = RunConfig(T=3, seed=0, options={"grid": 8}, budget_epsilon=20.0)
     journal = Journal(tmp_path / "j.db")
     z_seeded = prepare_service(seeded, journal=journal).release.Z
     journal.close()
     journal = Journal(tmp_path / "j.db")
-    deployed = prepare_service(RunConfig(T=3, seed=0, options={"grid": 8}), journal=journal)
+    deployed = prepare_service(seeded, journal=journal)  # (a budget for two projections)
     assert np.array_equal(deployed.release.Z, z_seeded)  # the same seed: the same record
     object.__setattr__(deployed.settings, "seed", None)  # now the deployment, same data
     again = type(deployed)(deployed.problem, deployed.settings, journal, deployed.config)
