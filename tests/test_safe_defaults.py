@@ -11,10 +11,9 @@ from pobo.parties.journal import Journal
 from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.scenarios.runspec import startup_warnings
 from pobo.scenarios.session import (
-    DEFAULT_RELEASE_ALLOWANCE, RunConfig, curate, open_channel, optimise, prepare_service,
-    release_request,
+    DEFAULT_RELEASE_ALLOWANCE, RunConfig, prepare_service, release_request,
 )
-from pobo.transport.inproc import pipe_pair
+from tests.test_dataset_ledger import _session  # one whole in-process session
 
 SMALL = dict(T=3, seed=0, timeout=10.0, options={"grid": 8})
 
@@ -22,20 +21,6 @@ SMALL = dict(T=3, seed=0, timeout=10.0, options={"grid": 8})
 def cfg(**overrides) -> RunConfig:
     """A small synthetic run (8 x 8 grid, T = 3) with `overrides`."""
     return RunConfig(**{**SMALL, **overrides})
-
-
-async def _session(service, out, **modeler):
-    session = service.new_session()
-    cpipe, mpipe = pipe_pair()
-    public = service.settings.non_private
-    cchan = open_channel(cpipe, "curator", public, out, 10.0)
-    mchan = open_channel(mpipe, "modeler", public, out, 10.0)
-    try:
-        return await asyncio.gather(curate(cchan, session, out, verbose=False),
-                                    optimise(mchan, 1, out=out, **modeler))
-    finally:
-        cchan.close()
-        mchan.close()
 
 
 def test_with_no_budget_flag_six_releases_do_not_pass_one(tmp_path):
