@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import signal
@@ -201,7 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--modeler-key", type=Path, metavar="FILE",
                    help="the modeler's public signing key (modeler.sign_public)")
     p.add_argument("--keys", type=Path, metavar="DIR",
-                   help="a `pobo keys` folder holding both public signing keys")
+                   help="a `pobo keys` folder holding both public signing keys (default: "
+                        "the keys of your key store, $POBO_HOME or ~/.pobo: keys/ and "
+                        "trusted/; never a keys/ folder beside the transcripts)")
+    p.add_argument("--allow-unsigned", action="store_true",
+                   help="exit 0 for transcripts without a signature verified against a key "
+                        "you trust (by default: exit status 3)")
     p.set_defaults(handler=_cmd_audit)
 
     p = sub.add_parser("report", help="write one self-contained HTML page about a run or a "
@@ -245,7 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve-allow", type=Path,
                    help="CURVE: directory of the modeler public keys to admit")
     p.add_argument("--sign-secret", type=Path, metavar="FILE",
-                   help="the curator's signing key (curator.sign_secret): sign every frame")
+                   help="the curator's signing key (curator.sign_secret): sign every frame "
+                        "(default: your key store's, made once: $POBO_HOME or ~/.pobo)")
+    p.add_argument("--unsigned", action="store_true",
+                   help="sign nothing (an audit of it then exits 3 without --allow-unsigned)")
     p.add_argument("--sign-allow", type=Path, metavar="DIR",
                    help="admit only modelers signing with a key in DIR/*.sign_public")
     p.add_argument("--max-batch", type=positive_int, default=1,
@@ -296,7 +305,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve-secret", type=Path, help="CURVE: the modeler's secret key file")
     p.add_argument("--curve-server", type=Path, help="CURVE: the curator's public key file")
     p.add_argument("--sign-secret", type=Path, metavar="FILE",
-                   help="the modeler's signing key (modeler.sign_secret): sign every frame")
+                   help="the modeler's signing key (modeler.sign_secret): sign every frame "
+                        "(default: your key store's, made once: $POBO_HOME or ~/.pobo)")
+    p.add_argument("--unsigned", action="store_true",
+                   help="sign nothing (an audit of it then exits 3 without --allow-unsigned)")
     p.add_argument("--curator-sign-key", type=Path, metavar="FILE",
                    help="the curator's public signing key (curator.sign_public): refuse a "
                         "curator that signs with another key or none")
@@ -648,15 +660,29 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from pobo.scenarios.auditing import audit_files, signing_keys
+    from pobo.scenarios.auditing import audit_files, trusted_keys
 
-    keys = signing_keys(args.curator_key, args.modeler_key, args.keys)
-    reports = audit_files(args.transcripts, args.data, args.blobs, keys)
+    trust = trusted_keys(args.transcripts, args.curator_key, args.modeler_key, args.keys)
+    reports = audit_files(args.transcripts, args.data, args.blobs, trust.keys)
     if args.json:
-        print(json.dumps([r.to_dict() for r in reports], indent=1))
+        print(json.dumps([{**r.to_dict(), "trusted_keys": trust.sources,
+                           "not_verified": list(trust.missing)} for r in reports], indent=1))
     else:
-        print("\n".join(r.text() for r in reports))
-    return 0 if all(r.ok for r in reports) else 2
+        print("\n".join([*trust.lines(), *(r.text() for r in reports)]))
+    return audit_status(reports, args.allow_unsigned)
+
+
+def audit_status(reports: list, allow_unsigned: bool = False) -> int:
+    """`pobo audit`'s exit status: 2 for a violation, 3 when some frame is not verified
+    against a trusted key (unsigned, or signed by a key the user does not trust) unless
+    `allow_unsigned`, else 0."""
+    if not all(r.ok for r in reports):
+        return 2
+    if not allow_unsigned and not all(r.signatures == "verified" for r in reports):
+        print("pobo audit: not every frame verifies against a key you trust (exit 3; "
+              "--allow-unsigned accepts it)", file=sys.stderr)
+        return 3
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -691,6 +717,25 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def own_signer(args: argparse.Namespace, role: str):
+    """The Signer a party signs with: --sign-secret, else its key in the user's key store
+    (made once), else None with --unsigned."""
+    from pobo.protocol.signing import key_id, load_signing_key
+    from pobo.transport.keyfiles import store_signing_key
+
+    if args.unsigned:
+        if args.sign_secret is not None:
+            raise ValueError("give --sign-secret or --unsigned, not both")
+        print(f"pobo {role}: warning: --unsigned: no frame is signed; an audit cannot tell "
+              "an edited transcript from this run's", file=sys.stderr, flush=True)
+        return None
+    path = args.sign_secret or store_signing_key(role)
+    signer = load_signing_key(path)
+    logging.getLogger(f"pobo.{role}").debug("signing with %s (%s)", key_id(signer.public_hex),
+                                           path)
+    return signer
+
+
 def _curve_pair(secret: Path | None, other: Path | None, what: str):
     if (secret is None) != (other is None):
         raise ValueError(f"CURVE needs both --curve-secret and --curve-{what}")
@@ -701,7 +746,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     import asyncio
 
     from pobo.parties.journal import Journal
-    from pobo.protocol.signing import load_allowed_keys, load_signing_key
+    from pobo.protocol.signing import load_allowed_keys
     from pobo.scenarios.remote import serve_curator
     from pobo.scenarios.session import Signing, prepare_service
     from pobo.transport.security import CurveServer
@@ -711,7 +756,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         raise ValueError("--sessions and --max-sessions must be >= 0")
     secret, allowed = _curve_pair(args.curve_secret, args.curve_allow, "allow")
     curve = CurveServer(secret, allowed) if secret else None
-    signing = Signing(curator=load_signing_key(args.sign_secret) if args.sign_secret else None,
+    signing = Signing(curator=own_signer(args, "curator"),
                       modeler_keys=load_allowed_keys(args.sign_allow) if args.sign_allow
                       else None)
     writable(args.out)  # refused now, not after a modeler's Hello
@@ -797,7 +842,7 @@ def describe_pending(pending: list, as_json: bool = False) -> str:
 def _cmd_modeler(args: argparse.Namespace) -> int:
     import asyncio
 
-    from pobo.protocol.signing import load_signing_key, load_verify_key
+    from pobo.protocol.signing import load_verify_key
     from pobo.scenarios.remote import connect_modeler
     from pobo.scenarios.session import Signing
     from pobo.transport.security import CurveClient
@@ -815,8 +860,7 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
                                          timeout=args.timeout, resume=args.resume,
                                          verbose=args.verbose, batch=args.batch,
                                          patience=args.patience, signing=Signing(
-                                             modeler=load_signing_key(args.sign_secret)
-                                             if args.sign_secret else None,
+                                             modeler=own_signer(args, "modeler"),
                                              curator_key=load_verify_key(args.curator_sign_key)
                                              if args.curator_sign_key else None)))
     print(f"[modeler] {len(result['queries'])} queries; best reward {result['best_reward']} "

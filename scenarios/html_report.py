@@ -1,7 +1,7 @@
 """`pobo report DIR`: one self-contained HTML page about a run folder or a sweep folder.
 
 A run folder (result.json): its parameters, privacy ledger and privacy unit, the audit
-of its two transcripts (signatures verified against keys/ when it is there) and its
+of its two transcripts (signatures verified against the user's key store, never keys/) and its
 regret curve. A sweep folder (runs.csv, runs/RUN/result.json): the table as table.md
 has it, with the paper's column where a preset reports one, and one regret-against-t
 chart per r with every strategy and the non-private baseline. Figures are inline SVG
@@ -23,7 +23,7 @@ import numpy as np
 
 from pobo.protocol.errors import PoboError
 from pobo.protocol.ledger import describe_ledger
-from pobo.scenarios.auditing import audit_files, signing_keys
+from pobo.scenarios.auditing import audit_files, trusted_keys
 from pobo.scenarios.presets import PRESETS, Preset
 from pobo.scenarios.report import _eps_label, markdown_table, strategy_label
 
@@ -138,25 +138,25 @@ def _unit_html(unit: object) -> str:
 
 
 def audit_html(folder: Path) -> str:
-    """The verdict of `pobo audit` on the folder's two transcripts (with keys/ if there)."""
+    """The verdict of `pobo audit` on the folder's two transcripts, its signatures checked
+    against the keys the user trusts (auditing.trusted_keys), never the folder's keys/."""
     transcripts = [folder / "curator.transcript", folder / "modeler.transcript"]
     present = [p for p in transcripts if p.is_file()]
     if not present:
         return ("<p class='verdict none'>Not audited: no transcripts in this folder (a sweep "
                 "keeps them only with --transcripts).</p>")
-    keys_dir = folder / "keys"
     try:
-        keys = (signing_keys(keys_dir=keys_dir)
-                if (keys_dir / "curator.sign_public").is_file()
-                and (keys_dir / "modeler.sign_public").is_file() else None)
-        reports = audit_files(present, keys=keys)
+        trust = trusted_keys(present)  # the user's key store, never the folder's keys/
+        reports = audit_files(present, keys=trust.keys)
     except (PoboError, ValueError, OSError) as exc:
         return (f"<p class='verdict bad'>The audit could not run: {_e(type(exc).__name__)}: "
                 f"{_e(exc)}</p>")
     ok = all(r.ok for r in reports)
-    lines = [f"<p class='verdict {'ok' if ok else 'bad'}'>"
-             f"{'OK' if ok else 'VIOLATIONS'}: {len(reports)} transcript(s) audited"
-             + ("" if keys else "; no keys/ folder, so signatures were not verified") + "</p>"]
+    verified = ok and all(r.signatures == "verified" for r in reports)
+    verdict = "OK" if verified else "NOT VERIFIED" if ok else "VIOLATIONS"
+    lines = [f"<p class='verdict {'ok' if verified else 'bad'}'>"
+             f"{verdict}: {len(reports)} transcript(s) audited</p>"]
+    lines += [f"<p class='note'>{_e(line)}</p>" for line in trust.lines()]
     for r in reports:
         lines.append(f"<h3>{_e(r.role)} transcript</h3>"
                      + _table(("", ""), [("file", Path(r.path).name), ("records", r.records),

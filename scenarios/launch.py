@@ -146,10 +146,11 @@ async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", 
 
 async def _inproc(config: RunConfig, out: Path | str, verbose: bool,
                   modeler_lines: bool = False) -> dict:
-    """One in-process session with throwaway signing keys, published in out/keys/."""
+    """One in-process session signed with the user's key-store keys (public halves
+    copied to out/keys/ for reference: an audit never trusts that folder)."""
     from pobo.scenarios.session import Signing, run_inproc  # the parties, in this process
 
-    signing = Signing.throwaway()
+    signing = Signing.from_store()
     publish_keys(signing.curator.public_hex, signing.modeler.public_hex, Path(out))
     return await run_inproc(config, out, verbose=verbose, signing=signing,
                             modeler_verbose=modeler_lines)
@@ -182,21 +183,26 @@ def publish_keys(curator: str, modeler: str, out: Path) -> Path:
 def signing_argv(curve_dir: Path | None, scratch: Path,
                  out: Path) -> tuple[list[str], list[str]]:
     """(curator, modeler) signing options: the keys of `curve_dir` if it holds signing
-    keys, else throw-away keys made in `scratch` (deleted after the run); the public
-    halves are copied to out/keys/ either way."""
+    keys, else the user's key store's (transport.keyfiles.store_signing_key, made once);
+    the public halves are copied to out/keys/ for reference either way (an audit never
+    trusts that folder)."""
     from pobo.protocol.signing import load_verify_key
-    from pobo.transport.keyfiles import make_signing_keys  # no zmq in this process
+    from pobo.transport.keyfiles import store_signing_key  # no zmq in this process
 
     folder = Path(curve_dir) if curve_dir is not None else None
-    if folder is None or not (folder / "curator.sign_secret").exists():
-        folder = scratch / "sign"
-        make_signing_keys(folder)
-    publish_keys(load_verify_key(folder / "curator.sign_public"),
-                 load_verify_key(folder / "modeler.sign_public"), out)
-    return (["--sign-secret", str(folder / "curator.sign_secret"),
-             "--sign-allow", str(folder / "allowed")],
-            ["--sign-secret", str(folder / "modeler.sign_secret"),
-             "--curator-sign-key", str(folder / "curator.sign_public")])
+    if folder is not None and (folder / "curator.sign_secret").exists():
+        secrets_ = {role: folder / f"{role}.sign_secret" for role in ("curator", "modeler")}
+    else:
+        secrets_ = {role: store_signing_key(role) for role in ("curator", "modeler")}
+    public = {role: path.with_suffix(".sign_public") for role, path in secrets_.items()}
+    allowed = scratch / "allowed"
+    allowed.mkdir(exist_ok=True)
+    modeler_key = load_verify_key(public["modeler"])
+    (allowed / "modeler.sign_public").write_text(modeler_key + "\n")
+    publish_keys(load_verify_key(public["curator"]), modeler_key, out)
+    return (["--sign-secret", str(secrets_["curator"]), "--sign-allow", str(allowed)],
+            ["--sign-secret", str(secrets_["modeler"]),
+             "--curator-sign-key", str(public["curator"])])
 
 
 def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,

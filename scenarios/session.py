@@ -55,6 +55,16 @@ class Signing:
     modeler_keys: frozenset[str] | None = None  # the modeler keys the curator accepts
 
     @classmethod
+    def from_store(cls, home: Path | None = None) -> "Signing":
+        """Both sides signing with the user's key-store keys (made once; see
+        transport.keyfiles.store_signing_key), each expecting the other's: `pobo run`."""
+        from pobo.protocol.signing import load_signing_key
+        from pobo.transport.keyfiles import store_signing_key
+
+        c, m = (load_signing_key(store_signing_key(role, home)) for role in ("curator", "modeler"))
+        return cls(c, m, c.public_hex, frozenset([m.public_hex]))
+
+    @classmethod
     def throwaway(cls) -> "Signing":
         """Fresh keys for both sides, each expecting the other's."""
         c, m = Signer.generate(), Signer.generate()

@@ -90,3 +90,69 @@ def test_the_shipped_scenarios_default_runs_fit_the_default_budget(scenario, opt
     service = prepare_service(config)
     cres, mres = asyncio.run(_session(service, tmp_path, release=release_request(config)))
     assert cres["status"] == "ok" and mres["release"] is not None, mres.get("release_error")
+
+
+def _pobo(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pobo", *argv], capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """`pobo run` with no signing flag: both parties sign with the key store's keys."""
+    out = tmp_path_factory.mktemp("signed") / "run"
+    done = _pobo("run", "synthetic", "--grid", "8", "--T", "4", "--out", str(out), "-q")
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_a_run_with_no_flags_is_signed_and_audits_verified_naming_the_keys(cli_run):
+    from pobo.transport.keyfiles import pobo_home
+    done = _pobo("audit", str(cli_run / "curator.transcript"), str(cli_run / "modeler.transcript"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("signatures: verified") == 2
+    assert f"trusted curator key" in done.stdout and str(pobo_home() / "keys") in done.stdout
+
+
+def test_a_fabricated_unsigned_session_does_not_exit_0(tmp_path):
+    """The issue's attack: without signatures, whoever holds the transcripts can replace
+    them with a consistent pair of their making (here: a whole session with other
+    rewards, chains and links all intact). The audit cannot tell, so it must not exit 0."""
+    from pobo.scenarios.session import run_inproc
+    out = tmp_path / "run"
+    asyncio.run(run_inproc(cfg(T=4, seed=5), out))  # no signing: anyone could write it
+    paths = [str(out / "curator.transcript"), str(out / "modeler.transcript")]
+    done = _pobo("audit", *paths)
+    assert done.returncode == 3, done.stdout
+    assert "not verified: the curator did not sign" in done.stdout
+    assert "not every frame verifies" in done.stderr
+    assert _pobo("audit", *paths, "--allow-unsigned").returncode == 0  # said, and opted in
+
+
+def test_a_run_resigned_with_new_keys_and_its_keys_folder_replaced_is_not_trusted(tmp_path):
+    """The issue's attack: a run signed with other keys, its keys/ folder holding those
+    keys. `pobo audit` with no key flag trusts the user's store, not keys/: exit 3,
+    naming the untrusted key; given the keys explicitly (a flag), it verifies."""
+    from pobo.scenarios.launch import publish_keys
+    from pobo.scenarios.session import Signing, run_inproc
+    out = tmp_path / "run"
+    other = Signing.throwaway()
+    asyncio.run(run_inproc(cfg(T=4), out, signing=other))
+    publish_keys(other.curator.public_hex, other.modeler.public_hex, out)
+    paths = [str(out / "curator.transcript"), str(out / "modeler.transcript")]
+    done = _pobo("audit", *paths)
+    assert done.returncode == 3, done.stdout
+    assert f"signed with {other.curator.public_hex[:16]}" in done.stdout
+    done = _pobo("audit", *paths, "--keys", str(out / "keys"))
+    assert done.returncode == 0 and "trusted curator key" in done.stdout
+
+
+def test_the_key_store_is_made_once_private_and_kept(tmp_path):
+    import os
+    import stat
+    from pobo.transport.keyfiles import store_signing_key, trusted_signing_keys
+    first = store_signing_key("curator", tmp_path)
+    assert stat.S_IMODE(os.stat(first).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(first.parent).st_mode) == 0o700
+    assert store_signing_key("curator", tmp_path).read_bytes() == first.read_bytes()
+    assert list(trusted_signing_keys(tmp_path).values()) == [first.with_suffix(".sign_public")]
