@@ -93,6 +93,14 @@ class CuratorSettings:
                 self.delta if self.lift_delta is None else float(self.lift_delta))
 
 
+def release_is_dp(settings: CuratorSettings) -> bool:
+    """Whether a release under `settings` can carry a DP claim: not the non-private
+    baseline (X itself), not the paper's lift (it branches on the exact sigma_min), and
+    not seeded randomness (whoever knows the seed recomputes the noise). What the Dataset
+    says as `dp`, result.json at its top and `pobo audit` as "not DP"."""
+    return not (settings.non_private or settings.lift == "paper" or settings.seed is not None)
+
+
 @dataclass(frozen=True)
 class CuratorSession:
     """One modeler session of a service: its id, public parameters and journal record."""
@@ -289,6 +297,7 @@ class CuratorService:
                 test_source=NoiseSource(None if seed is None else rng_for(seed, "lift-test")),
                 r_fallback=self.problem.r)
             report = asdict(rep)
+        release = replace(release, dp=release.dp and release_is_dp(s))
         self.journal.store_projection(key, encode(Dataset(release)), report, entries,
                                       s.budget)
         return key, release, report

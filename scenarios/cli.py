@@ -596,6 +596,8 @@ def summary(result: dict) -> str:
             f"eps={result['epsilon']:.4g} delta={result['delta']:.3g} omega={result['omega']:.4g} "
             f"sigma_min={result['sigma_min']:.4g} {'lifted' if result['lifted'] else 'not lifted'}"
             f" (lift {result.get('lift')})")
+    if result.get("dp") is False:
+        priv += " NOT DP (" + "; ".join(result.get("not_dp") or ["dp: false"]) + ")"
     head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
     if not result["queries"]:
         return f"{head}: no query answered (status {result['status']})"

@@ -84,6 +84,16 @@ def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
     return replace(settings, budget=dataset_budget(config, settings, problem.X.shape))
 
 
+def not_dp_reasons(settings: CuratorSettings) -> list[str]:
+    """Why a run carries no DP claim (empty when it does): result.json's `not_dp`."""
+    return [why for flag, why in (
+        (settings.non_private, "non-private: X itself was sent"),
+        (settings.lift == "paper" and not settings.non_private,
+         "lift paper: the published branch on the exact sigma_min"),
+        (settings.seed is not None, f"seeded randomness (seed {settings.seed}): the noise "
+                                    "can be recomputed")) if flag]
+
+
 def dataset_budget(config: RunConfig, settings: CuratorSettings,
                    shape: tuple[int, int]) -> Budget:
     """The dataset's budget: what `config` gives, else the documented defaults.
@@ -274,6 +284,7 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
     hits = f is not None and problem.metric == "hits"
     ldp = service.ldp
     return {
+        "dp": bool(service.release.dp), "not_dp": not_dp_reasons(s),
         "scenario": problem.name, "seed": s.seed, "randomness": params.randomness,
         "policy": params.policy, "session": session.session_id, "status": status,
         "end_reason": reason, "n": int(problem.X.shape[0]), "d": int(problem.X.shape[1]),

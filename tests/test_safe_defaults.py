@@ -156,3 +156,40 @@ def test_the_key_store_is_made_once_private_and_kept(tmp_path):
     assert stat.S_IMODE(os.stat(first.parent).st_mode) == 0o700
     assert store_signing_key("curator", tmp_path).read_bytes() == first.read_bytes()
     assert list(trusted_signing_keys(tmp_path).values()) == [first.with_suffix(".sign_public")]
+
+
+@pytest.mark.parametrize("setting, reason", [
+    (dict(lift="paper", seed=None), "lift paper"), (dict(non_private=True, seed=None), "non-private"),
+    (dict(seed=3), "seeded randomness")])
+def test_a_non_dp_mode_says_so_on_the_wire_in_the_result_and_in_the_audit(setting, reason,
+                                                                          tmp_path):
+    """The issue: --lift paper (and --non-private, seeded randomness) looked exactly like
+    a DP release on the wire and in `pobo audit`. Now the Dataset carries dp: false,
+    result.json starts with it, the curator warns at start and the audit says 'not DP'."""
+    from pobo.protocol.audit import audit_transcript
+    from pobo.protocol.codec import decode
+    from pobo.protocol.signing import body_of
+    from pobo.protocol.transcript import read_transcript
+    from pobo.scenarios.session import run_inproc
+    config = cfg(**setting)
+    result = asyncio.run(run_inproc(config, tmp_path))
+    assert list(result)[0] == "dp" and result["dp"] is False
+    assert any(reason in why for why in result["not_dp"])
+    sent = next(r for r in read_transcript(tmp_path / "curator.transcript")
+                if r.kind == "dataset")
+    from pobo.protocol.transcript import blob_dirs, resolve
+    frame = resolve(sent, blob_dirs(tmp_path / "curator.transcript", None), {}).frame
+    assert decode(body_of(frame)).release.dp is False
+    report = audit_transcript(tmp_path / "curator.transcript")
+    assert report.dp is False and "not DP" in report.text()
+    assert any(reason.split()[0] in w for w in startup_warnings(config))
+
+
+def test_a_deployed_private_run_is_dp_and_says_nothing_of_the_kind(tmp_path):
+    from pobo.protocol.audit import audit_transcript
+    from pobo.scenarios.session import run_inproc
+    result = asyncio.run(run_inproc(cfg(seed=None), tmp_path))
+    assert result["dp"] is True and result["not_dp"] == []
+    report = audit_transcript(tmp_path / "curator.transcript")
+    assert report.dp is True and "not DP" not in report.text()
+    assert startup_warnings(cfg(seed=None)) == []
