@@ -17,7 +17,7 @@ from pobo.parties.objective import EvaluationFailed
 from pobo.parties.strategies import KusnerUCB, Robust, Strategy, declaration, for_release
 from pobo.protocol.channel import Channel
 from pobo.protocol.codec import decode
-from pobo.protocol.signing import body_of
+from pobo.protocol.signing import SharedBody, body_of
 from pobo.protocol.transcript import read_transcript
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import (
@@ -39,7 +39,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         hello: Hello | None = None, asked: dict[int, int] | None = None,
                         max_refusals: int = 10_000, measure: Measure | None = None,
                         on_evaluate: StepCallback | None = None,
-                        on_measured: Callable[[int], None] | None = None) -> str:
+                        on_measured: Callable[[int], None] | None = None,
+                        dataset: SharedBody | None = None) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
     Every answer is committed to the dataset's journal by `curator` before its reward is
@@ -53,12 +54,13 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     mismatch ends it. A release request goes to `on_release`, which computes it from
     the curator's own record (a refusal, e.g. past the privacy budget, is a typed Error).
     `on_evaluate(seq, row, seconds waited)` is called when an evaluation starts and
-    `on_measured(seq)` when its answer is committed.
+    `on_measured(seq)` when its answer is committed. `dataset`: the Dataset message of
+    `release` encoded once for every session (its bytes are then never copied per session).
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
         await receive_hello(channel)
     await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key))
-    await channel.send(Dataset(release))
+    await channel.send(Dataset(release), shared=dataset)
     if asked:
         channel.boundary.restore_queries(asked)
     evaluations: dict[int, asyncio.Task] = {}

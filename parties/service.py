@@ -41,6 +41,7 @@ from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
+from pobo.protocol.signing import SharedBody
 
 MAX_FAILURES = 5  # failed evaluations of one query before it is evaluated no more
 LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
@@ -248,6 +249,9 @@ class CuratorService:
         self.ldp = ldp_mechanism(problem, settings)
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
+        # the Dataset every session sends: encoded, hashed and kept once (memory under a
+        # flood of Hellos is one copy, not one per session)
+        self.dataset_body = SharedBody.of(encode(Dataset(self.release)))
         self.params = self._session_params()
 
     @property

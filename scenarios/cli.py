@@ -52,6 +52,9 @@ SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objec
                     "minimise")
 
 
+DEFAULT_MAX_SESSIONS = 1024  # sessions a curator serves at once (each costs ~35 kB, no Z)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `pobo` console script; returns the exit status."""
     parser = build_parser()
@@ -233,9 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure", action="store_true",
                    help="allow binding a non-loopback address without CURVE (plaintext on "
                         "the network: anyone on the path reads Z and the rewards)")
-    p.add_argument("--max-sessions", type=count, default=0,
+    p.add_argument("--max-sessions", type=count, default=DEFAULT_MAX_SESSIONS,
                    help="sessions served at once; a Hello past it is refused with 'busy' "
-                        "(default 0: no cap)")
+                        f"(default {DEFAULT_MAX_SESSIONS}; 0: no cap)")
     p.add_argument("--accept-timeout", type=positive, default=600.0,
                    help="seconds to wait for a modeler to connect")
     p.add_argument("--sessions", type=count, default=1,
@@ -744,6 +747,18 @@ def _curve_pair(secret: Path | None, other: Path | None, what: str):
     return secret, other
 
 
+def open_files_for(sessions: int) -> None:
+    """Raise this process's open-file limit (soft, up to the hard one) so that
+    `sessions` sessions, each with its transcript and socket, fit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4 * sessions + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY
+                                                    else min(want, hard), hard))
+
+
 def _cmd_curator(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -758,6 +773,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         raise ValueError("--sessions and --max-sessions must be >= 0")
     secret, allowed = _curve_pair(args.curve_secret, args.curve_allow, "allow")
     curve = CurveServer(secret, allowed) if secret else None
+    open_files_for(args.max_sessions or DEFAULT_MAX_SESSIONS)
     signing = Signing(curator=own_signer(args, "curator"),
                       modeler_keys=load_allowed_keys(args.sign_allow) if args.sign_allow
                       else None)

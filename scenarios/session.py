@@ -240,7 +240,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         reason = await serve_session(
             channel, curator, session.params, session.release, sid, on_answer=progress,
             on_release=handler, hello=hello, measure=session.measure, on_evaluate=evaluating,
-            on_measured=session.measured,
+            on_measured=session.measured, dataset=session.service.dataset_body,
             asked={**{seq: row for seq, (row, _) in curator.answered.items()},
                    **curator.reserved})
         # an End "done" finishes the session; any other reason before the T-th answer
