@@ -19,7 +19,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -28,11 +27,10 @@ import zmq.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.hostile import Sampler, rss_mb  # noqa: E402
+from benchmarks.hostile import Sampler, rss_mb, start_curator  # noqa: E402
 from pobo.protocol.codec import decode, encode  # noqa: E402
 from pobo.protocol.messages import PROTOCOL_VERSION, End, Hello, Welcome  # noqa: E402
 from pobo.protocol.signing import ZERO, Link, open_frame, seal  # noqa: E402
-from pobo.scenarios.remote import LISTENING  # noqa: E402
 
 
 def hello_frame() -> bytes:
@@ -107,14 +105,8 @@ def main() -> None:
         cmd = [sys.executable, "-m", "pobo", "curator", args.scenario, "--seed", "0",
                "--bind", "tcp://127.0.0.1:0", "--sessions", "0", "--timeout", "600",
                "--out", out, "-q", *args.curator_args]
-        curator = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                   text=True)
+        curator, endpoint = start_curator(cmd)
         try:
-            line = curator.stdout.readline()
-            if not line.startswith(LISTENING):
-                raise SystemExit(f"the curator did not start: {line!r}")
-            endpoint = line[len(LISTENING):].strip()
-            threading.Thread(target=lambda: [None for _ in curator.stdout], daemon=True).start()
             sampler = Sampler(curator.pid)
 
             async def measure():

@@ -152,6 +152,19 @@ async def flood(endpoint: str, args, n: int) -> tuple[list[float], list[float], 
         ctx.destroy(linger=0)  # closes any socket an interrupted coroutine left open
 
 
+def start_curator(cmd: list[str]) -> tuple[subprocess.Popen, str]:
+    """Start a curator command; (the process, the endpoint it listens on), its further
+    output drained in a thread."""
+    curator = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True)
+    line = curator.stdout.readline()
+    if not line.startswith(LISTENING):
+        curator.kill()
+        raise SystemExit(f"the curator did not start: {line!r}")
+    threading.Thread(target=lambda: [None for _ in curator.stdout], daemon=True).start()
+    return curator, line[len(LISTENING):].strip()
+
+
 def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # many short-lived peers
@@ -165,14 +178,8 @@ def main() -> None:
         cmd = [sys.executable, "-m", "pobo", "curator", args.scenario, "--seed", "0",
                "--bind", "tcp://127.0.0.1:0", "--sessions", "0", "--T", str(args.T),
                "--timeout", "30", "--out", out]
-        curator = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                   text=True)
+        curator, endpoint = start_curator(cmd)
         try:
-            line = curator.stdout.readline()
-            if not line.startswith(LISTENING):
-                raise SystemExit(f"the curator did not start: {line!r}")
-            endpoint = line[len(LISTENING):].strip()
-            threading.Thread(target=lambda: [None for _ in curator.stdout], daemon=True).start()
             time.sleep(1.0)
             base = rss_mb(curator.pid)
             sampler = Sampler(curator.pid)
