@@ -191,14 +191,22 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
         channel.close()
 
 
+def session_owner(peer: str, sign_key: str) -> str:
+    """Who a session belongs to: the peer's CURVE key ('plaintext' without CURVE) and the
+    signing key its Hello announced (and signed with: the channel verified it), so that
+    with signing keys and no CURVE another allowed key cannot resume it either."""
+    return f"{peer} sign:{sign_key}" if sign_key else peer
+
+
 def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admissions):
     """The session a valid Hello opens or resumes for `peer`, or a typed refusal."""
     if not (hello.resume and hello.resume in slots.live):  # a takeover needs no new slot
         refusal = slots.refusal()
         if refusal is not None:
             raise refusal
-    session = (service.resume(hello.resume, owner=peer) if hello.resume
-               else service.new_session(security, owner=peer, batch=hello.batch))
+    owner = session_owner(peer, hello.sign_key)
+    session = (service.resume(hello.resume, owner=owner) if hello.resume
+               else service.new_session(security, owner=owner, batch=hello.batch))
     if session.session_id not in slots.live:
         slots.admitted += 1
     return session
