@@ -329,6 +329,7 @@ class ResumeState:
     answered: list[tuple[int, int, float]]  # (seq, row, reward) in query order
     asked: dict[int, int]  # every query sent: seq -> row
     pending: frozenset[int] = frozenset()  # unanswered queries the curator reported pending
+    ended: bool = False  # the transcript records an End: nothing is left to resume
 
     def check(self, welcome: Welcome, dataset: Dataset) -> None:
         """Refuse to resume against a different session or a different dataset."""
@@ -348,7 +349,9 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     asked: dict[int, int] = {}
     answered: dict[int, tuple[int, float]] = {}
     pending: set[int] = set()
+    ended = False
     for record in read_transcript(transcript, blobs):
+        ended = ended or record.kind == "end"
         if record.kind not in ("welcome", "dataset", "query", "reward", "pending"):
             continue
         message = decode(body_of(record.frame))
@@ -370,7 +373,7 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     if any(asked.get(seq) != row for seq, row, _ in done):
         raise ValueError(f"{transcript}: a reward answers a query never sent")
     return ResumeState(welcome.session, welcome.params, dataset.release.Z, done, asked,
-                       frozenset(pending - set(answered)))
+                       frozenset(pending - set(answered)), ended)
 
 
 async def ask(channel: Channel, query: Query, retries: int,

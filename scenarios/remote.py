@@ -252,6 +252,9 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
         if out is None:
             raise ValueError("resuming needs the output folder holding the modeler's transcript")
         state = resume_state(out / "modeler.transcript")
+        if state.ended:  # said at once; no connection, no record touched
+            raise ValueError(f"nothing to resume: session {state.session} has ended (its "
+                             f"transcript {out / 'modeler.transcript'} records an End)")
     deadline = asyncio.get_running_loop().time() + patience
     pause = 1.0
     while True:

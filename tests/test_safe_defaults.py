@@ -193,3 +193,20 @@ def test_a_deployed_private_run_is_dp_and_says_nothing_of_the_kind(tmp_path):
     report = audit_transcript(tmp_path / "curator.transcript")
     assert report.dp is True and "not DP" not in report.text()
     assert startup_warnings(cfg(seed=None)) == []
+
+
+def test_resuming_a_finished_session_says_so_at_once_and_changes_nothing(tmp_path):
+    """The issue's mistake: `pobo modeler --resume` of a finished session overwrote
+    modeler.json with an empty error record after a timeout (and appended to the
+    transcript, failing the paired audit). Now: 'nothing to resume', at once, nothing
+    written (the curator's endpoint here is not even listening)."""
+    import time
+    from pobo.scenarios.session import run_inproc
+    asyncio.run(run_inproc(cfg(T=3), tmp_path))
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    start = time.monotonic()
+    done = _pobo("modeler", "--connect", "tcp://127.0.0.1:9", "--resume", "--out",
+                 str(tmp_path), "--timeout", "30")
+    assert done.returncode != 0 and "nothing to resume" in done.stderr, done.stderr
+    assert time.monotonic() - start < 20
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
