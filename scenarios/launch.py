@@ -27,6 +27,7 @@ from pobo.scenarios.runspec import LISTENING, RunConfig, merge_results
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
 STOP_WAIT = 30.0  # seconds a cancelled run_async waits for its parties to be stopped
+ORPHAN_WAIT = 60.0  # seconds a modeler may run on after its curator ended normally
 _POLL_S = 0.1  # how often a run waiting for its parties checks for a stop or a timeout
 PARENT_PIPE = "POBO_PARENT_PIPE"  # set for a party: its stdin is a pipe from `pobo run`
 
@@ -347,18 +348,33 @@ def forward(role: str, line: str) -> None:
 def _wait_all(spawned: list[Spawned], timeout: float | None,
               stop: threading.Event | None) -> dict[str, int]:
     """Each party's exit code once all have exited; LaunchError when `timeout` s pass
-    first or `stop` is set (the caller's finally then stops them)."""
+    first or `stop` is set (the caller's finally then stops them). A curator that exits
+    with an error (killed, say) while the modeler runs stops the modeler too, at once
+    (it would otherwise retry for its --patience); one that ended normally leaves the
+    modeler ORPHAN_WAIT s to finish."""
     deadline = math.inf if timeout is None else time.monotonic() + timeout
     codes: dict[str, int] = {}
-    for s in spawned:
-        while (code := s.process.poll()) is None:
-            if stop is not None and stop.is_set():
-                raise LaunchError("the run was stopped")
-            if time.monotonic() >= deadline:
-                raise LaunchError(f"a party process ran past {timeout:g} s")
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                s.process.wait(_POLL_S)
-        codes[s.role] = code
+    curator_gone = None
+    while len(codes) < len(spawned):
+        for s in spawned:
+            if s.role not in codes and (code := s.process.poll()) is not None:
+                codes[s.role] = code
+        if len(codes) == len(spawned):
+            break
+        if "curator" in codes and "modeler" not in codes:
+            curator_gone = curator_gone or time.monotonic()
+            if codes["curator"] != 0 or time.monotonic() - curator_gone > ORPHAN_WAIT:
+                modeler = next(s for s in spawned if s.role == "modeler")
+                _stop(modeler.process)
+                raise LaunchError(f"the curator exited (code {codes['curator']}) while the "
+                                  "modeler was still running: the modeler was stopped")
+        if stop is not None and stop.is_set():
+            raise LaunchError("the run was stopped")
+        if time.monotonic() >= deadline:
+            raise LaunchError(f"a party process ran past {timeout:g} s")
+        waiting = next(s for s in spawned if s.role not in codes)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            waiting.process.wait(_POLL_S)
     return codes
 
 

@@ -255,21 +255,48 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
         if state.ended:  # said at once; no connection, no record touched
             raise ValueError(f"nothing to resume: session {state.session} has ended (its "
                              f"transcript {out / 'modeler.transcript'} records an End)")
-    deadline = asyncio.get_running_loop().time() + patience
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
     pause = 1.0
+    ticker = None
+    current: list = []  # the channels of the connections tried, the last one live
+    try:
+        while True:
+            try:
+                return await _modeler_session(connect, out, seed, strategy, hyper, beta_scale,
+                                              release, non_private, curve, timeout, state,
+                                              verbose, signing or Signing(), batch,
+                                              current.append)
+            except (PeerTimeout, PeerGone, ProtocolError, PeerError) as exc:
+                state = _reconnectable(exc, out, deadline)
+                if state is None:
+                    raise
+                modeler_log.warning("lost the curator (%s) with %d evaluation(s) pending: "
+                                    "resuming session %s in %.0f s", exc, len(state.pending),
+                                    state.session[:12], pause)
+                if ticker is None or ticker.done():  # said every UNREACHABLE_EVERY s
+                    ticker = asyncio.ensure_future(_say_unreachable(loop.time(), current))
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, UNREACHABLE_EVERY)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+
+
+UNREACHABLE_EVERY = 10.0  # seconds between "curator unreachable" lines while reconnecting
+
+
+async def _say_unreachable(since: float, channels: list) -> None:
+    """Log 'curator unreachable, retrying (N s)' every UNREACHABLE_EVERY s until the
+    latest connection hears from the curator (a modeler reconnecting for its --patience
+    is never silent)."""
+    loop = asyncio.get_running_loop()
+    first = len(channels)  # the connections before the loss do not count
     while True:
-        try:
-            return await _modeler_session(connect, out, seed, strategy, hyper, beta_scale,
-                                          release, non_private, curve, timeout, state,
-                                          verbose, signing or Signing(), batch)
-        except (PeerTimeout, PeerGone, ProtocolError, PeerError) as exc:
-            state = _reconnectable(exc, out, deadline)
-            if state is None:
-                raise
-            modeler_log.warning("lost the curator (%s) with %d evaluation(s) pending: resuming session "
-                        "%s in %.0f s", exc, len(state.pending), state.session[:12], pause)
-            await asyncio.sleep(pause)
-            pause = min(2 * pause, max(1.0, timeout))
+        await asyncio.sleep(UNREACHABLE_EVERY)
+        if len(channels) > first and channels[-1].last_frame is not None:
+            return  # the curator answered the reconnection
+        modeler_log.warning("curator unreachable, retrying (%.0f s)", loop.time() - since)
 
 
 # what a restarted curator answers the old connection's frames with (it knows no session
@@ -295,7 +322,7 @@ def _reconnectable(exc: Exception, out: Path | None, deadline: float):
 
 async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, release,
                            non_private, curve, timeout, state, verbose, signing: Signing,
-                           batch: int) -> dict:
+                           batch: int, on_channel=None) -> dict:
     """One connection of the modeler: a fresh DEALER, its channel and the session."""
     ctx = new_context()
     pipe = channel = None
@@ -304,6 +331,8 @@ async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, rele
         channel = open_channel(pipe, MODELER, non_private, out, timeout,
                                resume=state is not None, signer=signing.modeler,
                                peer_key=signing.curator_key)
+        if on_channel is not None:
+            on_channel(channel)
         return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
                               release=release, resume=state, verbose=verbose, batch=batch)
     finally:

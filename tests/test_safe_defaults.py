@@ -210,3 +210,48 @@ def test_resuming_a_finished_session_says_so_at_once_and_changes_nothing(tmp_pat
     assert done.returncode != 0 and "nothing to resume" in done.stderr, done.stderr
     assert time.monotonic() - start < 20
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the processes whose parent is `pid` (from /proc)."""
+    from pathlib import Path
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                out.append((int(stat.parent.name), cmd))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def test_pobo_run_ends_when_its_curator_is_killed(tmp_path):
+    """The issue: after kill -9 of the curator under `pobo run` (a query pending, so the
+    modeler would retry for its one-day --patience) the run was silent 100 s later. Now
+    the modeler is stopped and the run ends with a one-line error."""
+    import os
+    import signal
+    import time
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pobo", "run", "synthetic", "--grid", "8", "--T", "3",
+         "--objective-wait", "--journal", str(tmp_path / "j.db"), "--out",
+         str(tmp_path / "run")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        curator = []
+        while not curator and time.monotonic() < deadline:
+            time.sleep(0.5)
+            curator = [p for p, cmd in _children(run.pid) if " curator " in cmd]
+            if curator and not (tmp_path / "run" / "modeler.transcript").exists():
+                curator = []  # wait until the session runs (the modeler has a transcript)
+        assert curator, "the curator never started"
+        time.sleep(1.0)
+        os.kill(curator[0], signal.SIGKILL)
+        out, err = run.communicate(timeout=40)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode != 0 and "curator exited" in err, err
