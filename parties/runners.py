@@ -14,7 +14,9 @@ import numpy as np
 from pobo.parties.curator import Curator
 from pobo.parties.modeler import HyperFit, Modeler
 from pobo.parties.objective import EvaluationFailed
-from pobo.parties.strategies import KusnerUCB, Robust, Strategy, declaration, for_release
+from pobo.parties.strategies import (
+    KusnerUCB, Robust, Strategy, declaration, for_release, under_rules,
+)
 from pobo.protocol.channel import Channel
 from pobo.protocol.codec import decode
 from pobo.protocol.signing import SharedBody, body_of
@@ -201,7 +203,8 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                              declared, release_delta, channel.sign_key, batch))
     welcome = expect(await channel.recv(), Welcome)
     dataset = expect(await channel.recv(), Dataset)
-    modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)
+    modeler = Modeler(welcome.params, dataset.release, under_rules(strategy, welcome.params),
+                      rng, hyper)
     window = QueryWindow(channel, retries, retry_delay, on_pending)
     q = max(1, min(batch, welcome.params.batch))
     next_seq = 1

@@ -71,6 +71,7 @@ class CuratorSettings:
     seed: int | None = None
     reward_bound: float | None = None
     noise_bound: float | None = None
+    distinct: bool = False  # the scenario's rule, announced in the Welcome: no row twice
 
     def __post_init__(self) -> None:
         if self.lift not in LIFT_MODES:
@@ -323,7 +324,8 @@ class CuratorService:
             reward_bound=declared_bound(problem, s), noise_bound=noise_bound(problem, s,
                                                                              self.ldp),
             noise=problem.noise, budget_epsilon=budget["budget_epsilon"] or 0.0,
-            budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0)
+            budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0,
+            distinct=bool(s.distinct))
 
     def new_session(self, security: str = "in-process", owner: str = "in-process",
                     batch: int = 1) -> CuratorSession:

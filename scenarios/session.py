@@ -80,7 +80,8 @@ def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
         non_private=bool(config.non_private), lift=config.lift,
         lift_epsilon=config.lift_epsilon, lift_delta=config.lift_delta,
         ldp_epsilon=config.ldp_epsilon,
-        seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound)
+        seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound,
+        distinct=bool(config.distinct))
     return replace(settings, budget=dataset_budget(config, settings, problem.X.shape))
 
 

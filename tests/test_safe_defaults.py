@@ -255,3 +255,16 @@ def test_pobo_run_ends_when_its_curator_is_killed(tmp_path):
             run.kill()
             run.communicate()
     assert run.returncode != 0 and "curator exited" in err, err
+
+
+def test_a_modeler_not_told_distinct_honours_the_rule_the_welcome_carries(tmp_path):
+    """The issue: a standalone hospital modeler tested one row 9 times, 'distinct' held
+    only under `pobo run`. The curator announces the scenario's rule in the Welcome and a
+    plain GP-UCB modeler (no +distinct) follows it; without the rule it repeats rows."""
+    service = prepare_service(cfg(T=40, distinct=True, ldp_epsilon=1.0))
+    assert service.params.distinct
+    cres, mres = asyncio.run(_session(service, tmp_path / "d", strategy="gp-ucb"))
+    assert len(set(mres["queries"])) == len(mres["queries"]) == 40
+    free = prepare_service(cfg(T=40, distinct=False, ldp_epsilon=1.0))
+    cres, mres = asyncio.run(_session(free, tmp_path / "f", strategy="gp-ucb"))
+    assert len(set(mres["queries"])) < 40  # the same modeler repeats rows when allowed
