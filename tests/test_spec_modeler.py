@@ -106,9 +106,8 @@ class SpecModeler:
     def recv(self) -> dict:
         if not self.sock.poll(self.timeout_ms, zmq.POLLIN):
             raise TimeoutError(f"no frame from the curator in {self.timeout_ms} ms")
-        parts = self.sock.recv_multipart()
-        assert len(parts) == 1, "one frame per message"
-        frame = parts[0]
+        parts = self.sock.recv_multipart()  # the curator may send a frame in parts
+        frame = b"".join(parts)  # (PROTOCOL.md, Framing): joined, in order
         env = msgpack.unpackb(frame, raw=False)
         assert set(env) == {"body", "link", "sig"}
         link = env["link"]
