@@ -231,6 +231,20 @@ def test_a_function_that_raises_is_a_failed_evaluation():
         _measure(FunctionObjective(lambda i: 1 / 0))
 
 
+def test_a_half_written_results_line_is_not_read(tmp_path):
+    """The issue (22, item 7): `s1 1 12` then `3.456` was entered as 12.0 where 123.456
+    was meant. Only newline-terminated lines count."""
+    journal = _journal_with_session()
+    journal.reserve("s1", 1, 1, 3, [], Budget())
+    results = tmp_path / "results.txt"
+    results.write_text("s1 1 12")  # the writer has not finished the line
+    assert ingest_results(results, journal) == 0
+    with results.open("a") as f:
+        f.write("3.456\n")
+    assert ingest_results(results, journal) == 1
+    assert journal.supplied("s1", 1) == 123.456
+
+
 def test_a_deferred_value_comes_from_the_journal_or_the_results_file(tmp_path):
     journal = _journal_with_session()
     journal.open_session("s2", {}, b"w", "p", "d", "me")
