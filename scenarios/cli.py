@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(getattr(args, "verbose", 0) or 0, getattr(args, "quiet", False))
     _terminate_like_interrupt()
-    _stop_with_parent()
+    args.under_run = _stop_with_parent()
     try:
         if args.command in CONFIGURABLE:
             sub = parser.subcommands[args.command]
@@ -70,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
                 apply_config(sub, args, argv, args.config)
                 configure_logging(args.verbose or 0, args.quiet)  # the file may set them
             check_required(sub, args, NEEDED[args.command])
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()  # a reader that went away (`| head`) is found here, not at exit
+        return status
+    except BrokenPipeError:  # the reader of our output stopped reading: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (PoboError, ValueError, OSError, sqlite3.Error) as exc:
         print(f"pobo {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -97,12 +102,13 @@ def _raise_interrupt(signum, frame) -> None:
 PARENT_GRACE = 30.0  # seconds a party whose `pobo run` died has to unwind before exiting
 
 
-def _stop_with_parent() -> None:
+def _stop_with_parent() -> bool:
     """A party started by `pobo run` (its stdin a pipe from it, scenarios.launch) stops
     like on SIGTERM when that pipe closes -- `pobo run` died, even by SIGKILL -- and
-    exits PARENT_GRACE s later if it has not by then: no party outlives its run."""
+    exits PARENT_GRACE s later if it has not by then: no party outlives its run. True
+    for such a party."""
     if os.environ.pop(PARENT_PIPE, None) != "1":  # popped: not for the party's children
-        return
+        return False
 
     def watch() -> None:
         try:
@@ -115,6 +121,7 @@ def _stop_with_parent() -> None:
         os._exit(143)
 
     threading.Thread(target=watch, name="pobo-parent-watch", daemon=True).start()
+    return True
 
 
 class Parser(argparse.ArgumentParser):
@@ -791,8 +798,9 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         if journal is not None:
             journal.close()
     results = result if isinstance(result, list) else [result]
-    for r in results:
-        print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
+    if not args.under_run:  # under `pobo run`, which prints the merged summary
+        for r in results:
+            print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
     if args.sessions == 0:  # a service, stopped by SIGINT/SIGTERM: sessions cut short by
         # the stop are interrupted (resumable), which is the normal way to stop it
         return 0 if all(r["status"] in ("ok", "interrupted") for r in results) else 1

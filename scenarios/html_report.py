@@ -57,7 +57,13 @@ def write_html_report(folder: Path | str, out: Path | str | None = None) -> Path
     if (folder / "result.json").is_file():
         page = run_report_html(folder)
     elif (folder / "runs.csv").is_file():
-        page = sweep_report_html(folder)
+        try:
+            page = sweep_report_html(folder)
+        except (KeyError, TypeError, ValueError) as exc:  # a row or column missing, or junk
+            if isinstance(exc, ReportError):
+                raise
+            raise ReportError(f"{folder / 'runs.csv'} is malformed: {type(exc).__name__}: "
+                              f"{exc} (a column or a value missing, or not a number)") from None
     else:
         raise ReportError(f"{folder} is neither a run folder (result.json) nor a sweep "
                           "folder (runs.csv)")

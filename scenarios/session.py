@@ -175,6 +175,19 @@ def journal_config(config: RunConfig) -> dict:
     return {k: getattr(config, k) for k in keep}
 
 
+def keep_previous_record(out: Path, role: str) -> None:
+    """Before a new session in `out`: move the last session's <role>.json beside its
+    transcript's new name (<role>.json.N with <role>.transcript.N, which Transcript
+    keeps), so that a second session does not overwrite the first one's record."""
+    transcript, record = out / f"{role}.transcript", out / f"{role}.json"
+    if not (transcript.exists() and record.exists()):
+        return
+    n = 1
+    while transcript.with_name(f"{transcript.name}.{n}").exists():
+        n += 1
+    record.rename(record.with_name(f"{record.name}.{n}"))
+
+
 def open_channel(pipe, role: str, non_private: bool, out: Path | None,
                  timeout: float, resume: bool = False, *, signer: Signer | None = None,
                  peer_key: str | frozenset[str] | None = None) -> Channel:
@@ -182,6 +195,8 @@ def open_channel(pipe, role: str, non_private: bool, out: Path | None,
     that transcript's chain when `resume`), signing every frame with `signer` and
     accepting only a peer that signs with `peer_key` (a key, or a set of keys) if given."""
     policy = NON_PRIVATE if non_private else PRIVATE
+    if out is not None and not resume:
+        keep_previous_record(out, role)
     transcript = Transcript(out / f"{role}.transcript", resume) if out is not None else None
     keys = frozenset([peer_key]) if isinstance(peer_key, str) else peer_key
     return Channel(pipe, Boundary(policy, role), transcript, timeout=timeout, signer=signer,

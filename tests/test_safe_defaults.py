@@ -268,3 +268,54 @@ def test_a_modeler_not_told_distinct_honours_the_rule_the_welcome_carries(tmp_pa
     free = prepare_service(cfg(T=40, distinct=False, ldp_epsilon=1.0))
     cres, mres = asyncio.run(_session(free, tmp_path / "f", strategy="gp-ucb"))
     assert len(set(mres["queries"])) < 40  # the same modeler repeats rows when allowed
+
+
+def test_pobo_ledger_json_into_head_ends_quietly(tmp_path):
+    """`pobo ledger --json | head -1` ended in a BrokenPipeError traceback."""
+    from pobo.scenarios.session import prepare_service
+    journal = Journal(tmp_path / "j.db")
+    prepare_service(cfg(), journal=journal)
+    journal.close()
+    done = subprocess.run(f"{sys.executable} -m pobo ledger --journal {tmp_path / 'j.db'} "
+                          "--json | head -c 1", shell=True, capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout == "{" and "BrokenPipe" not in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_public_key_as_curve_secret_is_named_as_such(tmp_path):
+    from pobo.transport.security import make_keys
+    paths = make_keys(tmp_path / "keys")
+    done = _pobo("curator", "synthetic", "--grid", "8", "--curve-secret",
+                 str(paths["curator_public"]), "--curve-allow", str(paths["allowed"]),
+                 "--out", str(tmp_path / "o"))
+    assert done.returncode == 1 and "is a public key, not a secret one" in done.stderr
+    assert "chmod" not in done.stderr
+
+
+def test_a_second_session_keeps_the_first_ones_record(tmp_path):
+    """modeler.json was overwritten while modeler.transcript.1 was kept: now both
+    move together (.json.1 beside .transcript.1)."""
+    from pobo.scenarios.session import run_inproc
+    first = asyncio.run(run_inproc(cfg(T=3), tmp_path))
+    asyncio.run(run_inproc(cfg(T=3, seed=4), tmp_path))
+    import json
+    for role in ("curator", "modeler"):
+        assert (tmp_path / f"{role}.transcript.1").exists()
+        old = json.loads((tmp_path / f"{role}.json.1").read_text())
+        assert old["queries"] == first["queries"] and old["rewards"] == first["rewards"]
+    assert json.loads((tmp_path / "curator.json.1").read_text())["session"] == first["session"]
+
+
+def test_pobo_run_prints_its_summary_once(tmp_path):
+    done = _pobo("run", "synthetic", "--grid", "8", "--T", "3", "--out", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("synthetic: n=64") == 1, done.stdout
+
+
+def test_pobo_report_on_a_malformed_runs_csv_is_one_line(tmp_path):
+    (tmp_path / "runs.csv").write_text("run,scenario,strategy,epsilon,r,seed,T,n,lifted,"
+                                       "simple_regret\nx,synthetic,gp-ucb,1,2,0,3,4,true,0.5\n")
+    done = _pobo("report", str(tmp_path))
+    assert done.returncode == 1 and "malformed" in done.stderr
+    assert "Traceback" not in done.stderr
