@@ -319,3 +319,25 @@ def test_pobo_report_on_a_malformed_runs_csv_is_one_line(tmp_path):
     done = _pobo("report", str(tmp_path))
     assert done.returncode == 1 and "malformed" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_dataset_digest_is_the_same_under_1_and_2_blas_threads():
+    """The issue (items 8, 9): with OPENBLAS_NUM_THREADS=1 the prepared X differed by
+    4.5e-11, so its digest -- which binds the journal and `pobo audit --data` -- changed
+    (and the threaded fit thrashed: 44 s against 5 s). The fit now runs on one BLAS thread
+    whatever the environment says."""
+    import os
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    code = ("from pobo.scenarios.registry import build_problem; "
+            "from pobo.parties.dataset import dataset_digest; "
+            "print(dataset_digest(build_problem('examples/my_scenario.py', 0, n=200)))")
+    digests = set()
+    for threads in ("1", "2"):
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads,
+               "MKL_NUM_THREADS": threads}
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=300, env=env, cwd=root)
+        assert done.returncode == 0, done.stderr
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1, digests
