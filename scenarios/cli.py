@@ -12,6 +12,7 @@ scenarios.remote.serve_curator, scenarios.remote.connect_modeler).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -754,6 +755,38 @@ def _curve_pair(secret: Path | None, other: Path | None, what: str):
     return secret, other
 
 
+PREPARING_FIRST, PREPARING_EVERY = 2.0, 10.0  # seconds to the first "preparing" line, between
+
+
+@contextlib.contextmanager
+def preparing(scenario: str):
+    """Say that the curator prepares its dataset when that takes more than a moment
+    (PREPARING_FIRST s), then every PREPARING_EVERY s until it is done (a fit can take
+    minutes): the operator sees it work, and `pobo run` waits for a curator that says so
+    (scenarios.launch) instead of giving up on it. On stderr: stdout's first line is the
+    endpoint."""
+    start, done, said = time.monotonic(), threading.Event(), []
+
+    def tick() -> None:
+        wait = PREPARING_FIRST
+        while not done.wait(wait):
+            print(f"pobo curator: preparing the dataset ({scenario}, "
+                  f"{time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+            said.append(True)
+            wait = PREPARING_EVERY
+
+    ticker = threading.Thread(target=tick, name="pobo-preparing", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+    if said:
+        print(f"pobo curator: dataset prepared in {time.monotonic() - start:.1f} s",
+              file=sys.stderr, flush=True)
+
+
 def open_files_for(sessions: int) -> None:
     """Raise this process's open-file limit (soft, up to the hard one) so that
     `sessions` sessions, each with its transcript and socket, fit."""
@@ -789,7 +822,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     try:
-        service = prepare_service(config, journal=journal)
+        with preparing(config.scenario):
+            service = prepare_service(config, journal=journal)
         result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                            max_sessions=args.max_sessions,
                                            accept_timeout=args.accept_timeout, curve=curve,

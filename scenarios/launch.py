@@ -273,9 +273,15 @@ def _free_port() -> int:
 
 def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float,
                        stop: threading.Event | None = None) -> None:
-    """Wait until the curator prints its endpoint; fail at once if it exits first."""
+    """Wait until the curator prints its endpoint; fail at once if it exits first, and
+    after `timeout` s only of silence: a curator that keeps saying it works (preparing
+    the dataset, every 10 s) is waited for as long as it lives."""
     deadline = time.monotonic() + timeout
+    heard = len(curator.lines) + len(curator.errors)
     while not ready.wait(0.05):
+        if len(curator.lines) + len(curator.errors) > heard:  # it said something: working
+            heard = len(curator.lines) + len(curator.errors)
+            deadline = time.monotonic() + timeout
         if stop is not None and stop.is_set():
             raise LaunchError("the run was stopped")
         code = curator.process.poll()
@@ -284,7 +290,7 @@ def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float,
             raise LaunchError(f"the curator exited with code {code} before binding"
                               + (" (its error is above)" if curator.errors else ""))
         if time.monotonic() > deadline:
-            raise LaunchError(f"the curator did not bind within {timeout:g} s")
+            raise LaunchError(f"the curator said nothing for {timeout:g} s and did not bind")
 
 
 def _found_endpoint(line: str, endpoint: list[str], ready: threading.Event) -> None:

@@ -341,3 +341,32 @@ def test_the_dataset_digest_is_the_same_under_1_and_2_blas_threads():
         assert done.returncode == 0, done.stderr
         digests.add(done.stdout.strip())
     assert len(digests) == 1, digests
+
+
+def test_pobo_run_waits_for_a_curator_that_says_it_is_preparing():
+    """The issue (item 9): `pobo run` gave up after 60 s ('did not bind') on a curator
+    still preparing its dataset. It now waits as long as the curator says it works (a line
+    every 10 s), and still gives up on one that is silent."""
+    import threading
+    import time
+    from pobo.scenarios.launch import LaunchError, Spawned, _wait_for_endpoint
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        ready, errors = threading.Event(), []
+
+        def talk():  # 'preparing' every 0.3 s for 2 s, then the endpoint
+            for _ in range(7):
+                time.sleep(0.3)
+                errors.append("pobo curator: preparing the dataset")
+            ready.set()
+
+        reader = threading.Thread(target=talk, daemon=True)
+        reader.start()
+        working = Spawned("curator", process, [], reader, errors)
+        _wait_for_endpoint(working, ready, timeout=1.0)  # 2 s > 1 s, but never silent 1 s
+        silent = Spawned("curator", process, [], reader, [])
+        with pytest.raises(LaunchError, match="said nothing for 0.5 s"):
+            _wait_for_endpoint(silent, threading.Event(), timeout=0.5)
+    finally:
+        process.kill()
+        process.wait()
