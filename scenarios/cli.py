@@ -578,9 +578,6 @@ def r_value(text: str) -> int | str:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     out = args.out or Path("runs") / f"{config.scenario}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if args.transport == "inproc":  # (a curator process says it itself)
-        for line in startup_warnings(config):
-            print(f"pobo run: warning: {line}", file=sys.stderr, flush=True)
     try:
         result = run(config, out, args.transport, curve_dir=args.curve,
                      modeler_lines=args.verbose >= 1)
@@ -818,12 +815,12 @@ def _cmd_curator(args: argparse.Namespace) -> int:
                       modeler_keys=load_allowed_keys(args.sign_allow) if args.sign_allow
                       else None)
     writable(args.out)  # refused now, not after a modeler's Hello
-    for line in startup_warnings(config):
-        print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     try:
         with preparing(config.scenario):
             service = prepare_service(config, journal=journal)
+        for line in startup_warnings(config):  # before it serves, once the dataset is built
+            print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
         result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                            max_sessions=args.max_sessions,
                                            accept_timeout=args.accept_timeout, curve=curve,

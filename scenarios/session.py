@@ -34,7 +34,7 @@ from pobo.scenarios.progress import step
 from pobo.scenarios.registry import build_problem
 from pobo.scenarios.releases import release_handler
 from pobo.scenarios.runspec import (  # noqa: F401  (re-exported: defined without numpy)
-    LISTENING, RunConfig, merge_results, write_json,
+    LISTENING, RunConfig, merge_results, startup_warnings, write_json,
 )
 
 
@@ -396,6 +396,9 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
 
     out = Path(out)
     session = prepare_curator(config, problem)
+    if verbose:  # said once the dataset is built (a broken scenario is one error line)
+        for line in startup_warnings(config):
+            CURATOR_LOG.warning("warning: %s", line)
     cpipe, mpipe = pipe_pair()
     where = out if transcripts else None
     s = signing or Signing()
