@@ -105,7 +105,7 @@ def main() -> None:
         cmd = [sys.executable, "-m", "pobo", "curator", args.scenario, "--seed", "0",
                "--bind", "tcp://127.0.0.1:0", "--sessions", "0", "--timeout", "600",
                "--out", out, "-q", *args.curator_args]
-        curator, endpoint = start_curator(cmd)
+        curator, endpoint = start_curator(cmd, str(Path(out) / "home"))
         try:
             sampler = Sampler(curator.pid)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import subprocess
 import sys
@@ -152,11 +153,11 @@ async def flood(endpoint: str, args, n: int) -> tuple[list[float], list[float], 
         ctx.destroy(linger=0)  # closes any socket an interrupted coroutine left open
 
 
-def start_curator(cmd: list[str]) -> tuple[subprocess.Popen, str]:
-    """Start a curator command; (the process, the endpoint it listens on), its further
-    output drained in a thread."""
+def start_curator(cmd: list[str], home: str) -> tuple[subprocess.Popen, str]:
+    """Start a curator command, its key store in `home` (not the user's); (the process,
+    the endpoint it listens on), its further output drained in a thread."""
     curator = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               text=True)
+                               text=True, env={**os.environ, "POBO_HOME": home})
     line = curator.stdout.readline()
     if not line.startswith(LISTENING):
         curator.kill()
@@ -178,7 +179,7 @@ def main() -> None:
         cmd = [sys.executable, "-m", "pobo", "curator", args.scenario, "--seed", "0",
                "--bind", "tcp://127.0.0.1:0", "--sessions", "0", "--T", str(args.T),
                "--timeout", "30", "--out", out]
-        curator, endpoint = start_curator(cmd)
+        curator, endpoint = start_curator(cmd, str(Path(out) / "home"))
         try:
             time.sleep(1.0)
             base = rss_mb(curator.pid)
