@@ -14,11 +14,13 @@ import numpy as np
 from pobo.parties.curator import Curator
 from pobo.parties.modeler import HyperFit, Modeler
 from pobo.parties.objective import EvaluationFailed
-from pobo.parties.strategies import KusnerUCB, Robust, Strategy, declaration, for_release
+from pobo.parties.strategies import (
+    KusnerUCB, Robust, Strategy, declaration, for_release, under_rules,
+)
 from pobo.protocol.channel import Channel, before_handshake
 from pobo.protocol.policy import CURATOR
 from pobo.protocol.codec import decode
-from pobo.protocol.signing import body_of
+from pobo.protocol.signing import SharedBody, body_of
 from pobo.protocol.transcript import read_transcript
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import (
@@ -41,7 +43,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         max_refusals: int = 10_000, measure: Measure | None = None,
                         on_evaluate: StepCallback | None = None,
                         on_measured: Callable[[int], None] | None = None,
-                        checkpoint: Callable[[], LedgerHead] | None = None) -> str:
+                        checkpoint: Callable[[], LedgerHead] | None = None,
+                        dataset: SharedBody | None = None) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
     Every answer is committed to the dataset's journal by `curator` before its reward is
@@ -57,7 +60,9 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     `on_evaluate(seq, row, seconds waited)` is called when an evaluation starts and
     `on_measured(seq)` when its answer is committed. With `checkpoint` (the dataset
     ledger's head now) the Welcome carries the head, and the modeler's End is answered
-    with an End carrying it again (protocol.checkpoint).
+    with an End carrying it again (protocol.checkpoint). `dataset`: the Dataset message
+    of `release` encoded once for every session (its bytes are then never copied per
+    session).
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
         await receive_hello(channel)
@@ -68,7 +73,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                           f"head ({type(exc).__name__}): no session now")
         raise
     await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key, head))
-    await channel.send(Dataset(release))
+    await channel.send(Dataset(release), shared=dataset)
     if asked:
         channel.boundary.restore_queries(asked)
     evaluations: dict[int, asyncio.Task] = {}
@@ -227,7 +232,8 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                              declared, release_delta, channel.sign_key, batch, new_nonce()))
     welcome = expect(await channel.recv(), Welcome)
     dataset = expect(await channel.recv(), Dataset)
-    modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)
+    modeler = Modeler(welcome.params, dataset.release, under_rules(strategy, welcome.params),
+                      rng, hyper)
     window = QueryWindow(channel, retries, retry_delay, on_pending)
     q = max(1, min(batch, welcome.params.batch))
     next_seq = 1
@@ -379,6 +385,7 @@ class ResumeState:
     answered: list[tuple[int, int, float]]  # (seq, row, reward) in query order
     asked: dict[int, int]  # every query sent: seq -> row
     pending: frozenset[int] = frozenset()  # unanswered queries the curator reported pending
+    ended: bool = False  # the transcript records an End: nothing is left to resume
 
     def check(self, welcome: Welcome, dataset: Dataset) -> None:
         """Refuse to resume against a different session or a different dataset."""
@@ -398,7 +405,9 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     asked: dict[int, int] = {}
     answered: dict[int, tuple[int, float]] = {}
     pending: set[int] = set()
+    ended = False
     for record in read_transcript(transcript, blobs):
+        ended = ended or record.kind == "end"
         if record.kind not in ("welcome", "dataset", "query", "reward", "pending"):
             continue
         message = decode(body_of(record.frame))
@@ -420,7 +429,7 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     if any(asked.get(seq) != row for seq, row, _ in done):
         raise ValueError(f"{transcript}: a reward answers a query never sent")
     return ResumeState(welcome.session, welcome.params, dataset.release.Z, done, asked,
-                       frozenset(pending - set(answered)))
+                       frozenset(pending - set(answered)), ended)
 
 
 async def ask(channel: Channel, query: Query, retries: int,

@@ -42,9 +42,10 @@ from pobo.protocol.codec import decode, encode
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
 from pobo.protocol.messages import (
-    PROTOCOL_VERSION, LedgerHead, Mechanism, ProjectedDataset, SessionParams, Welcome,
+    PROTOCOL_VERSION, Dataset, LedgerHead, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
+from pobo.protocol.signing import SharedBody
 
 MAX_FAILURES = 5  # failed evaluations of one query before it is evaluated no more
 LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
@@ -74,6 +75,7 @@ class CuratorSettings:
     seed: int | None = None
     reward_bound: float | None = None
     noise_bound: float | None = None
+    distinct: bool = False  # the scenario's rule, announced in the Welcome: no row twice
 
     def __post_init__(self) -> None:
         if self.lift not in LIFT_MODES:
@@ -95,6 +97,14 @@ class CuratorSettings:
             return 0.0, 0.0
         return (0.1 * self.epsilon if self.lift_epsilon is None else float(self.lift_epsilon),
                 self.delta if self.lift_delta is None else float(self.lift_delta))
+
+
+def release_is_dp(settings: CuratorSettings) -> bool:
+    """Whether a release under `settings` can carry a DP claim: not the non-private
+    baseline (X itself), not the paper's lift (it branches on the exact sigma_min), and
+    not seeded randomness (whoever knows the seed recomputes the noise). What the Dataset
+    says as `dp`, result.json at its top and `pobo audit` as "not DP"."""
+    return not (settings.non_private or settings.lift == "paper" or settings.seed is not None)
 
 
 @dataclass(frozen=True)
@@ -254,6 +264,9 @@ class CuratorService:
         self.ldp = ldp_mechanism(problem, settings)
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
+        # the Dataset every session sends: encoded, hashed and kept once (memory under a
+        # flood of Hellos is one copy, not one per session)
+        self.dataset_body = SharedBody.of(encode(Dataset(self.release)))
         self.params = self._session_params()
         if not settings.non_private:  # `pobo ledger` shows what the release protects
             self.journal.set_meta("privacy_statement", json.dumps(self.privacy_unit()["dataset"]))
@@ -305,6 +318,7 @@ class CuratorService:
                 test_source=NoiseSource(None if seed is None else rng_for(seed, "lift-test")),
                 r_fallback=self.problem.r)
             report = asdict(rep)
+        release = replace(release, dp=release.dp and release_is_dp(s))
         self.journal.store_projection(key, release, report, entries, s.budget)
         return key, release, report
 
@@ -325,7 +339,8 @@ class CuratorService:
             reward_bound=declared_bound(problem, s), noise_bound=noise_bound(problem, s,
                                                                              self.ldp),
             noise=problem.noise, budget_epsilon=budget["budget_epsilon"] or 0.0,
-            budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0)
+            budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0,
+            distinct=bool(s.distinct))
 
     def new_session(self, security: str = "in-process", owner: str = "in-process",
                     batch: int = 1) -> CuratorSession:

@@ -66,7 +66,7 @@ from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, Release, Reward, Welcome,
 )
 from pobo.protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
-from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
+from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, NON_PRIVATE, POLICIES, Boundary
 from pobo.protocol.transcript import (
     GENESIS, REFUSED, REFUSED_SUMMARY, Record, TranscriptError, blob_dirs, raw_records, resolve,
 )
@@ -93,6 +93,7 @@ class AuditReport:
     signatures: str = "unsigned"  # verified | unsigned | unverified (...) | FAILED at record N (...)
     complete: bool = True  # False when the transcript holds no End (cut, or still running)
     checkpoints: list[Checkpoint] = field(default_factory=list)  # the curator's ledger heads
+    dp: bool | None = None  # what the Dataset says (False: "not DP"); None without one
 
     @property
     def ok(self) -> bool:
@@ -105,7 +106,7 @@ class AuditReport:
                 "session": self.session, "violations": self.violations, "notes": self.notes,
                 "ledger": self.ledger, "refused": self.refused,
                 "unacknowledged": self.unacknowledged, "signatures": self.signatures,
-                "complete": self.complete,
+                "complete": self.complete, "dp": self.dp,
                 "ledger_heads": [{"kind": c.kind, "record": c.record, **asdict(c.head)}
                                  for c in self.checkpoints]}
 
@@ -114,6 +115,9 @@ class AuditReport:
         lines = [f"{self.path}: {self.role} transcript, {self.records} records, session "
                  f"{self.session}: {'OK' if self.ok else 'VIOLATIONS'}"]
         lines.append(f"  signatures: {self.signatures}")
+        if self.dp is False:
+            lines.append("  not DP: the release carries no differential-privacy claim "
+                         "(dp: false: non-private, lift paper or seeded randomness)")
         lines += [f"  violation: {v}" for v in self.violations]
         lines += [f"  note: {n}" for n in self.notes]
         if self.checkpoints:
@@ -127,6 +131,16 @@ class AuditReport:
                          f"{c['delta']:.3g}; local reports {loc['reports']} on {loc['rows']} rows,"
                          f" worst-off row eps = {loc['max_row_epsilon']:.6g}")
         return "\n".join(lines)
+
+
+def dataset_is_dp(messages: list, welcome: Welcome) -> bool | None:
+    """What the session's Dataset says of its release (`dp`), False for the
+    non-private policy or seeded randomness whatever it says; None without a Dataset."""
+    data = next((m for _, m in messages if isinstance(m, Dataset)), None)
+    if data is None:
+        return None
+    return bool(data.release.dp and welcome.params.policy != NON_PRIVATE.name
+                and welcome.params.randomness != "seeded")
 
 
 def chain(path: str | Path, report: AuditReport, anchor: dict | None = None) -> list[Record]:
@@ -196,6 +210,7 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
         report.violations.append("no welcome: no session parameters to audit against")
         return report
     report.session = welcome.session
+    report.dp = dataset_is_dp(messages, welcome)
     policy = POLICIES.get(welcome.params.policy)
     if policy is None:
         report.violations.append(f"unknown policy {welcome.params.policy!r} in the welcome")

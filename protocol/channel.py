@@ -17,7 +17,8 @@ from pobo.protocol.codec import DEFAULT_MAX_FRAME, decode, encode
 from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.messages import Error, Hello, Message, Query, Welcome, kind_of
 from pobo.protocol.signing import (
-    SIGNED, UNSIGNED, ZERO, Link, Signer, key_id, open_frame, seal, verify, verify_key,
+    SIGNED, UNSIGNED, ZERO, Link, SharedBody, Signer, key_id, link_map, open_frame, seal,
+    verify, verify_key,
 )
 from pobo.protocol.policy import CURATOR, Boundary
 from pobo.protocol.transcript import Transcript
@@ -111,11 +112,36 @@ class Channel:
             body = open_frame(self.last_frame).body
             transcript.append("recv", kind_of(decode(body, self.max_frame)), self.last_frame)
 
-    async def send(self, message: Message) -> None:
+    async def send(self, message: Message, shared: SharedBody | None = None) -> None:
         """Check `message` against the policy, encode, seal, record and send it (several
-        tasks may send on one channel: their frames go out one at a time, in order)."""
+        tasks may send on one channel: their frames go out one at a time, in order).
+        `shared`: `message` already encoded once for every session (SharedBody.of(
+        encode(message))): sealed and recorded without copying or hashing the body again,
+        and sent as parts the pipe may pass on without a copy (`send_parts`)."""
         async with self._sending:
-            await self._send(message)
+            if shared is not None and self.bare is not True and not (
+                    self.bare is None and self._last_bare):
+                await self._send_shared(message, shared)
+            else:
+                await self._send(message)
+
+    async def _send_shared(self, message: Message, shared: SharedBody) -> None:
+        self.boundary.outgoing(message)
+        seq, prev = (self.transcript.position if self.transcript is not None
+                     else (self._sends, ZERO))
+        link = Link(self.session_id, seq, prev, self._last_recv)
+        parts, digest, sig = shared.seal(link, self.signer)
+        if self.transcript is not None:
+            self.transcript.append_shared("sent", kind_of(message), shared, link_map(link),
+                                          sig, digest)
+        self._counted_refusal = False
+        self._sent[digest] = self._sends
+        self._sends += 1
+        send_parts = getattr(self.pipe, "send_parts", None)
+        if send_parts is not None:
+            await send_parts(parts)
+        else:
+            await self.pipe.send(b"".join(parts))
 
     async def _send(self, message: Message) -> None:
         self.boundary.outgoing(message)

@@ -61,6 +61,7 @@ class SessionParams:
     budget_delta: float = 0.0
     security: str = "in-process"  # 'curve', 'plaintext' (ZeroMQ) or 'in-process'
     batch: int = 1  # queries the modeler may keep outstanding (its Hello's, capped by the curator)
+    distinct: bool = False  # the scenario's public rule: never query a row twice (a test result)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgpack
@@ -59,20 +59,64 @@ class Envelope:
         return self.link is None
 
 
-def signed_bytes(body: bytes, link: Link) -> bytes:
-    """What the signature covers: the domain, the link and the body's SHA-256."""
+def signed_bytes(body: bytes, link: Link, body_digest: bytes | None = None) -> bytes:
+    """What the signature covers: the domain, the link and the body's SHA-256 (given as
+    `body_digest` when already known)."""
     session = link.session.encode()
     return b"".join((DOMAIN, struct.pack(">I", len(session)), session,
                      struct.pack(">q", link.seq), link.prev, link.peer,
-                     hashlib.sha256(body).digest()))
+                     body_digest or hashlib.sha256(body).digest()))
+
+
+def link_map(link: Link) -> dict:
+    """The envelope's `link` map, in its wire order."""
+    return {"session": link.session, "seq": link.seq, "prev": link.prev, "peer": link.peer}
 
 
 def seal(body: bytes, link: Link, signer: "Signer | None") -> bytes:
     """The frame of `body` at `link`, signed by `signer` (empty sig without one)."""
     sig = signer.sign(signed_bytes(body, link)) if signer is not None else b""
-    return msgpack.packb({"body": body, "link": {"session": link.session, "seq": link.seq,
-                                                 "prev": link.prev, "peer": link.peer},
-                          "sig": sig}, use_bin_type=True)
+    return msgpack.packb({"body": body, "link": link_map(link), "sig": sig}, use_bin_type=True)
+
+
+@dataclass(frozen=True, eq=False)
+class SharedBody:
+    """A large body that every session sends (the curator's Dataset), prepared once: its
+    SHA-256, and the envelope's bytes before the body and their running hash, so that
+    sealing it for one more session (`seal`) hashes and packs only the link and the
+    signature and never copies the body: the frame goes out as parts [head, body, tail]
+    whose concatenation is exactly `seal(body, link, signer)` (same bytes, same
+    signature), the body part the same object in every session. `stored` remembers the
+    blob stores that already hold it (protocol.transcript.Transcript.append_shared)."""
+
+    body: bytes
+    digest: bytes
+    head: bytes
+    prefix: object  # hashlib sha256 state after head + body
+    stored: set = field(default_factory=set)
+
+    @classmethod
+    def of(cls, body: bytes) -> "SharedBody":
+        """Prepare `body` (the encoded message) for sealing in many sessions."""
+        body = bytes(body)
+        n = len(body)
+        header = (b"\xc4" + struct.pack(">B", n) if n < 1 << 8 else
+                  b"\xc5" + struct.pack(">H", n) if n < 1 << 16 else
+                  b"\xc6" + struct.pack(">I", n))  # msgpack bin 8/16/32
+        head = b"\x83" + msgpack.packb("body") + header  # a map of 3: body, link, sig
+        prefix = hashlib.sha256(head)
+        prefix.update(body)
+        return cls(body, hashlib.sha256(body).digest(), head, prefix)
+
+    def seal(self, link: Link, signer: "Signer | None") -> tuple[list[bytes], bytes, bytes]:
+        """(the frame's parts, the frame's SHA-256, the signature) at `link`."""
+        sig = (signer.sign(signed_bytes(self.body, link, self.digest)) if signer is not None
+               else b"")
+        tail = b"".join(msgpack.packb(x, use_bin_type=True)
+                        for x in ("link", link_map(link), "sig", sig))
+        whole = self.prefix.copy()
+        whole.update(tail)
+        return [self.head, self.body, tail], whole.digest(), sig
 
 
 def open_frame(frame: bytes, max_frame: int | None = None) -> Envelope:

@@ -40,7 +40,7 @@ from typing import BinaryIO
 
 import msgpack
 
-from pobo.protocol.signing import rebuild, split_envelope
+from pobo.protocol.signing import SharedBody, rebuild, split_envelope
 
 GENESIS = "0" * 64
 REFUSED = "refused"
@@ -233,6 +233,24 @@ class Transcript:
             item.update(ref=digest, size=len(frame))
         else:
             item["frame"] = frame
+        self._write(item)
+
+    def append_shared(self, direction: str, kind: str, shared: SharedBody, link: dict,
+                      sig: bytes, frame_digest: bytes) -> None:
+        """`append` for the envelope of a body sealed by `shared.seal` (the same record,
+        byte for byte): the body goes to the blob store once per store, never rehashed
+        or copied per session. Without a blob store the whole frame is recorded."""
+        if self.blobs is None or len(shared.body) <= self.blob_threshold:
+            self.append(direction, kind, rebuild(shared.body, link, sig))
+            return
+        item: dict = {"seq": self._seq, "time": time.time(), "dir": direction, "kind": kind}
+        self._check_open()
+        root = str(self.blobs.root.resolve())
+        if root not in shared.stored:
+            self.blobs.put(shared.body, shared.digest.hex())  # before the record naming it
+            shared.stored.add(root)
+        item.update(ref=shared.digest, size=len(shared.body), fsha=frame_digest, link=link,
+                    sig=sig)
         self._write(item)
 
     def refuse(self, frame: bytes, code: str, error: str) -> bool:

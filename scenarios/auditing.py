@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -10,10 +11,12 @@ from pobo.parties.dataset import arrays_digest
 from pobo.protocol.audit import AuditReport, audit_session, audit_transcript, readable_records
 from pobo.protocol.checkpoint import forks
 from pobo.protocol.codec import decode
-from pobo.protocol.errors import ProtocolError
+from pobo.protocol.errors import PoboError, ProtocolError
+from pobo.protocol.messages import Hello
 from pobo.protocol.signing import body_of
 from pobo.protocol.policy import CURATOR, MODELER
-from pobo.protocol.signing import load_verify_key
+from pobo.protocol.signing import body_of, key_id, load_verify_key
+from pobo.transport.keyfiles import STORE_TRUSTED, pobo_home, trusted_signing_keys
 
 
 def anchor_for(transcript: Path, role: str) -> dict | None:
@@ -75,6 +78,70 @@ def signing_keys(curator_key: Path | None = None, modeler_key: Path | None = Non
         raise ValueError("verifying signatures needs both --curator-key and --modeler-key "
                          "(or --keys DIR)")
     return {CURATOR: load_verify_key(curator_key), MODELER: load_verify_key(modeler_key)}
+
+
+@dataclass(frozen=True)
+class Trust:
+    """The keys an audit verifies with, and where each came from (named in the output):
+    `keys` by role for protocol.audit, or None when some party's key is not trusted
+    (`missing` says which and why)."""
+
+    keys: dict[str, str] | None
+    sources: dict[str, str]
+    missing: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        """What the audit says about the keys it trusted (or could not)."""
+        out = [f"trusted {role} key {key_id(key)} ({self.sources[role]})"
+               for role, key in sorted((self.keys or {}).items())]
+        return out + [f"not verified: {why}" for why in self.missing]
+
+
+def announced_keys(paths: list[Path]) -> dict[str, str]:
+    """role -> the signing key the transcripts' handshake announces (the Hello the
+    modeler's, the Welcome the curator's): what to look up, never what to trust."""
+    found: dict[str, str] = {}
+    for path in paths:
+        for record in readable_records(path):
+            if record.kind in ("hello", "welcome") and record.frame:
+                try:
+                    message = decode(body_of(record.frame))
+                except PoboError:
+                    continue
+                role = MODELER if isinstance(message, Hello) else CURATOR
+                if getattr(message, "sign_key", "") and role not in found:
+                    found[role] = message.sign_key
+    return found
+
+
+def trusted_keys(paths: list[Path], curator_key: Path | None = None,
+                 modeler_key: Path | None = None, keys_dir: Path | None = None,
+                 home: Path | None = None) -> Trust:
+    """The keys to verify `paths` with: the flags' (--curator-key/--modeler-key/--keys),
+    else the user's key store (transport.keyfiles.trusted_signing_keys: their own keys
+    and HOME/trusted/) -- never a keys/ folder beside the transcripts, which whoever
+    re-signed a run would have replaced too."""
+    given = signing_keys(curator_key, modeler_key, keys_dir)
+    if given is not None:
+        where = {CURATOR: str(curator_key or keys_dir), MODELER: str(modeler_key or keys_dir)}
+        return Trust(given, where)
+    trusted = trusted_signing_keys(home)
+    announced = announced_keys(paths)
+    keys, sources, missing = {}, {}, []
+    for role in (CURATOR, MODELER):
+        key = announced.get(role)
+        if not key:
+            missing.append(f"the {role} did not sign (no signing key in the handshake)")
+        elif key not in trusted:
+            base = pobo_home() if home is None else home
+            missing.append(f"the {role} signed with {key_id(key)}, which is not one of your "
+                           f"keys ({base / 'keys'}) nor trusted ({base / STORE_TRUSTED}/), "
+                           f"nor given with --keys/--{role}-key")
+        else:
+            keys[role], sources[role] = key, str(trusted[key])
+    if missing:
+        return Trust(None, sources, tuple(missing))
+    return Trust(keys, sources)
 
 
 def check_data_digest(report: AuditReport, transcript: Path, X: np.ndarray,

@@ -7,7 +7,7 @@ non-private baseline. Beside it the privacy statement: the claim, epsilon per di
 the whole-row epsilon and what the ledger spent against its budget. Then the figures (a
 sweep over releases: the privacy-utility frontier; every sweep: one chart with every
 curve), then the details: parameters, ledger, privacy unit, the audit of the run's two
-transcripts, the sweep's table. Epsilons are printed as given (%.4g); the page names
+transcripts (signatures verified against the user's key store, never keys/), the sweep's table. Epsilons are printed as given (%.4g); the page names
 folders, never their absolute paths. Figures are inline SVG drawn here from the numbers:
 the page loads nothing, from the network or from disk. A short inline script measures the
 figures and the answer's position on load and writes what it found (and any script
@@ -28,7 +28,7 @@ import numpy as np
 
 from pobo.protocol.errors import PoboError
 from pobo.protocol.ledger import describe_ledger
-from pobo.scenarios.auditing import audit_files, signing_keys
+from pobo.scenarios.auditing import audit_files, trusted_keys
 from pobo.scenarios.presets import PRESETS, Preset
 from pobo.scenarios.headline import (
     eps_label, eps_text, ledger_spent, number, policy_text, run_headline, setting_label,
@@ -74,9 +74,12 @@ def write_html_report(folder: Path | str, out: Path | str | None = None) -> Path
         else:
             raise ReportError(f"{folder} is neither a run folder (result.json) nor a sweep "
                               "folder (runs.csv)")
-    except (TypeError, KeyError, AttributeError, IndexError) as exc:
-        raise ReportError(f"{folder}: a record of an unexpected shape "
-                          f"({type(exc).__name__}: {exc})") from None
+    except ReportError:
+        raise
+    except (TypeError, KeyError, AttributeError, IndexError, ValueError) as exc:
+        raise ReportError(f"{folder}: malformed: a record of an unexpected shape, or a runs.csv "
+                          f"with a column or value missing ({type(exc).__name__}: {exc})"
+                          ) from None
     path = Path(out) if out is not None else folder / REPORT_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
@@ -209,25 +212,25 @@ def _unit_html(unit: object) -> str:
 
 
 def audit_html(folder: Path) -> str:
-    """The verdict of `pobo audit` on the folder's two transcripts (with keys/ if there)."""
+    """The verdict of `pobo audit` on the folder's two transcripts, its signatures checked
+    against the keys the user trusts (auditing.trusted_keys), never the folder's keys/."""
     transcripts = [folder / "curator.transcript", folder / "modeler.transcript"]
     present = [p for p in transcripts if p.is_file()]
     if not present:
         return ("<p class='verdict none'>Not audited: no transcripts in this folder (a sweep "
                 "keeps them only with --transcripts).</p>")
-    keys_dir = folder / "keys"
     try:
-        keys = (signing_keys(keys_dir=keys_dir)
-                if (keys_dir / "curator.sign_public").is_file()
-                and (keys_dir / "modeler.sign_public").is_file() else None)
-        reports = audit_files(present, keys=keys)
+        trust = trusted_keys(present)  # the user's key store, never the folder's keys/
+        reports = audit_files(present, keys=trust.keys)
     except (PoboError, ValueError, OSError) as exc:
         return (f"<p class='verdict bad'>The audit could not run: {_e(type(exc).__name__)}: "
                 f"{_e(exc)}</p>")
     ok = all(r.ok for r in reports)
-    lines = [f"<p class='verdict {'ok' if ok else 'bad'}'>"
-             f"{'OK' if ok else 'VIOLATIONS'}: {len(reports)} transcript(s) audited"
-             + ("" if keys else "; no keys/ folder, so signatures were not verified") + "</p>"]
+    verified = ok and all(r.signatures == "verified" for r in reports)
+    verdict = "OK" if verified else "NOT VERIFIED" if ok else "VIOLATIONS"
+    lines = [f"<p class='verdict {'ok' if verified else 'bad'}'>"
+             f"{verdict}: {len(reports)} transcript(s) audited</p>"]
+    lines += [f"<p class='note'>{_e(line)}</p>" for line in trust.lines()]
     for r in reports:
         lines.append(f"<h3>{_e(r.role)} transcript</h3>"
                      + _table(("", ""), [("file", Path(r.path).name), ("records", r.records),

@@ -210,6 +210,13 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
         channel.close()
 
 
+def session_owner(peer: str, sign_key: str) -> str:
+    """Who a session belongs to: the peer's CURVE key ('plaintext' without CURVE) and the
+    signing key its Hello announced (and signed with: the channel verified it), so that
+    with signing keys and no CURVE another allowed key cannot resume it either."""
+    return f"{peer} sign:{sign_key}" if sign_key else peer
+
+
 def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admissions):
     """The session a valid Hello opens or resumes for `peer`, or a typed refusal."""
     if slots.replayed(hello.nonce):
@@ -219,8 +226,9 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
         refusal = slots.refusal()
         if refusal is not None:
             raise refusal
-    session = (service.resume(hello.resume, owner=peer) if hello.resume
-               else service.new_session(security, owner=peer, batch=hello.batch))
+    owner = session_owner(peer, hello.sign_key)
+    session = (service.resume(hello.resume, owner=owner) if hello.resume
+               else service.new_session(security, owner=owner, batch=hello.batch))
     if session.session_id not in slots.live:
         slots.admitted += 1
     return session
@@ -266,21 +274,51 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
         if out is None:
             raise ValueError("resuming needs the output folder holding the modeler's transcript")
         state = resume_state(out / "modeler.transcript")
-    deadline = asyncio.get_running_loop().time() + patience
+        if state.ended:  # said at once; no connection, no record touched
+            raise ValueError(f"nothing to resume: session {state.session} has ended (its "
+                             f"transcript {out / 'modeler.transcript'} records an End)")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
     pause = 1.0
+    ticker = None
+    current: list = []  # the channels of the connections tried, the last one live
+    try:
+        while True:
+            try:
+                return await _modeler_session(connect, out, seed, strategy, hyper, beta_scale,
+                                              release, non_private, curve, timeout, state,
+                                              verbose, signing or Signing(), batch,
+                                              current.append)
+            except (PeerTimeout, PeerGone, ProtocolError, PeerError) as exc:
+                state = _reconnectable(exc, out, deadline)
+                if state is None:
+                    raise
+                modeler_log.warning("lost the curator (%s) with %d evaluation(s) pending: "
+                                    "resuming session %s in %.0f s", exc, len(state.pending),
+                                    state.session[:12], pause)
+                if ticker is None or ticker.done():  # said every UNREACHABLE_EVERY s
+                    ticker = asyncio.ensure_future(_say_unreachable(loop.time(), current))
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, UNREACHABLE_EVERY)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+
+
+UNREACHABLE_EVERY = 10.0  # seconds between "curator unreachable" lines while reconnecting
+
+
+async def _say_unreachable(since: float, channels: list) -> None:
+    """Log 'curator unreachable, retrying (N s)' every UNREACHABLE_EVERY s until the
+    latest connection hears from the curator (a modeler reconnecting for its --patience
+    is never silent)."""
+    loop = asyncio.get_running_loop()
+    first = len(channels)  # the connections before the loss do not count
     while True:
-        try:
-            return await _modeler_session(connect, out, seed, strategy, hyper, beta_scale,
-                                          release, non_private, curve, timeout, state,
-                                          verbose, signing or Signing(), batch)
-        except (PeerTimeout, PeerGone, ProtocolError, PeerError) as exc:
-            state = _reconnectable(exc, out, deadline)
-            if state is None:
-                raise
-            modeler_log.warning("lost the curator (%s) with %d evaluation(s) pending: resuming session "
-                        "%s in %.0f s", exc, len(state.pending), state.session[:12], pause)
-            await asyncio.sleep(pause)
-            pause = min(2 * pause, max(1.0, timeout))
+        await asyncio.sleep(UNREACHABLE_EVERY)
+        if len(channels) > first and channels[-1].last_frame is not None:
+            return  # the curator answered the reconnection
+        modeler_log.warning("curator unreachable, retrying (%.0f s)", loop.time() - since)
 
 
 # what a restarted curator answers the old connection's frames with (it knows no session
@@ -308,7 +346,7 @@ def _reconnectable(exc: Exception, out: Path | None, deadline: float):
 
 async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, release,
                            non_private, curve, timeout, state, verbose, signing: Signing,
-                           batch: int) -> dict:
+                           batch: int, on_channel=None) -> dict:
     """One connection of the modeler: a fresh DEALER, its channel and the session."""
     ctx = new_context()
     pipe = channel = None
@@ -317,6 +355,8 @@ async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, rele
         channel = open_channel(pipe, MODELER, non_private, out, timeout,
                                resume=state is not None, signer=signing.modeler,
                                peer_key=signing.curator_key)
+        if on_channel is not None:
+            on_channel(channel)
         return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
                               release=release, resume=state, verbose=verbose, batch=batch)
     finally:

@@ -29,9 +29,10 @@ FRONTIER = SweepSpec("synthetic", epsilons=(1.0, 8.0), seeds=2, T=6, non_private
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    """A signed in-process run with its transcripts and the public keys in keys/."""
+    """An in-process run signed with the (test session's) key store, as `pobo run` signs,
+    with its transcripts and the public keys in keys/."""
     out = tmp_path_factory.mktemp("run")
-    signing = Signing.throwaway()
+    signing = Signing.from_store()
     asyncio.run(run_inproc(RunConfig("synthetic", T=8, options={"grid": 12}), out,
                            signing=signing))
     publish_keys(signing.curator.public_hex, signing.modeler.public_hex, out)
@@ -88,6 +89,19 @@ def test_a_run_page_has_every_section_and_a_regret_curve(run_dir, tmp_path):
     assert svg.count("<polyline class='curve'") == 1 and "simple regret / σ_y" in svg
     # self-contained: nothing is fetched
     assert not re.search(r"<(link|img|iframe)\b|\bsrc=|url\(|@import", page)
+
+
+def test_a_run_resigned_with_its_keys_folder_replaced_is_not_verified(run_dir, tmp_path):
+    """The issue's attack: re-sign a run with new keys and replace its keys/ folder. The
+    page trusts the user's key store, not keys/: NOT VERIFIED, naming the key."""
+    folder = tmp_path / "resigned"
+    other = Signing.throwaway()
+    asyncio.run(run_inproc(RunConfig("synthetic", T=8, options={"grid": 12}), folder,
+                           signing=other))
+    publish_keys(other.curator.public_hex, other.modeler.public_hex, folder)
+    page = write_html_report(folder).read_text()
+    assert "NOT VERIFIED: 2 transcript(s)" in page and "OK: 2 transcript" not in page
+    assert f"signed with {other.curator.public_hex[:16]}" in page
 
 
 def test_a_tampered_transcript_turns_the_verdict(run_dir, tmp_path):
@@ -158,7 +172,7 @@ def test_a_run_page_leads_with_the_answer_and_the_privacy_statement(run_dir):
         assert f"<td>{item['epsilon']:.4g}</td>" in first
     assert f"ε for a whole row" in first and f"{unit['epsilon_whole_row']:.4g}" in first
     spent = result["ledger"]["central"]["epsilon"]
-    assert f"Ledger: ε {spent:.4g}, δ {result['delta']:.3g} spent; no budget set" in first
+    assert f"Ledger: ε {spent:.4g}, δ {result['delta']:.3g} spent; budget ε " in first
 
 
 def test_the_answer_of_a_hits_run_and_a_budget(run_dir, tmp_path):
