@@ -3,8 +3,11 @@
 Each reward leaves the curator as y_bar = clip(y, -(B + R), B + R) + Laplace(2(B + R)/eps).
 The clip makes the bound the privacy proof assumes (|f| <= B, |noise| <= R) actually
 hold, so the release is eps-LDP for the individual behind the row whatever the data.
-With unbounded (sub-Weibull) noise, sec. 4.5 clips at R = K ln(T/delta)^theta and the
-release is (eps, delta)-LDP: delta bounds the chance that any of the T noises exceeds R.
+With unbounded (sub-Weibull) noise, sec. 4.5 clips at R = K ln(T/delta)^theta and calls
+the release (eps, delta)-LDP, delta bounding the chance that any of the T noises exceeds R.
+Because pobo clips the value itself, the release stays pure eps-LDP even then (the clip,
+not the noise, bounds the sensitivity): delta is only the chance that a clip biases a
+reward, and no delta is charged (parties.service.ldp_mechanism).
 The noise is lattice Laplace (parties.noise), so it resists the floating-point attack.
 """
 from __future__ import annotations
@@ -24,7 +27,7 @@ class ConvertToLaplace:
     epsilon: float
     B: float
     R: float
-    delta: float = 0.0  # > 0 only for the clipped unbounded-noise case of sec. 4.5
+    delta: float = 0.0  # the privacy delta: 0 (pure eps) for every clipped release
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.epsilon) and self.epsilon > 0):

@@ -43,7 +43,7 @@ from pobo.protocol.messages import (
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
 
 MAX_FAILURES = 5  # failed evaluations of one query before it is evaluated no more
-LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
+LDP_DELTA = 1e-6  # P(some of T Gaussian noises exceeds the clip): a utility figure, not privacy
 
 
 @dataclass(frozen=True)
@@ -376,7 +376,14 @@ def noise_bound(problem: Problem, s: CuratorSettings, ldp: ConvertToLaplace | No
 def ldp_mechanism(problem: Problem, s: CuratorSettings) -> ConvertToLaplace | None:
     """CTL(epsilon) for the dataset: the declared B, and R = the declared noise bound, or
     for Gaussian noise the sub-Gaussian clip K ln(T/delta)^1/2, K = sqrt(2 noise_var),
-    at delta = LDP_DELTA (Zhou & Tan sec. 4.5: the reward is then (eps, delta)-LDP)."""
+    at delta = LDP_DELTA (Zhou & Tan sec. 4.5).
+
+    Every reward is pure eps-LDP, with no delta, whatever the noise: pobo clips the
+    measured value to [-(B + R), B + R] before the Laplace noise of scale 2(B + R)/eps,
+    so any two values of the reward are within the sensitivity the noise covers. Zhou &
+    Tan's delta is the chance that the noise exceeds R when nothing clips; here it is
+    only the chance that the clip biases a reward (a utility matter), so the ledger
+    charges no delta for it."""
     if s.ldp_epsilon is None:
         return None
     B = declared_bound(problem, s)
@@ -387,7 +394,7 @@ def ldp_mechanism(problem: Problem, s: CuratorSettings) -> ConvertToLaplace | No
         return ConvertToLaplace(s.ldp_epsilon, B, float(s.noise_bound))
     if problem.noise == "gaussian" and problem.noise_var > 0:
         R = subweibull_clip(math.sqrt(2 * problem.noise_var), 0.5, s.T, LDP_DELTA)
-        return ConvertToLaplace(s.ldp_epsilon, B, R, LDP_DELTA)
+        return ConvertToLaplace(s.ldp_epsilon, B, R)
     if problem.noise == "student-t":
         raise ValueError("Student-t noise has no sub-Weibull clip: run it without --ldp-eps, "
                          "or declare --noise-bound")
