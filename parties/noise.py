@@ -19,6 +19,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from pobo.protocol.accounting import LAPLACE_GRAIN
+
 SECURE, SEEDED = "os-csprng", "seeded"
 LATTICE_BITS = 30  # the lattice step is about scale / 2^30
 
@@ -116,14 +118,57 @@ def lattice_laplace(value: float, sensitivity: float, epsilon: float,
                     source: NoiseSource) -> float:
     """value + Laplace noise giving epsilon-DP for `sensitivity`, on a power-of-two lattice.
 
-    The value is rounded to the lattice (step g); two values within `sensitivity` are
-    then at most ceil(sensitivity / g) steps apart, so discrete Laplace noise of scale
-    ceil(sensitivity / g) / epsilon steps is epsilon-DP, i.e. a continuous scale of
-    sensitivity / epsilon enlarged by at most one part in 2^29.
+    The value is rounded half up to the lattice (step g): floor(u + 1/2) - floor(v + 1/2)
+    <= ceil(u - v), so two values within `sensitivity` are at most ceil(sensitivity / g)
+    steps apart. (Python's round() rounds half to even: two values exactly k steps apart,
+    k odd, could land k + 1 steps apart, a factor (k + 1)/k ~ 1 + 2^-29 in epsilon.) That
+    count is rounded up to `steps`, a multiple of LAPLACE_GRAIN, and discrete Laplace noise
+    of scale steps / epsilon is epsilon-DP; the scale is sensitivity / epsilon enlarged by
+    at most LAPLACE_GRAIN / 2^29 / epsilon relative. The multiple lets the ledger's
+    accountant bound the composition of such reports exactly (protocol.accounting).
     """
+    return lattice_point(value, sensitivity, epsilon, lattice_noise(sensitivity, epsilon, source))
+
+
+def lattice_noise(sensitivity: float, epsilon: float, source: NoiseSource) -> int:
+    """The integer noise Z (in lattice steps) of `lattice_laplace`: it does not depend on
+    the value, so it may be drawn ahead of the request (parties.ldp.NoisePool)."""
+    if not (sensitivity > 0 and epsilon > 0 and math.isfinite(sensitivity / epsilon)):
+        raise ValueError("lattice_laplace needs sensitivity > 0 and epsilon > 0")
+    _, steps = _lattice(sensitivity, epsilon)
+    return discrete_laplace(Fraction(steps) / Fraction(epsilon), source)
+
+
+def lattice_point(value: float, sensitivity: float, epsilon: float, z: int) -> float:
+    """(value rounded half up to the lattice + z steps) * g: `lattice_laplace` with its
+    noise z given (a few exact integer operations, whatever z is)."""
     if not (math.isfinite(value) and sensitivity > 0 and epsilon > 0):
         raise ValueError("lattice_laplace needs a finite value, sensitivity > 0, epsilon > 0")
-    g = lattice_step(sensitivity / epsilon)
-    steps = math.ceil(Fraction(sensitivity) / Fraction(g))
-    z = discrete_laplace(Fraction(steps) / Fraction(epsilon), source)
-    return (round(Fraction(value) / Fraction(g)) + z) * g
+    g, _ = _lattice(sensitivity, epsilon)
+    return float((math.floor(Fraction(value) / g + Fraction(1, 2)) + z) * g)
+
+
+def _lattice(sensitivity: float, epsilon: float) -> tuple[Fraction, int]:
+    """(g, steps): the lattice step and the noise's sensitivity in steps (a multiple of
+    LAPLACE_GRAIN, at least ceil(sensitivity / g))."""
+    g = Fraction(lattice_step(sensitivity / epsilon))
+    return g, LAPLACE_GRAIN * math.ceil(Fraction(sensitivity) / (g * LAPLACE_GRAIN))
+
+
+def discrete_exponential(gammas: list[Fraction], source: NoiseSource) -> int:
+    """An index i drawn with probability exactly proportional to exp(-gamma_i), for
+    rationals gamma_i >= 0 of which at least one is 0.
+
+    Rejection sampling: propose i uniformly (randbelow), accept with probability
+    exp(-gamma_i) by the exact Bernoulli of CKS20 Algorithm 1. A trial returns i with
+    probability exp(-gamma_i) / n, so the accepted index has exactly the target law; no
+    floating-point CDF is formed. Each trial costs O(1) expected uniform draws; the
+    number of trials is geometric with mean n / sum_i exp(-gamma_i) <= n.
+    """
+    if not gammas or min(gammas) != 0 or any(g < 0 for g in gammas):
+        raise ValueError("discrete_exponential needs gammas >= 0 with a minimum of 0")
+    n = len(gammas)
+    while True:
+        i = source.randbelow(n)
+        if gammas[i] == 0 or bernoulli_exp(gammas[i], source):
+            return i
