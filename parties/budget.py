@@ -64,6 +64,11 @@ class DatasetLedger:
         """Charge one entry now, in its own transaction (refused past the budget)."""
         self.journal.charge(self.session, [entry], self.budget, self.generation)
 
+    def charge_release(self, entry: Entry, algorithm: str) -> None:
+        """Charge a release, refused if this session was ever granted one (Journal)."""
+        self.journal.charge_release(self.session, self.generation, [entry], self.budget,
+                                    algorithm)
+
     def central(self) -> tuple[float, float]:
         """The dataset's central (eps, delta) so far, over every session."""
         entries = self.journal.central_entries()

@@ -103,6 +103,15 @@ class Superseded(ProtocolError):
                          ErrorCode.SUPERSEDED)
 
 
+class ReleaseAlreadyGranted(ProtocolError):
+    """A release asked of a session that was already granted one (one per session, for
+    ever: across connections, resumes and restarts)."""
+
+    def __init__(self, session: str) -> None:
+        super().__init__(f"session {session[:12]}... was already granted its release: one "
+                         "release per session, and a resume grants no other", ErrorCode.POLICY)
+
+
 @dataclass(frozen=True)
 class JournaledSession:
     """Everything a restarted curator needs to resume one session."""
@@ -446,6 +455,22 @@ class Journal:
                generation: int | None = None) -> None:
         """Charge entries on their own (a release, before its noise is drawn)."""
         self._transaction([], session, entries, budget, generation)
+
+    def charge_release(self, session: str, generation: int | None, entries: list[Entry],
+                       budget: Budget, algorithm: str) -> None:
+        """Charge a release and mark the session as released, in one transaction, before
+        its noise is drawn: refused (ReleaseAlreadyGranted, nothing charged) when the
+        session was already granted one -- by this connection, an earlier one, or before
+        a restart -- and past the budget like any charge."""
+        def mark() -> list[tuple[str, tuple]]:
+            row = self._db.execute("SELECT release FROM sessions WHERE id = ?",
+                                   (session,)).fetchone()
+            if row is not None and row[0] is not None:
+                raise ReleaseAlreadyGranted(session)
+            return [("UPDATE sessions SET release = ? WHERE id = ?",
+                     (json.dumps({"algorithm": algorithm, "state": "charged"}), session))]
+
+        self._transaction(mark, session, entries, budget, generation)
 
     def record_release(self, session: str, generation: int, release: dict) -> None:
         """The release a session was granted."""
