@@ -446,9 +446,25 @@ def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon:
             "delta": ldp.delta,
             "neighbouring": f"any two values of one individual's reward in [-{ldp.bound:g}, "
                             f"{ldp.bound:g}] (clipped to B + R)",
-            "composition": "reports on the same row compose across every session"}
+            "pure": "pure eps-LDP, no delta: the clip to B + R, not the noise, bounds the "
+                    "sensitivity (a sub-Gaussian clip's delta only bounds how often it "
+                    "biases a reward)",
+            "composition": "reports on the same row compose across every session: the row "
+                           "budget is enforced on dp-accounting's PLD accountant at the row "
+                           f"delta ({s.budget.row_delta:g}), the basic sum beside it"}
     unit["releases"] = {
         "mechanism": "Kusner et al. Algorithms 1-3",
         "neighbouring": "datasets differing in one record, with similarity k(D, D') >= 0.9 "
-                        "(Algorithms 1-2) or one validation record (Algorithm 3)"}
+                        "(Algorithms 1-2) or one validation record (Algorithm 3)",
+        "once": "one release per session, for ever: a resume or a restart grants no other",
+        "assumptions": [
+            "Algorithms 1-2 are conditional claims: their delta holds with probability "
+            "over the GP prior (f drawn from the GP with the declared kernel, Kusner et al. "
+            "Assumption 1), not for every f",
+            "the similarity k(D, D') = 0.9 of neighbouring datasets is an assumption of the "
+            "multi-task kernel, not a property pobo checks on the data",
+            "the kernel must have k(x, x) = 1: the curator checks it on every row and "
+            "refuses a release otherwise",
+            "Algorithm 1's row is drawn by the exponential mechanism exactly (integer "
+            "arithmetic); Algorithm 3 is pure eps-DP for its Lipschitz constants"]}
     return unit

@@ -65,3 +65,11 @@ def test_a_release_is_refused_unless_k_x_x_is_one():
             with pytest.raises(KernelNotNormalised, match="k\\(x, x\\) = 1"):
                 handle(request)
             assert ledger.entries == []
+
+
+def test_privacy_unit_states_kusners_assumptions_and_pure_ldp():
+    unit = prepare_service(cfg(ldp_epsilon=1.0, reward_bound=4.0)).privacy_unit()
+    text = " ".join(unit["releases"]["assumptions"])
+    assert "GP prior" in text and "0.9" in text and "k(x, x) = 1" in text
+    assert "one release per session" in unit["releases"]["once"]
+    assert unit["rewards"]["delta"] == 0.0 and "accountant" in unit["rewards"]["composition"]
