@@ -363,7 +363,11 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--budget-delta", type=probability,
                    help="the budget's delta (default 1/n with --budget-eps, else none)")
     p.add_argument("--ldp-row-budget", type=positive, metavar="E",
-                   help="refuse a query whose LDP report would take its row past E in total")
+                   help="refuse a query whose LDP report would take its row past E in total "
+                        "(the PLD accountant's eps at --ldp-row-delta, or the basic sum)")
+    p.add_argument("--ldp-row-delta", type=probability, metavar="D",
+                   help="the delta at which a row's composed LDP eps is stated and its row "
+                        "budget enforced (default 1e-6; 0: pure eps, the basic sum)")
     p.add_argument("--lift", choices=LIFT_MODES, default=DEFAULT_LIFT,
                    help="Algorithm 1's sigma_min branch: paper (as published, not covered by "
                         "the DP claim), always (lift unconditionally) or private (a noisy "
@@ -472,7 +476,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      T=args.T, seed=args.seed, non_private=args.non_private or None,
                      timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps,
                      budget_epsilon=args.budget_eps, budget_delta=args.budget_delta,
-                     ldp_row_budget=args.ldp_row_budget, lift=args.lift,
+                     ldp_row_budget=args.ldp_row_budget, ldp_row_delta=args.ldp_row_delta,
+                     lift=args.lift,
                      lift_epsilon=args.lift_eps, lift_delta=args.lift_delta,
                      reward_bound=args.reward_bound, noise_bound=args.noise_bound,
                      objective_cmd=getattr(args, "objective_cmd", None),

@@ -23,7 +23,7 @@ from pobo.parties.service import CuratorService, CuratorSession, CuratorSettings
 from pobo.parties.strategies import make_strategy
 from pobo.protocol.channel import Channel
 from pobo.protocol.errors import PeerGone, PeerTimeout
-from pobo.protocol.ledger import Budget
+from pobo.protocol.ledger import ROW_DELTA, Budget
 from pobo.protocol.messages import Hello, ReleaseRequest
 from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from pobo.protocol.signing import Signer
@@ -70,7 +70,8 @@ def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
         ldp_epsilon=config.ldp_epsilon,
         budget=Budget(pick(config.budget_epsilon, math.inf),
                       pick(config.budget_delta, default_budget_delta(config, problem)),
-                      pick(config.ldp_row_budget, math.inf)),
+                      pick(config.ldp_row_budget, math.inf),
+                      pick(config.ldp_row_delta, ROW_DELTA)),
         seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound)
 
 
@@ -124,7 +125,7 @@ def release_request(config: RunConfig) -> ReleaseRequest | None:
 def journal_config(config: RunConfig) -> dict:
     """The curator's part of a run configuration, as JSON for the journal."""
     keep = ("scenario", "epsilon", "delta", "r", "T", "seed", "non_private", "timeout",
-            "options", "ldp_epsilon", "budget_epsilon", "budget_delta", "ldp_row_budget",
+            "options", "ldp_epsilon", "budget_epsilon", "budget_delta", "ldp_row_budget", "ldp_row_delta",
             "lift", "lift_epsilon", "lift_delta", "reward_bound", "noise_bound",
             "objective_cmd", "objective_wait", "results_file", "max_batch")
     return {k: getattr(config, k) for k in keep}
