@@ -151,7 +151,7 @@ def test_ldp_reports_on_a_row_compose_across_sessions_and_the_row_budget_refuses
         curator = service.new_session().curator()
         curator.respond(1, 5)
     third = service.new_session().curator()
-    third.source = CountingSource()
+    third.source = third.noise.source = CountingSource()  # its noise pool's draws, counted
     evaluated = []
     measure = third.oracle.measure
     object.__setattr__(third.oracle, "measure", lambda i, rng: evaluated.append(i) or measure(i, rng))
@@ -162,6 +162,7 @@ def test_ldp_reports_on_a_row_compose_across_sessions_and_the_row_budget_refuses
     assert evaluated == [] and CountingSource.draws == before  # nothing evaluated or drawn
     assert third.queries == []
     third.respond(1, 6)  # another individual still has budget
+    third.refill()  # as the runner does once the reward is sent: the used noise is redrawn
     assert evaluated == [6] and CountingSource.draws > before
     local = service.ledger.to_dict()["local"]
     assert local["max_row_epsilon_basic"] == pytest.approx(2.0) and local["worst_row"] == 5
