@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 import secrets
 import zlib
+from collections.abc import Sequence
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -155,20 +157,95 @@ def _lattice(sensitivity: float, epsilon: float) -> tuple[Fraction, int]:
     return g, LAPLACE_GRAIN * math.ceil(Fraction(sensitivity) / (g * LAPLACE_GRAIN))
 
 
-def discrete_exponential(gammas: list[Fraction], source: NoiseSource) -> int:
-    """An index i drawn with probability exactly proportional to exp(-gamma_i), for
-    rationals gamma_i >= 0 of which at least one is 0.
+LEVELS = 64  # exponent levels of discrete_exponential's proposal (the last holds the rest)
 
-    Rejection sampling: propose i uniformly (randbelow), accept with probability
-    exp(-gamma_i) by the exact Bernoulli of CKS20 Algorithm 1. A trial returns i with
-    probability exp(-gamma_i) / n, so the accepted index has exactly the target law; no
-    floating-point CDF is formed. Each trial costs O(1) expected uniform draws; the
-    number of trials is geometric with mean n / sum_i exp(-gamma_i) <= n.
+
+def discrete_exponential(gammas: Sequence[Fraction], source: NoiseSource,
+                         levels: np.ndarray | None = None) -> int:
+    """An index i drawn with probability exactly proportional to exp(-gamma_i), for
+    rationals gamma_i >= 0 (a Sequence: only the proposed ones are read).
+
+    Rejection sampling from a level proposal. Row i sits at an integer level
+    k_i <= gamma_i (`levels`; default floor(gamma_i), capped at LEVELS). A trial draws a
+    level k with probability proportional to c_k exp(-k) (c_k rows at level k) by exact
+    inversion (`_pick_level`), a row i uniformly among that level's, and accepts it with
+    probability exp(-(gamma_i - k_i)) by the exact Bernoulli of Canonne, Kamath & Steinke
+    (2020, Algorithm 1). A trial thus returns i with probability proportional to
+    exp(-k_i) exp(-(gamma_i - k_i)) = exp(-gamma_i): the accepted index has exactly the
+    target law, and no floating-point CDF is formed. Below the cap a trial accepts with
+    probability >= 1/e, so a peaked distribution over a million rows costs a few trials.
     """
-    if not gammas or min(gammas) != 0 or any(g < 0 for g in gammas):
-        raise ValueError("discrete_exponential needs gammas >= 0 with a minimum of 0")
     n = len(gammas)
+    if n == 0:
+        raise ValueError("discrete_exponential needs at least one exponent")
+    if levels is None:
+        levels = np.array([min(math.floor(g), LEVELS) for g in gammas], dtype=np.int64)
+    levels = np.minimum(np.asarray(levels, dtype=np.int64), LEVELS)
+    order = np.argsort(levels, kind="stable")
+    counts = np.bincount(levels, minlength=LEVELS + 1)
+    starts = np.concatenate(([0], np.cumsum(counts)))
     while True:
-        i = source.randbelow(n)
-        if gammas[i] == 0 or bernoulli_exp(gammas[i], source):
+        k = _pick_level([int(c) for c in counts], source)
+        i = int(order[starts[k] + source.randbelow(int(counts[k]))])
+        rest = gammas[i] - k
+        if rest < 0:
+            raise ValueError(f"row {i}: level {k} above its exponent {gammas[i]}")
+        if bernoulli_exp(rest, source):
             return i
+
+
+def _pick_level(counts: list[int], source: NoiseSource) -> int:
+    """A level k drawn with probability exactly c_k e^-k / sum_j c_j e^-j: inversion of a
+    uniform U revealed bit by bit against rational enclosures of the CDF, both refined
+    until U's interval lies between two enclosed CDF values (a lazy comparison in the
+    manner of Knuth & Yao; it ends with probability 1, after one round almost always)."""
+    top = max(k for k, c in enumerate(counts) if c)
+    m, u, bits = 64, source.randbelow(1 << 64), 64
+    while True:
+        lows, highs = _level_weights(bits, top)  # integers over one common denominator
+        cum_low, cum_high, low, high = [], [], 0, 0
+        for k in range(top + 1):
+            low += counts[k] * lows[k]
+            high += counts[k] * highs[k]
+            cum_low.append(low)
+            cum_high.append(high)
+        for k in range(top + 1):
+            if counts[k] and (u + 1) * high <= cum_low[k] << m:  # U T < F_k for sure
+                if k == 0 or u * low >= cum_high[k - 1] << m:  # and U T >= F_(k-1)
+                    return k
+                break
+        u, m, bits = (u << 32) | source.randbelow(1 << 32), m + 32, bits + 32
+
+
+@lru_cache(maxsize=64)
+def _level_weights(bits: int, top: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Integers lo_k <= e^-k D <= hi_k for k = 0..top, D = 2^((bits + 2) top): powers of
+    a dyadic enclosure of e^-1 from the alternating series 1 - 1 + 1/2 - 1/6 + ..."""
+    total, term, j = Fraction(1), Fraction(1), 0
+    while abs(term) >= Fraction(1, 1 << (bits + 2)):
+        j += 1
+        term /= -j
+        total += term
+    scale = 1 << (bits + 2)  # e^-1 lies between the last two partial sums
+    a = math.floor(min(total, total - term) * scale)
+    b = math.ceil(max(total, total - term) * scale)
+    shift = bits + 2
+    return (tuple(a**k << (shift * (top - k)) for k in range(top + 1)),
+            tuple(b**k << (shift * (top - k)) for k in range(top + 1)))
+
+
+class Exponents(Sequence):
+    """gamma_i = max(u) - u_i as exact rationals, computed when read (u float64), and
+    `levels`: integers k_i <= gamma_i for discrete_exponential's proposal, from the
+    float64 differences shrunk by 2^-50 relative (more than their rounding error)."""
+
+    def __init__(self, u: np.ndarray) -> None:
+        self._u, self._top = u, Fraction(float(np.max(u)))
+        diff = (float(np.max(u)) - u) * (1.0 - 2.0**-50)
+        self.levels = np.minimum(np.floor(np.maximum(diff, 0.0)), LEVELS).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self._u)
+
+    def __getitem__(self, i: int) -> Fraction:
+        return self._top - Fraction(float(self._u[i]))

@@ -31,13 +31,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
 from pobo.parties.gp import IncrementalGP
 from pobo.parties.kernels import Kernel
-from pobo.parties.noise import NoiseSource, discrete_exponential, lattice_laplace
+from pobo.parties.noise import Exponents, NoiseSource, discrete_exponential, lattice_laplace
 
 DEFAULT_SIMILARITY = 0.9  # k(D, D') for datasets differing in one record
 # A replayed query passes when ucb(x_t) >= max ucb - UCB_RTOL (1 + |max ucb|): float64
@@ -120,8 +119,8 @@ def exponential_mechanism(scores: np.ndarray, epsilon: float, sensitivity: float
     u = epsilon * np.asarray(scores, dtype=float) / (2.0 * sensitivity)
     if not np.all(np.isfinite(u)):
         raise ValueError("the exponential mechanism needs finite scores")
-    top = Fraction(float(np.max(u)))
-    return discrete_exponential([top - Fraction(float(x)) for x in u], source)
+    exponents = Exponents(u)
+    return discrete_exponential(exponents, source, exponents.levels)
 
 
 def noisy_release(mean_T: np.ndarray, observed: np.ndarray, T: int, epsilon: float,
