@@ -1,12 +1,14 @@
 """The privacy ledger: every mechanism that touched the curator's data, and its budget.
 
 Central mechanisms (the projection of PO-GP-UCB Algorithm 1, its private lift test, the
-releases of Kusner et al.) protect the whole dataset and add up by basic composition; a
-budget caps their total and a charge that would exceed it is refused before any noise
-is drawn. Local-DP rewards (CTL of Zhou & Tan) each protect the one individual behind
-the queried row, so they are kept apart: per row, reports compose (a row queried k
-times has spent k eps, across every session), a row budget caps that, and the
-guarantee of the dataset is that of its worst-off row.
+releases of Kusner et al.) protect the whole dataset and compose; a budget caps their
+total and a charge that would exceed it is refused before any noise is drawn. Local-DP
+rewards (CTL of Zhou & Tan) each protect the one individual behind the queried row, so
+they are kept apart: per row, reports compose across every session, a row budget caps
+that, and the guarantee of the dataset is that of its worst-off row. Composition is
+dp-accounting's PLD accountant (protocol.accounting) with basic composition (the plain
+sums) beside it; the budget is enforced on the tighter of the two. Running sums make a
+charge O(1) while the basic sums fit; past them the accountant runs (memoised).
 
 `Ledger` is the in-memory form the audit recomputes from messages; the curator's
 ledger lives in its journal (parties.budget.DatasetLedger) and uses the same
