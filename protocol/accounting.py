@@ -7,8 +7,8 @@ basic sum, and the privacy-loss-distribution (PLD) accountant of dp-accounting
 (Google's `dp_accounting.pld`, Meiser & Mohammad 2018, Koskela et al. 2020).
 
 Why dp-accounting: it is maintained (the accountant behind Google's DP libraries and
-TensorFlow Privacy), it is pure Python on numpy/scipy (no native build, nothing new in a
-party's environment), its PLD is tight up to a *pessimistic* discretisation (an upper
+TensorFlow Privacy), it is pure Python on numpy/scipy (its other dependencies -- absl-py,
+attrs, mpmath, dm-tree -- ship wheels; it is imported in the curator only), its PLD is tight up to a *pessimistic* discretisation (an upper
 bound on the true epsilon, never below it), it composes heterogeneous mechanisms
 (Laplace, Gaussian, any (eps, delta) pair) in one object, and it ships an independent
 RDP accountant to test it against. OpenDP's accountants are tied to its measurement
