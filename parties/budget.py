@@ -9,13 +9,14 @@ records it.
 from __future__ import annotations
 
 import json
-import math
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 
 from pobo.parties.statement import statement_lines
 from pobo.parties.journal import Journal
+from pobo.protocol.accounting import part_of
 from pobo.protocol.ledger import (
-    CENTRAL, Budget, Entry, Ledger, PrivacyBudgetExceeded, describe_ledger, ledger_dict,
+    CENTRAL, LOCAL, Budget, Entry, Ledger, PrivacyBudgetExceeded, describe_ledger, ledger_dict,
 )
 
 
@@ -38,14 +39,23 @@ class DatasetLedger:
         only what the entries touch: an answer without LDP reads nothing)."""
         central = self.central() if any(e.scope == CENTRAL for e in entries) else (0.0, 0.0)
         rows: dict[int, tuple[float, float]] = {}
+        added: dict[tuple[str, int], Counter] = defaultdict(Counter)  # checked, not charged
         for e in entries:
+            key = (e.scope, e.row if e.scope == LOCAL else -1)
             if e.scope == CENTRAL:
                 spent = central
             else:
                 spent = rows.get(e.row) or self.journal.row_spent(e.row)
-            why = self.budget.refusal(e, spent)
+
+            def parts(key=key) -> Counter:
+                held = (self.journal.central_parts() if key[0] == CENTRAL
+                        else self.journal.row_parts(key[1]))
+                return held + added[key]
+
+            why = self.budget.refusal(e, spent, parts)
             if why is not None:
                 raise PrivacyBudgetExceeded(why)
+            added[key][part_of(e.mechanism, e.epsilon, e.delta)] += 1
             if e.scope == CENTRAL:
                 central = (central[0] + e.epsilon, central[1] + e.delta)
             else:
@@ -55,6 +65,11 @@ class DatasetLedger:
         """Charge one entry now, in its own transaction (refused past the budget)."""
         self.journal.charge(self.session, [entry], self.budget, self.generation)
 
+    def charge_release(self, entry: Entry, algorithm: str) -> None:
+        """Charge a release, refused if this session was ever granted one (Journal)."""
+        self.journal.charge_release(self.session, self.generation, [entry], self.budget,
+                                    algorithm)
+
     def central(self) -> tuple[float, float]:
         """The dataset's central (eps, delta) so far, over every session."""
         entries = self.journal.central_entries()
@@ -63,8 +78,8 @@ class DatasetLedger:
     def to_dict(self) -> dict:
         """The dataset's ledger (layout of protocol.ledger.ledger_dict), and under
         `session` what this session's own messages released."""
-        data = ledger_dict(self.journal.central_entries(), self.journal.local_summary(),
-                           self.budget)
+        data = ledger_dict(self.journal.central_entries(),
+                           self.journal.local_summary(self.budget), self.budget)
         data["session"] = {"id": self.session,
                            "entries": [asdict(e) for e in self.journal.entries(self.session)]}
         return data
@@ -87,10 +102,8 @@ def session_ledger(dataset: list[Entry], own: list[Entry], budget: Budget) -> di
 def journal_ledger(journal: Journal) -> dict:
     """`pobo ledger`: the dataset's ledger as its journal holds it, with the budget last
     configured, every central entry with its session, and the per-row LDP totals."""
-    limits = json.loads(journal.meta("budget") or "{}")
-    budget = Budget(limits.get("budget_epsilon") or math.inf, limits.get("budget_delta", 1.0),
-                    limits.get("row_budget_epsilon") or math.inf)
-    data = ledger_dict(journal.central_entries(), journal.local_summary(), budget)
+    budget = Budget.from_dict(json.loads(journal.meta("budget") or "{}"))
+    data = ledger_dict(journal.central_entries(), journal.local_summary(budget), budget)
     data["dataset"] = journal.meta("dataset")
     data["privacy"] = json.loads(journal.meta("privacy_statement") or "null")
     data["sessions"] = [{"id": sid, "status": status} for sid, status in journal.sessions()]

@@ -10,7 +10,7 @@ import numpy as np
 
 from pobo.parties.budget import DatasetLedger
 from pobo.parties.journal import Journal, Superseded
-from pobo.parties.ldp import ConvertToLaplace
+from pobo.parties.ldp import POOL_SIZE, ConvertToLaplace, NoisePool
 from pobo.parties.noise import NoiseSource
 from pobo.parties.objective import EvaluationFailed
 from pobo.protocol.errors import ErrorCode, ProtocolError
@@ -69,7 +69,8 @@ class Curator:
 
     def __init__(self, oracle: Oracle | None, budget: int, rng: np.random.Generator,
                  ldp: ConvertToLaplace | None = None, source: NoiseSource | None = None,
-                 ledger: DatasetLedger | None = None, n: int | None = None) -> None:
+                 ledger: DatasetLedger | None = None, n: int | None = None,
+                 pool_size: int = POOL_SIZE) -> None:
         if oracle is None and n is None:
             raise ValueError("a curator without a tabulated objective needs n, its rows")
         self.oracle = oracle
@@ -79,6 +80,8 @@ class Curator:
         self.rng = rng
         self.ldp = ldp
         self.source = source if source is not None else NoiseSource()
+        # LDP noise drawn ahead of the requests (refilled by `refill` after each reward)
+        self.noise = None if ldp is None else NoisePool(ldp, self.source, pool_size)
         self.queries: list[int] = []
         self.measured: list[float] = []  # raw measurements: never sent when LDP is on
         self.rewards: list[float] = []  # what was released
@@ -94,12 +97,12 @@ class Curator:
         that the generators continue exactly where an uninterrupted run would be; the
         ledger entry is already in the journal, not charged again."""
         if self.source.mode == "seeded" and self.oracle is None:  # f itself is not drawn
-            if self.ldp is not None and self.ldp.privatise(measured, self.source) != value:
+            if self.ldp is not None and self.noise.privatise(measured) != value:
                 raise ValueError(f"replaying query {seq}: the LDP noise does not reproduce "
                                  "the journal's value: not the same seed")
         elif self.source.mode == "seeded":
             again = float(self.oracle.f[index] + self.oracle.eta(self.rng))
-            noisy = again if self.ldp is None else self.ldp.privatise(again, self.source)
+            noisy = again if self.ldp is None else self.noise.privatise(again)
             if (again, noisy) != (measured, value):
                 raise ValueError(f"replaying query {seq} drew ({again}, {noisy}), the journal "
                                  f"holds ({measured}, {value}): not the same seed or data")
@@ -157,7 +160,7 @@ class Curator:
             if not math.isfinite(measured):
                 raise EvaluationFailed(f"the value measured for query {seq} is {measured}")
             self._drawn[seq] = (measured, measured if self.ldp is None
-                                else self.ldp.privatise(measured, self.source))
+                                else self.noise.privatise(measured))
         measured, value = self._drawn[seq]
         self.ledger.journal.complete(self.ledger.session, self.ledger.generation, seq, row,
                                      float(measured), float(value))
@@ -190,7 +193,7 @@ class Curator:
         def evaluate() -> tuple[float, float]:
             measured = self.oracle.measure(index, self.rng)
             return measured, (measured if self.ldp is None
-                              else self.ldp.privatise(measured, self.source))
+                              else self.noise.privatise(measured))
 
         measured, value = self.ledger.journal.record_answer(
             self.ledger.session, self.ledger.generation, seq, int(index), entries,
@@ -203,6 +206,12 @@ class Curator:
         journal (group commit: several sessions' answers share one COMMIT); raises
         JournalFault once a journal write has failed."""
         await self.ledger.journal.committed()
+
+    def refill(self) -> None:
+        """Draw the LDP noises used since the last call (after a reward is sent: off the
+        answer path, so that no answer's latency depends on its noise)."""
+        if self.noise is not None:
+            self.noise.refill()
 
     def _keep(self, seq: int, index: int, measured: float, value: float) -> None:
         """Record an answer, keeping the lists in query order (batches answer out of it)."""

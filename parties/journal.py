@@ -33,11 +33,13 @@ import math
 import sqlite3
 import threading
 import time
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
+from pobo.protocol.accounting import part_of, parts_counter
 from pobo.protocol.ledger import CENTRAL, LOCAL, Budget, Entry, PrivacyBudgetExceeded, local_summary
 from pobo.protocol.transcript import file_digest
 
@@ -61,6 +63,7 @@ CREATE TABLE IF NOT EXISTS ledger (
     epsilon REAL NOT NULL, delta REAL NOT NULL, scope TEXT NOT NULL, row INTEGER NOT NULL,
     time REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS ledger_scope ON ledger (scope, session);
+CREATE INDEX IF NOT EXISTS ledger_row ON ledger (row, scope);
 CREATE TABLE IF NOT EXISTS row_ledger (
     row INTEGER PRIMARY KEY, epsilon REAL NOT NULL, delta REAL NOT NULL, reports INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS row_ledger_eps ON row_ledger (epsilon);
@@ -104,6 +107,15 @@ class Superseded(ProtocolError):
     def __init__(self, session: str) -> None:
         super().__init__(f"session {session[:12]}... was taken over by a newer connection",
                          ErrorCode.SUPERSEDED)
+
+
+class ReleaseAlreadyGranted(ProtocolError):
+    """A release asked of a session that was already granted one (one per session, for
+    ever: across connections, resumes and restarts)."""
+
+    def __init__(self, session: str) -> None:
+        super().__init__(f"session {session[:12]}... was already granted its release: one "
+                         "release per session, and a resume grants no other", ErrorCode.POLICY)
 
 
 @dataclass(frozen=True)
@@ -232,7 +244,8 @@ class Journal:
         now = time.time()
         for e in entries:
             if budget is not None:
-                why = budget.refusal(e, self._spent(cur, e))
+                why = budget.refusal(e, self._spent(cur, e),
+                                     lambda e=e: self._parts(cur, e.scope, e.row))
                 if why is not None:
                     raise PrivacyBudgetExceeded(why)
             cur.execute("INSERT INTO ledger (session, mechanism, epsilon, delta, scope, "
@@ -314,6 +327,16 @@ class Journal:
         row = cur.execute("SELECT epsilon, delta FROM row_ledger WHERE row = ?",
                           (entry.row,)).fetchone()
         return (0.0, 0.0) if row is None else tuple(row)
+
+    @staticmethod
+    def _parts(cur: sqlite3.Cursor, scope: str, row: int = -1) -> Counter:
+        """The composition so far of the central entries, or of one row's reports, for
+        the accountant: (kind, eps, delta) -> count (read only when the basic sums no
+        longer fit the budget)."""
+        sql = ("SELECT mechanism, epsilon, delta, COUNT(*) FROM ledger WHERE scope = ?"
+               + ("" if scope == CENTRAL else " AND row = ?")
+               + " GROUP BY mechanism, epsilon, delta")
+        return parts_counter(cur.execute(sql, (scope,) if scope == CENTRAL else (scope, row)))
 
     # -- the dataset --------------------------------------------------------------------
 
@@ -611,6 +634,23 @@ class Journal:
         """Charge entries on their own (a release, before its noise is drawn)."""
         self._transaction([], session, entries, budget, generation)
 
+    def charge_release(self, session: str, generation: int | None, entries: list[Entry],
+                       budget: Budget, algorithm: str) -> None:
+        """Charge a release and mark the session as released, in one transaction, before
+        its noise is drawn: refused (ReleaseAlreadyGranted, nothing charged) when the
+        session was already granted one -- by this connection, an earlier one, or before
+        a restart -- and past the budget like any charge."""
+        def mark() -> list[tuple[str, tuple]]:
+            row = self._db.execute("SELECT release FROM sessions WHERE id = ?",
+                                   (session,)).fetchone()
+            if row is not None and row[0] is not None:
+                raise ReleaseAlreadyGranted(session)
+            return [("UPDATE sessions SET release = ? WHERE id = ?",
+                     (json.dumps({"algorithm": algorithm, "state": "charged"}), session))]
+
+        mark()  # said first, before the budget's refusal; checked again in the transaction
+        self._transaction(mark, session, entries, budget, generation)
+
     def record_release(self, session: str, generation: int, release: dict) -> None:
         """The release a session was granted."""
         self._transaction([("UPDATE sessions SET release = ? WHERE id = ?",
@@ -666,17 +706,29 @@ class Journal:
                     "SELECT mechanism, epsilon, delta, session, time FROM ledger WHERE scope = ? "
                     "ORDER BY n", (CENTRAL,))]
 
+    def central_parts(self) -> Counter:
+        """The central entries so far, (kind, eps, delta) -> count."""
+        return self._parts(self._db.cursor(), CENTRAL)
+
     def row_spent(self, row: int) -> tuple[float, float]:
         """(eps, delta) of the LDP reports on one row so far, over all sessions."""
         return self._spent(self._db.cursor(), Entry("", 0.0, 0.0, LOCAL, row))
 
-    def local_summary(self) -> dict:
-        """Reports, rows with any, and the worst-off row over all sessions."""
-        reports, rows = self._db.execute("SELECT COALESCE(SUM(reports), 0), COUNT(*) "
-                                         "FROM row_ledger").fetchone()
-        worst = self._db.execute("SELECT row, epsilon, delta, reports FROM row_ledger "
-                                 "ORDER BY epsilon DESC, delta DESC LIMIT 1").fetchone()
-        return local_summary(reports, rows, worst)
+    def row_parts(self, row: int) -> Counter:
+        """One row's reports so far, (kind, eps, delta) -> count, over all sessions."""
+        return self._parts(self._db.cursor(), LOCAL, row)
+
+    def local_summary(self, budget: Budget = Budget()) -> dict:
+        """Reports, rows with any, and the worst-off row over all sessions (one pass over
+        the local entries: each row's composition for the accountant)."""
+        rows: dict[int, Counter] = defaultdict(Counter)
+        counts: dict[int, int] = defaultdict(int)
+        for row, mechanism, eps, dlt, count in self._db.execute(
+                "SELECT row, mechanism, epsilon, delta, COUNT(*) FROM ledger WHERE scope = ? "
+                "GROUP BY row, mechanism, epsilon, delta", (LOCAL,)):
+            rows[row][part_of(mechanism, eps, dlt)] += int(count)
+            counts[row] += int(count)
+        return local_summary(sum(counts.values()), rows, budget, counts)
 
     def close(self) -> None:
         """Commit what is staged and close the database."""

@@ -16,9 +16,13 @@ import math
 import os
 import threading
 import zlib
+from collections.abc import Sequence
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
+
+from pobo.protocol.accounting import LAPLACE_GRAIN
 
 SECURE, SEEDED = "os-csprng", "seeded"
 LATTICE_BITS = 30  # the lattice step is about scale / 2^30
@@ -157,14 +161,132 @@ def lattice_laplace(value: float, sensitivity: float, epsilon: float,
                     source: NoiseSource) -> float:
     """value + Laplace noise giving epsilon-DP for `sensitivity`, on a power-of-two lattice.
 
-    The value is rounded to the lattice (step g); two values within `sensitivity` are
-    then at most ceil(sensitivity / g) steps apart, so discrete Laplace noise of scale
-    ceil(sensitivity / g) / epsilon steps is epsilon-DP, i.e. a continuous scale of
-    sensitivity / epsilon enlarged by at most one part in 2^29.
+    The value is rounded half up to the lattice (step g): floor(u + 1/2) - floor(v + 1/2)
+    <= ceil(u - v), so two values within `sensitivity` are at most ceil(sensitivity / g)
+    steps apart. (Python's round() rounds half to even: two values exactly k steps apart,
+    k odd, could land k + 1 steps apart, a factor (k + 1)/k ~ 1 + 2^-29 in epsilon.) That
+    count is rounded up to `steps`, a multiple of LAPLACE_GRAIN, and discrete Laplace noise
+    of scale steps / epsilon is epsilon-DP; the scale is sensitivity / epsilon enlarged by
+    at most LAPLACE_GRAIN / 2^29 / epsilon relative. The multiple lets the ledger's
+    accountant bound the composition of such reports exactly (protocol.accounting).
     """
+    return lattice_point(value, sensitivity, epsilon, lattice_noise(sensitivity, epsilon, source))
+
+
+def lattice_noise(sensitivity: float, epsilon: float, source: NoiseSource) -> int:
+    """The integer noise Z (in lattice steps) of `lattice_laplace`: it does not depend on
+    the value, so it may be drawn ahead of the request (parties.ldp.NoisePool)."""
+    if not (sensitivity > 0 and epsilon > 0 and math.isfinite(sensitivity / epsilon)):
+        raise ValueError("lattice_laplace needs sensitivity > 0 and epsilon > 0")
+    _, steps = _lattice(sensitivity, epsilon)
+    return discrete_laplace(Fraction(steps) / Fraction(epsilon), source)
+
+
+def lattice_point(value: float, sensitivity: float, epsilon: float, z: int) -> float:
+    """(value rounded half up to the lattice + z steps) * g: `lattice_laplace` with its
+    noise z given (a few exact integer operations, whatever z is)."""
     if not (math.isfinite(value) and sensitivity > 0 and epsilon > 0):
         raise ValueError("lattice_laplace needs a finite value, sensitivity > 0, epsilon > 0")
-    g = lattice_step(sensitivity / epsilon)
-    steps = math.ceil(Fraction(sensitivity) / Fraction(g))
-    z = discrete_laplace(Fraction(steps) / Fraction(epsilon), source)
-    return (round(Fraction(value) / Fraction(g)) + z) * g
+    g, _ = _lattice(sensitivity, epsilon)
+    return float((math.floor(Fraction(value) / g + Fraction(1, 2)) + z) * g)
+
+
+def _lattice(sensitivity: float, epsilon: float) -> tuple[Fraction, int]:
+    """(g, steps): the lattice step and the noise's sensitivity in steps (a multiple of
+    LAPLACE_GRAIN, at least ceil(sensitivity / g))."""
+    g = Fraction(lattice_step(sensitivity / epsilon))
+    return g, LAPLACE_GRAIN * math.ceil(Fraction(sensitivity) / (g * LAPLACE_GRAIN))
+
+
+LEVELS = 64  # exponent levels of discrete_exponential's proposal (the last holds the rest)
+
+
+def discrete_exponential(gammas: Sequence[Fraction], source: NoiseSource,
+                         levels: np.ndarray | None = None) -> int:
+    """An index i drawn with probability exactly proportional to exp(-gamma_i), for
+    rationals gamma_i >= 0 (a Sequence: only the proposed ones are read).
+
+    Rejection sampling from a level proposal. Row i sits at an integer level
+    k_i <= gamma_i (`levels`; default floor(gamma_i), capped at LEVELS). A trial draws a
+    level k with probability proportional to c_k exp(-k) (c_k rows at level k) by exact
+    inversion (`_pick_level`), a row i uniformly among that level's, and accepts it with
+    probability exp(-(gamma_i - k_i)) by the exact Bernoulli of Canonne, Kamath & Steinke
+    (2020, Algorithm 1). A trial thus returns i with probability proportional to
+    exp(-k_i) exp(-(gamma_i - k_i)) = exp(-gamma_i): the accepted index has exactly the
+    target law, and no floating-point CDF is formed. Below the cap a trial accepts with
+    probability >= 1/e, so a peaked distribution over a million rows costs a few trials.
+    """
+    n = len(gammas)
+    if n == 0:
+        raise ValueError("discrete_exponential needs at least one exponent")
+    if levels is None:
+        levels = np.array([min(math.floor(g), LEVELS) for g in gammas], dtype=np.int64)
+    levels = np.minimum(np.asarray(levels, dtype=np.int64), LEVELS)
+    order = np.argsort(levels, kind="stable")
+    counts = np.bincount(levels, minlength=LEVELS + 1)
+    starts = np.concatenate(([0], np.cumsum(counts)))
+    while True:
+        k = _pick_level([int(c) for c in counts], source)
+        i = int(order[starts[k] + source.randbelow(int(counts[k]))])
+        rest = gammas[i] - k
+        if rest < 0:
+            raise ValueError(f"row {i}: level {k} above its exponent {gammas[i]}")
+        if bernoulli_exp(rest, source):
+            return i
+
+
+def _pick_level(counts: list[int], source: NoiseSource) -> int:
+    """A level k drawn with probability exactly c_k e^-k / sum_j c_j e^-j: inversion of a
+    uniform U revealed bit by bit against rational enclosures of the CDF, both refined
+    until U's interval lies between two enclosed CDF values (a lazy comparison in the
+    manner of Knuth & Yao; it ends with probability 1, after one round almost always)."""
+    top = max(k for k, c in enumerate(counts) if c)
+    m, u, bits = 64, source.randbelow(1 << 64), 64
+    while True:
+        lows, highs = _level_weights(bits, top)  # integers over one common denominator
+        cum_low, cum_high, low, high = [], [], 0, 0
+        for k in range(top + 1):
+            low += counts[k] * lows[k]
+            high += counts[k] * highs[k]
+            cum_low.append(low)
+            cum_high.append(high)
+        for k in range(top + 1):
+            if counts[k] and (u + 1) * high <= cum_low[k] << m:  # U T < F_k for sure
+                if k == 0 or u * low >= cum_high[k - 1] << m:  # and U T >= F_(k-1)
+                    return k
+                break
+        u, m, bits = (u << 32) | source.randbelow(1 << 32), m + 32, bits + 32
+
+
+@lru_cache(maxsize=64)
+def _level_weights(bits: int, top: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Integers lo_k <= e^-k D <= hi_k for k = 0..top, D = 2^((bits + 2) top): powers of
+    a dyadic enclosure of e^-1 from the alternating series 1 - 1 + 1/2 - 1/6 + ..."""
+    total, term, j = Fraction(1), Fraction(1), 0
+    while abs(term) >= Fraction(1, 1 << (bits + 2)):
+        j += 1
+        term /= -j
+        total += term
+    scale = 1 << (bits + 2)  # e^-1 lies between the last two partial sums
+    a = math.floor(min(total, total - term) * scale)
+    b = math.ceil(max(total, total - term) * scale)
+    shift = bits + 2
+    return (tuple(a**k << (shift * (top - k)) for k in range(top + 1)),
+            tuple(b**k << (shift * (top - k)) for k in range(top + 1)))
+
+
+class Exponents(Sequence):
+    """gamma_i = max(u) - u_i as exact rationals, computed when read (u float64), and
+    `levels`: integers k_i <= gamma_i for discrete_exponential's proposal, from the
+    float64 differences shrunk by 2^-50 relative (more than their rounding error)."""
+
+    def __init__(self, u: np.ndarray) -> None:
+        self._u, self._top = u, Fraction(float(np.max(u)))
+        diff = (float(np.max(u)) - u) * (1.0 - 2.0**-50)
+        self.levels = np.minimum(np.floor(np.maximum(diff, 0.0)), LEVELS).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self._u)
+
+    def __getitem__(self, i: int) -> Fraction:
+        return self._top - Fraction(float(self._u[i]))

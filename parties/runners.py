@@ -96,6 +96,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
         if on_measured is not None:
             on_measured(seq)
         await channel.send(Reward(seq, index, value, curator.noise_tag))
+        curator.refill()  # the next noise is drawn after this answer left
         if on_answer is not None:
             on_answer(seq, index, value)
 
@@ -111,6 +112,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                 return
             if value is not None:
                 await channel.send(Reward(seq, index, value, curator.noise_tag))
+                curator.refill()  # the next noise is drawn after this answer left
                 if fresh and on_answer is not None:
                     on_answer(seq, index, value)
                 return

@@ -48,7 +48,7 @@ from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH
 from pobo.protocol.signing import SharedBody
 
 MAX_FAILURES = 5  # failed evaluations of one query before it is evaluated no more
-LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
+LDP_DELTA = 1e-6  # P(some of T Gaussian noises exceeds the clip): a utility figure, not privacy
 
 
 @dataclass(frozen=True)
@@ -426,7 +426,14 @@ def noise_bound(problem: Problem, s: CuratorSettings, ldp: ConvertToLaplace | No
 def ldp_mechanism(problem: Problem, s: CuratorSettings) -> ConvertToLaplace | None:
     """CTL(epsilon) for the dataset: the declared B, and R = the declared noise bound, or
     for Gaussian noise the sub-Gaussian clip K ln(T/delta)^1/2, K = sqrt(2 noise_var),
-    at delta = LDP_DELTA (Zhou & Tan sec. 4.5: the reward is then (eps, delta)-LDP)."""
+    at delta = LDP_DELTA (Zhou & Tan sec. 4.5).
+
+    Every reward is pure eps-LDP, with no delta, whatever the noise: pobo clips the
+    measured value to [-(B + R), B + R] before the Laplace noise of scale 2(B + R)/eps,
+    so any two values of the reward are within the sensitivity the noise covers. Zhou &
+    Tan's delta is the chance that the noise exceeds R when nothing clips; here it is
+    only the chance that the clip biases a reward (a utility matter), so the ledger
+    charges no delta for it."""
     if s.ldp_epsilon is None:
         return None
     B = declared_bound(problem, s)
@@ -437,7 +444,7 @@ def ldp_mechanism(problem: Problem, s: CuratorSettings) -> ConvertToLaplace | No
         return ConvertToLaplace(s.ldp_epsilon, B, float(s.noise_bound))
     if problem.noise == "gaussian" and problem.noise_var > 0:
         R = subweibull_clip(math.sqrt(2 * problem.noise_var), 0.5, s.T, LDP_DELTA)
-        return ConvertToLaplace(s.ldp_epsilon, B, R, LDP_DELTA)
+        return ConvertToLaplace(s.ldp_epsilon, B, R)
     if problem.noise == "student-t":
         raise ValueError("Student-t noise has no sub-Weibull clip: run it without --ldp-eps, "
                          "or declare --noise-bound")
@@ -515,9 +522,25 @@ def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon:
             "delta": ldp.delta,
             "neighbouring": f"any two values of one individual's reward in [-{ldp.bound:g}, "
                             f"{ldp.bound:g}] (clipped to B + R)",
-            "composition": "reports on the same row compose across every session"}
+            "pure": "pure eps-LDP, no delta: the clip to B + R, not the noise, bounds the "
+                    "sensitivity (a sub-Gaussian clip's delta only bounds how often it "
+                    "biases a reward)",
+            "composition": "reports on the same row compose across every session: the row "
+                           "budget is enforced on dp-accounting's PLD accountant at the row "
+                           f"delta ({s.budget.row_delta:g}), the basic sum beside it"}
     unit["releases"] = {
         "mechanism": "Kusner et al. Algorithms 1-3",
         "neighbouring": "datasets differing in one record, with similarity k(D, D') >= 0.9 "
-                        "(Algorithms 1-2) or one validation record (Algorithm 3)"}
+                        "(Algorithms 1-2) or one validation record (Algorithm 3)",
+        "once": "one release per session, for ever: a resume or a restart grants no other",
+        "assumptions": [
+            "Algorithms 1-2 are conditional claims: their delta holds with probability "
+            "over the GP prior (f drawn from the GP with the declared kernel, Kusner et al. "
+            "Assumption 1), not for every f",
+            "the similarity k(D, D') = 0.9 of neighbouring datasets is an assumption of the "
+            "multi-task kernel, not a property pobo checks on the data",
+            "the kernel must have k(x, x) = 1: the curator checks it on every row and "
+            "refuses a release otherwise",
+            "Algorithm 1's row is drawn by the exponential mechanism exactly (integer "
+            "arithmetic); Algorithm 3 is pure eps-DP for its Lipschitz constants"]}
     return unit

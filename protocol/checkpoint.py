@@ -51,11 +51,14 @@ def chain_head(records: Iterable[bytes], head: str = GENESIS_HEAD) -> str:
 
 def ledger_head(entries: int, chain: str, ledger: dict) -> LedgerHead:
     """The checkpoint of a ledger of `entries` entries whose chain ends at `chain`, with
-    the totals `ledger` reports (the layout of protocol.ledger.ledger_dict: central
-    epsilon and delta, the worst-off row's local epsilon and delta)."""
+    the basic-composition totals of `ledger` (the layout of protocol.ledger.ledger_dict:
+    central epsilon and delta, the worst-off row's local epsilon and delta): plain sums
+    that anyone recomputes exactly from the entries, not the accountant's tighter (and
+    numerically approximate) figures."""
     central, local = ledger["central"], ledger["local"]
-    return LedgerHead(int(entries), chain, float(central["epsilon"]), float(central["delta"]),
-                      float(local["max_row_epsilon"]), float(local["max_row_delta"]))
+    pick = lambda part, key: float(part.get(key + "_basic", part[key]))  # noqa: E731
+    return LedgerHead(int(entries), chain, pick(central, "epsilon"), pick(central, "delta"),
+                      pick(local, "max_row_epsilon"), pick(local, "max_row_delta"))
 
 
 def check_head(head: LedgerHead, sender: str) -> None:

@@ -409,7 +409,11 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
                         "projection's, its test's and one release's)")
     p.add_argument("--ldp-row-budget", type=budget_value, metavar="E",
                    help="refuse a query whose LDP report would take its row past E in total "
-                        "(default T x --ldp-eps: one session's worth; 'inf': none, warned)")
+                        "(the PLD accountant's eps at --ldp-row-delta, or the basic sum; "
+                        "default T x --ldp-eps: one session's worth; 'inf': none, warned)")
+    p.add_argument("--ldp-row-delta", type=probability, metavar="D",
+                   help="the delta at which a row's composed LDP eps is stated and its row "
+                        "budget enforced (default 1e-6; 0: pure eps, the basic sum)")
     p.add_argument("--lift", choices=LIFT_MODES, default=DEFAULT_LIFT,
                    help="the dataset release: gaussian (the Gaussian mechanism on the rows, "
                         "then rotated; the default), jl ((X_c M + omega G)/sqrt(r), omega by "
@@ -520,7 +524,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      T=args.T, seed=args.seed, non_private=args.non_private or None,
                      timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps,
                      budget_epsilon=args.budget_eps, budget_delta=args.budget_delta,
-                     ldp_row_budget=args.ldp_row_budget, lift=args.lift,
+                     ldp_row_budget=args.ldp_row_budget, ldp_row_delta=args.ldp_row_delta,
+                     lift=args.lift,
                      lift_epsilon=args.lift_eps, lift_delta=args.lift_delta,
                      reward_bound=args.reward_bound, noise_bound=args.noise_bound,
                      objective_cmd=getattr(args, "objective_cmd", None),

@@ -56,6 +56,7 @@ def scenario_argv(config: RunConfig) -> list[str]:
                         ("--ldp-eps", config.ldp_epsilon), ("--budget-eps", config.budget_epsilon),
                         ("--budget-delta", config.budget_delta),
                         ("--ldp-row-budget", config.ldp_row_budget),
+                        ("--ldp-row-delta", config.ldp_row_delta),
                         ("--lift-eps", config.lift_epsilon), ("--lift-delta", config.lift_delta),
                         ("--reward-bound", config.reward_bound),
                         ("--noise-bound", config.noise_bound),

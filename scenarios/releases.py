@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from pobo.parties.budget import DatasetLedger
 from pobo.parties.curator import Curator, Oracle
 from pobo.parties.gp import IncrementalGP, NumericalError
 from pobo.parties.kernels import Kernel, kernel_by_name
@@ -70,7 +71,11 @@ def release_handler(problem: Problem, Z: np.ndarray, kernel: KernelParams, curat
             check_noisy(request, hello, Z, kernel, curator)
         elif request.algorithm == "noise-free":
             check_noise_free(curator, problem)
-        ledger.charge(Entry(f"release:{request.algorithm}", k * request.epsilon, k * delta))
+        entry = Entry(f"release:{request.algorithm}", k * request.epsilon, k * delta)
+        if isinstance(ledger, DatasetLedger):  # once per session, for ever (the journal)
+            ledger.charge_release(entry, request.algorithm)
+        else:
+            ledger.charge(entry)
         result = compute(request, problem, Z, kernel, curator, source, similarity)
         if record is not None:
             record(result)
@@ -117,6 +122,9 @@ def check_noisy(request: ReleaseRequest, hello: Hello | None, Z: np.ndarray, kp:
         raise refuse(f"Algorithm 1 needs the GP's noise variance ({noise_var:g}) positive and at "
                      f"least the declared measurement noise ({kp.noise_var:g}): q = sigma "
                      "sqrt(8 log(3/delta)) must cover it")
+    declared = kernel_by_name(kp.kernel, kp.lengthscale, kp.signal_var, dims=Z.shape[1])
+    for which, k in (("the session's", kernel), ("the declared", declared)):
+        check_unit_variance(k, Z, which)
     try:
         miss = ucb_replay(Z, kernel, noise_var, curator.queries, curator.rewards, request.delta)
     except (NumericalError, ValueError) as exc:
@@ -127,6 +135,27 @@ def check_noisy(request: ReleaseRequest, hello: Hello | None, Z: np.ndarray, kp:
                      f"{miss.index}, ucb {miss.ucb:.10g}) was not a maximiser: row "
                      f"{miss.best_index} has ucb {miss.best_ucb:.10g} (tolerance "
                      f"{UCB_RTOL:g} (1 + |max ucb|))")
+
+
+class KernelNotNormalised(ProtocolError):
+    """A release whose kernel has k(x, x) != 1, which Kusner et al.'s proofs assume."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why, ErrorCode.POLICY)
+
+
+def check_unit_variance(kernel: Kernel, Z: np.ndarray, which: str = "the") -> None:
+    """Refuse (KernelNotNormalised) unless k(x, x) = 1 on every row of Z: Kusner et al.
+    Algorithm 1 bounds the posterior deviation by sigma_t(x) <= k(x, x)^1/2 = 1 and sets
+    c from the multi-task kernel k((D, x), (D', x)) = k(D, D') k(x, x); with another
+    signal variance its sensitivities (Theorems 1 and 3) are not the ones computed."""
+    diag = kernel.diag(Z)
+    worst = float(np.max(np.abs(diag - 1.0))) if len(diag) else 0.0
+    if not worst <= 1e-12:
+        raise KernelNotNormalised(
+            f"Kusner et al.'s release assumes k(x, x) = 1; {which} kernel {kernel.name} has "
+            f"k(x, x) = {float(diag[int(np.argmax(np.abs(diag - 1.0)))]):g} (signal variance "
+            f"{kernel.variance:g}): no release is granted with it")
 
 
 def exact(oracle: Oracle) -> bool:

@@ -42,6 +42,7 @@ class RunConfig:
     budget_epsilon: float | None = None  # the dataset's central privacy budget
     budget_delta: float | None = None
     ldp_row_budget: float | None = None  # the LDP epsilon any one row may accumulate
+    ldp_row_delta: float | None = None  # the delta of that row budget (None: ROW_DELTA)
     lift: str = DEFAULT_LIFT  # paper | always | private (PO-GP-UCB Algorithm 1's branch)
     lift_epsilon: float | None = None  # the private lift test's (eps, delta); default 0.1 eps, delta
     lift_delta: float | None = None

@@ -23,7 +23,7 @@ from pobo.parties.service import CuratorService, CuratorSession, CuratorSettings
 from pobo.parties.strategies import make_strategy
 from pobo.protocol.channel import Channel
 from pobo.protocol.errors import PeerGone, PeerTimeout
-from pobo.protocol.ledger import Budget
+from pobo.protocol.ledger import ROW_DELTA, Budget
 from pobo.protocol.messages import Hello, ReleaseRequest
 from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from pobo.protocol.signing import Signer
@@ -122,7 +122,8 @@ def dataset_budget(config: RunConfig, settings: CuratorSettings,
     if row is None:
         row = (math.inf if config.ldp_epsilon is None
                else DEFAULT_ROW_REPORTS * settings.T * config.ldp_epsilon)
-    return Budget(epsilon, min(delta, 1.0), row)
+    row_delta = ROW_DELTA if config.ldp_row_delta is None else config.ldp_row_delta
+    return Budget(epsilon, min(delta, 1.0), row, row_delta)
 
 
 def prepare_service(config: RunConfig, problem: Problem | None = None,
@@ -178,7 +179,7 @@ def release_request(config: RunConfig) -> ReleaseRequest | None:
 def journal_config(config: RunConfig) -> dict:
     """The curator's part of a run configuration, as JSON for the journal."""
     keep = ("scenario", "epsilon", "delta", "r", "T", "seed", "non_private", "timeout",
-            "options", "ldp_epsilon", "budget_epsilon", "budget_delta", "ldp_row_budget",
+            "options", "ldp_epsilon", "budget_epsilon", "budget_delta", "ldp_row_budget", "ldp_row_delta",
             "lift", "lift_epsilon", "lift_delta", "reward_bound", "noise_bound",
             "objective_cmd", "objective_wait", "results_file", "max_batch")
     return {k: getattr(config, k) for k in keep}

@@ -122,8 +122,12 @@ def test_sessions_never_spend_more_than_the_budget_before_and_after_a_restart(tm
             eps, delta = (cres["ledger"]["central"][k] for k in ("epsilon", "delta"))
             assert eps <= 6.5 + 1e-9 and delta <= 0.1
         journal.close()
-    assert granted == 3 and refused == 5
-    assert cres["ledger"]["central"]["epsilon"] == pytest.approx(3.0 + 3 * 1.0)
+    # the basic sum admits three releases; the PLD accountant, enforced where tighter,
+    # admits more, and never past the budget (checked above at every session)
+    assert granted >= 3 and refused >= 1 and granted + refused == 8
+    central = cres["ledger"]["central"]
+    assert central["epsilon_basic"] == pytest.approx(3.0 + granted * 1.0)
+    assert central["epsilon"] <= central["epsilon_basic"]  # the accountant, at delta 0.1
 
 
 def _request(config):
@@ -152,7 +156,7 @@ def test_ldp_reports_on_a_row_compose_across_sessions_and_the_row_budget_refuses
         curator = service.new_session().curator()
         curator.respond(1, 5)
     third = service.new_session().curator()
-    third.source = CountingSource()
+    third.source = third.noise.source = CountingSource()  # its noise pool's draws, counted
     evaluated = []
     measure = third.oracle.measure
     object.__setattr__(third.oracle, "measure", lambda i, rng: evaluated.append(i) or measure(i, rng))
@@ -163,9 +167,11 @@ def test_ldp_reports_on_a_row_compose_across_sessions_and_the_row_budget_refuses
     assert evaluated == [] and CountingSource.draws == before  # nothing evaluated or drawn
     assert third.queries == []
     third.respond(1, 6)  # another individual still has budget
+    third.refill()  # as the runner does once the reward is sent: the used noise is redrawn
     assert evaluated == [6] and CountingSource.draws > before
     local = service.ledger.to_dict()["local"]
-    assert local["max_row_epsilon"] == pytest.approx(2.0) and local["worst_row"] == 5
+    assert local["max_row_epsilon_basic"] == pytest.approx(2.0) and local["worst_row"] == 5
+    assert 1.99 < local["max_row_epsilon"] <= 2.0  # the accountant at the row delta
     assert local["reports"] == 3 and local["rows"] == 2
     assert local["row_budget_epsilon"] == 2.5
 
@@ -259,7 +265,8 @@ def test_pobo_ledger_prints_the_dataset_ledger_as_json(tmp_path):
                                      timeout=60, check=True).stdout)
     assert data["central"]["epsilon"] == pytest.approx(service.settings.epsilon)
     assert data["central"]["budget_epsilon"] == 20.0
-    assert data["local"]["max_row_epsilon"] == pytest.approx(1.0)
+    assert data["local"]["max_row_epsilon_basic"] == pytest.approx(1.0)
+    assert 0.99 < data["local"]["max_row_epsilon"] <= 1.0
     assert data["local"]["rows"] == 2 and data["local"]["reports"] == 3
     assert [e["mechanism"] for e in data["entries"]] == ["gaussian-rows"]
     assert len(data["sessions"]) == 3 and data["dataset"] == dataset_digest(service.problem)

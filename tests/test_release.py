@@ -127,11 +127,13 @@ def test_ledger_composes_central_parts_and_keeps_local_reports_per_row():
     ledger.charge(Entry("release:noisy", 1.5, 2e-3))
     assert ledger.central() == (4.5, pytest.approx(2.01e-3))
     loc = ledger.local()
-    assert (loc["reports"], loc["rows"], loc["worst_row"], loc["max_row_epsilon"]) == (3, 2, 4, 2.0)
+    assert (loc["reports"], loc["rows"], loc["worst_row"], loc["max_row_epsilon_basic"]) == (3, 2, 4, 2.0)
+    assert 1.99 < loc["max_row_epsilon"] <= 2.0  # the accountant at the row delta
     with pytest.raises(PrivacyBudgetExceeded):
         ledger.charge(Entry("release:noise-free", 1.0, 0.0))
     assert ledger.central()[0] == 4.5  # the refused charge left nothing behind
-    assert ledger.to_dict()["central"]["epsilon"] == 4.5
+    assert ledger.to_dict()["central"]["epsilon_basic"] == 4.5
+    assert ledger.to_dict()["central"]["epsilon"] <= 4.5  # the accountant at delta 1e-2
 
 
 def test_run_ledger_with_projection_ldp_and_release(tmp_path):
@@ -146,8 +148,9 @@ def test_run_ledger_with_projection_ldp_and_release(tmp_path):
     assert ledger["central"]["epsilon"] == pytest.approx(math.exp(1.1) + 2 * 0.5)
     assert ledger["central"]["delta"] == pytest.approx(1e-5 + 2e-3)
     assert ledger["local"]["reports"] == 6
-    assert ledger["local"]["max_row_epsilon"] == pytest.approx(
+    assert ledger["local"]["max_row_epsilon_basic"] == pytest.approx(
         2.0 * ledger["local"]["worst_row_reports"])
+    assert ledger["local"]["max_row_epsilon"] <= ledger["local"]["max_row_epsilon_basic"]
     assert ledger["session"]["central"] == ledger["central"]  # the default budget, both
     assert ledger["central"]["budget_epsilon"] == pytest.approx(math.exp(1.1) + 2.0)
     assert result["release"]["algorithm"] == "noisy"

@@ -8,6 +8,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -63,6 +64,14 @@ def reference(tmp_path_factory):
     return asyncio.run(run_inproc(cfg, tmp_path_factory.mktemp("ref"), transcripts=False))
 
 
+def _await_record(tmp_path, timeout: float = 60.0):
+    """Wait (bounded) for the curator to write its record: it does so after the session
+    ended, which the modeler does not wait for (its ledger's accountant may take a second)."""
+    deadline = time.monotonic() + timeout
+    while not list((tmp_path / "c").glob("*/curator.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _check(tmp_path, reference):
     [folder] = [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
     record = json.loads((folder / "curator.json").read_text())
@@ -95,6 +104,7 @@ def test_modeler_killed_mid_run_resumes_from_its_transcript(tmp_path, reference)
         modeler.wait(10)
         again = _modeler(tmp_path, port, "--resume")
         assert again.wait(60) == 0
+        _await_record(tmp_path)
     finally:
         _kill(modeler, again, curator)
     _check(tmp_path, reference)
@@ -117,6 +127,7 @@ def test_curator_killed_mid_run_resumes_from_its_journal(tmp_path, reference, du
         restarted = _curator(tmp_path, port, "--durability", durability)
         again = _modeler(tmp_path, port, "--resume")
         assert again.wait(60) == 0
+        _await_record(tmp_path)
     finally:
         _kill(modeler, again, curator, restarted)
     _check(tmp_path, reference)

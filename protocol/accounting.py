@@ -1,0 +1,150 @@
+"""The privacy accountant: the epsilon a composition of mechanisms spends at a given delta.
+
+Basic composition (adding eps's and deltas) is sound but loose for a row reported many
+times: 1,000 pure-eps Laplace reports at eps = 1 add up to 1,000, while their exact
+composition is (486, 1e-6)-DP. `composed_epsilon` takes the tighter of the two: the
+basic sum, and the privacy-loss-distribution (PLD) accountant of dp-accounting
+(Google's `dp_accounting.pld`, Meiser & Mohammad 2018, Koskela et al. 2020).
+
+Why dp-accounting: it is maintained (the accountant behind Google's DP libraries and
+TensorFlow Privacy), it is pure Python on numpy/scipy (its other dependencies -- absl-py,
+attrs, mpmath, dm-tree -- ship wheels; it is imported in the curator only), its PLD is tight up to a *pessimistic* discretisation (an upper
+bound on the true epsilon, never below it), it composes heterogeneous mechanisms
+(Laplace, Gaussian, any (eps, delta) pair) in one object, and it ships an independent
+RDP accountant to test it against. OpenDP's accountants are tied to its measurement
+combinators (and a Rust wheel) rather than to a ledger of mechanisms already run.
+
+Each ledger entry is one of three kinds (`kind_of`), each given the PLD of a pair of
+distributions that dominates it:
+- LAPLACE: a pure-eps lattice Laplace mechanism (parties.noise.lattice_laplace: the
+  CTL rewards and Kusner's Algorithm 3). Its noise is discrete Laplace of scale
+  steps/eps on an integer lattice with sensitivity at most `steps`, a multiple of
+  LAPLACE_GRAIN. Writing a fine geometric variable as j * (a coarse geometric) + (an
+  independent remainder) shows that such a mechanism is a post-processing of the
+  discrete Laplace mechanism with sensitivity LAPLACE_GRAIN and parameter
+  eps / LAPLACE_GRAIN, whose PLD dp-accounting computes exactly (up to discretisation).
+- GAUSSIAN: a Gaussian mechanism (protocol.policy.GAUSSIAN_ROWS) that is (eps, delta)-DP: its
+  sensitivity-to-noise ratio is at most that of the smallest-noise Gaussian with the same
+  (eps, delta), whose PLD therefore dominates it.
+- APPROX: any other (eps, delta)-DP mechanism: the PLD of the generic (eps, delta) pair
+  (randomised response with a delta atom), which dominates every (eps, delta)-DP
+  mechanism (Kairouz, Oh & Viswanath 2015).
+
+dp-accounting (and scipy under it) is imported only when a composition of two or more
+mechanisms is asked for, and results are memoised per composition, so a ledger that
+charges many identical reports computes each (eps, k)-fold composition once.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+
+LAPLACE, GAUSSIAN, APPROX = "laplace", "gaussian", "approx"
+LAPLACE_GRAIN = 1024  # lattice Laplace sensitivities are multiples of this (parties.noise)
+# mechanism names as protocol.policy spells them (not imported: it pulls numpy in, and the
+# CLI's parser reads ledgers without it; tests/test_accounting.py checks they agree)
+LAPLACE_MECHANISMS = frozenset({"ctl-laplace", "release:lipschitz"})
+GAUSSIAN_MECHANISMS = frozenset({"gaussian-rows"})
+Part = tuple[str, float, float]  # (kind, epsilon, delta) of one mechanism
+
+
+def kind_of(mechanism: str, delta: float) -> str:
+    """The accountant's kind of a ledger entry (see the module docstring)."""
+    if mechanism in LAPLACE_MECHANISMS and delta == 0:
+        return LAPLACE
+    if mechanism in GAUSSIAN_MECHANISMS and 0 < delta < 1:
+        return GAUSSIAN
+    return APPROX
+
+
+def part_of(mechanism: str, epsilon: float, delta: float) -> Part:
+    """The (kind, eps, delta) key under which an entry is composed."""
+    return kind_of(mechanism, delta), float(epsilon), float(delta)
+
+
+def basic(parts: Mapping[Part, int]) -> tuple[float, float]:
+    """(sum eps, sum delta): basic composition."""
+    return (math.fsum(e * n for (_, e, _), n in parts.items()),
+            math.fsum(d * n for (_, _, d), n in parts.items()))
+
+
+def composed_epsilon(parts: Mapping[Part, int], delta: float) -> float:
+    """The least eps we can certify for the composition of `parts` (each (kind, eps,
+    delta) used `count` times) at `delta`: the smaller of basic composition (when its
+    summed delta is within `delta`) and the PLD accountant's pessimistic estimate.
+    inf when neither certifies anything at this delta."""
+    key = tuple(sorted((p, int(n)) for p, n in parts.items() if n > 0))
+    return _composed(key, float(delta))
+
+
+@lru_cache(maxsize=65536)
+def _composed(key: tuple[tuple[Part, int], ...], delta: float) -> float:
+    eps_sum, delta_sum = basic(dict(key))
+    plain = eps_sum if delta_sum <= delta * (1 + 1e-12) else math.inf
+    if sum(n for _, n in key) <= 1 or eps_sum == 0:
+        return plain  # one mechanism: its own (eps, delta) is already tight
+    if not 0 < delta < 1:
+        return plain
+    return min(plain, pld_epsilon(key, delta))
+
+
+def pld_epsilon(key: tuple[tuple[Part, int], ...], delta: float) -> float:
+    """dp-accounting's PLD estimate of eps at `delta` for the composition `key`."""
+    from dp_accounting.pld import privacy_loss_distribution as pld  # lazy: scipy under it
+    from dp_accounting.pld.accountant import get_smallest_gaussian_noise
+    from dp_accounting.pld.common import DifferentialPrivacyParameters
+
+    eps_sum = sum(e * n for (_, e, _), n in key)
+    step = max(1e-3, 1e-6 * eps_sum)  # pessimistic: a coarser grid only loosens the bound
+    total = None
+    for (kind, eps, dlt), count in key:
+        if kind == LAPLACE:
+            one = pld.from_discrete_laplace_mechanism(
+                eps / LAPLACE_GRAIN, sensitivity=LAPLACE_GRAIN, value_discretization_interval=step)
+        elif kind == GAUSSIAN:
+            sigma = get_smallest_gaussian_noise(DifferentialPrivacyParameters(eps, dlt))
+            one = pld.from_gaussian_mechanism(sigma, value_discretization_interval=step)
+        else:
+            one = pld.from_privacy_parameters(DifferentialPrivacyParameters(eps, dlt),
+                                              value_discretization_interval=step)
+        if count > 1:
+            one = one.self_compose(count)
+        total = one if total is None else total.compose(one)
+    return float(total.get_epsilon_for_delta(delta))
+
+
+def worst_row(rows: Mapping[int, Mapping[Part, int]],
+              delta: Callable[[Mapping[Part, int]], float]) -> tuple[int, float] | None:
+    """(row, composed eps) of the worst-off row, each row's stated at `delta(parts)`, or
+    None without rows.
+
+    The composed eps grows with every count, so only rows whose composition no other
+    row's dominates (count by count) need the accountant; with one kind of report that
+    is the single most-reported row."""
+    if not rows:
+        return None
+    signatures: dict[tuple, int] = {}
+    for row, parts in rows.items():
+        sig = tuple(sorted((p, n) for p, n in parts.items() if n > 0))
+        signatures.setdefault(sig, row)
+    sigs = [dict(s) for s in signatures]
+    front = [i for i, s in enumerate(sigs)
+             if not any(j != i and _dominates(t, s) for j, t in enumerate(sigs))]
+    scored = [(composed_epsilon(sigs[i], delta(sigs[i])), basic(sigs[i])[0], i) for i in front]
+    eps, _, best = max(scored)
+    return list(signatures.values())[best], eps
+
+
+def _dominates(a: Mapping[Part, int], b: Mapping[Part, int]) -> bool:
+    """a >= b count by count, and a != b."""
+    return a != b and all(a.get(p, 0) >= n for p, n in b.items())
+
+
+def parts_counter(items) -> Counter:
+    """A Counter of parts from (mechanism, eps, delta, count) rows."""
+    out: Counter = Counter()
+    for mechanism, eps, dlt, count in items:
+        out[part_of(mechanism, eps, dlt)] += int(count)
+    return out

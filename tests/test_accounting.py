@@ -1,0 +1,125 @@
+"""Issue 21 item 1: the PLD accountant against closed forms and a second accountant, and
+budgets enforced on its epsilon (allowed where the basic sum would refuse)."""
+import math
+
+import pytest
+
+from pobo.parties.journal import Journal
+from pobo.protocol import policy
+from pobo.protocol.accounting import (
+    APPROX, GAUSSIAN_MECHANISMS, LAPLACE, LAPLACE_MECHANISMS, composed_epsilon, kind_of,
+)
+from pobo.protocol.ledger import LOCAL, Budget, Entry, Ledger, PrivacyBudgetExceeded
+
+
+def rr_epsilon(k: int, eps: float, delta: float) -> float:
+    """The exact eps at `delta` of k-fold randomised response with eps (Kairouz, Oh &
+    Viswanath 2015): the privacy loss is (2i - k) eps, i ~ Binomial(k, e^eps/(1+e^eps));
+    delta(e) = sum_i C(k, i) [p^i q^(k-i) - e^e q^i p^(k-i)]_+, solved for e by bisection."""
+    p = math.exp(eps) / (1 + math.exp(eps))
+    logc = [math.lgamma(k + 1) - math.lgamma(i + 1) - math.lgamma(k - i + 1) for i in range(k + 1)]
+
+    def delta_at(e: float) -> float:
+        return math.fsum(max(0.0, math.exp(logc[i] + i * math.log(p) + (k - i) * math.log1p(-p))
+                             - math.exp(e + logc[i] + i * math.log1p(-p) + (k - i) * math.log(p)))
+                         for i in range(k + 1))
+
+    lo, hi = 0.0, k * eps
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if delta_at(mid) > delta else (lo, mid)
+    return hi
+
+
+def rdp_laplace_epsilon(k: int, eps: float, delta: float) -> float:
+    """dp-accounting's RDP accountant (a second, independent accountant) for k Laplace."""
+    from dp_accounting import dp_event, rdp
+    acc = rdp.RdpAccountant()
+    acc.compose(dp_event.LaplaceDpEvent(1.0 / eps), k)
+    return acc.get_epsilon(delta)
+
+
+def test_mechanism_names_agree_with_the_policy():
+    assert policy.LDP_REWARD in LAPLACE_MECHANISMS
+    assert GAUSSIAN_MECHANISMS <= {policy.GAUSSIAN_ROWS}
+    assert kind_of(policy.LDP_REWARD, 0.0) == LAPLACE
+    assert kind_of(policy.LDP_REWARD, 1e-6) == APPROX  # an (eps, delta) report: generic
+    assert kind_of(policy.DP_PROJECTION, 1e-5) == APPROX
+
+
+@pytest.mark.parametrize("k, eps", [(10, 1.0), (100, 1.0), (200, 0.5)])
+def test_k_laplace_reports_sit_between_rr_and_rdp_and_beat_the_sum(k, eps):
+    """Laplace is dominated by randomised response (the worst eps-DP pair), so its exact
+    composition lies below RR's closed form; the RDP accountant is an upper bound too; the
+    PLD figure must be below both (up to its 1e-3 grid) and far below the basic sum k eps
+    for large k (issue 21's table: 100 reports at eps 1 -> 71.6)."""
+    delta = 1e-6
+    acct = composed_epsilon({(LAPLACE, eps, 0.0): k}, delta)
+    assert acct <= rr_epsilon(k, eps, delta) + 0.01
+    assert acct <= rdp_laplace_epsilon(k, eps, delta) + 0.01
+    assert acct <= k * eps
+    if (k, eps) == (100, 1.0):
+        assert acct == pytest.approx(71.6, abs=0.1)
+
+
+@pytest.mark.parametrize("k, eps", [(20, 1.0), (100, 0.5)])
+def test_generic_pure_eps_composition_matches_the_rr_closed_form(k, eps):
+    """A generic (eps, 0) entry is composed as randomised response: the accountant gives
+    Kairouz et al.'s exact figure, from above (pessimistic), within its grid."""
+    delta = 1e-6
+    acct = composed_epsilon({(APPROX, eps, 0.0): k}, delta)
+    exact = rr_epsilon(k, eps, delta)
+    assert exact - 1e-6 <= acct <= exact + 0.02 * math.sqrt(k)
+
+
+def test_one_mechanism_is_its_own_epsilon_and_no_scipy_is_needed_for_it():
+    assert composed_epsilon({(APPROX, 1.5, 1e-5): 1}, 1e-5) == 1.5
+    assert composed_epsilon({(APPROX, 1.5, 1e-5): 1}, 1e-6) == math.inf  # delta too small
+
+
+def _fill(charge, budget: Budget, eps: float) -> int:
+    """Charge reports on row 0 until refused; return how many fitted."""
+    count = 0
+    while True:
+        try:
+            charge(Entry(policy.LDP_REWARD, eps, 0.0, LOCAL, 0))
+        except PrivacyBudgetExceeded as exc:
+            assert "accountant" in str(exc) and "basic sum" in str(exc)
+            return count
+        count += 1
+        assert count < 1000
+
+
+@pytest.mark.parametrize("where", ["memory", "journal"])
+def test_a_row_budget_is_refused_at_the_accountants_bound(where):
+    """Row budget 6 at delta 1e-6, reports at eps 0.2: the basic sum refuses the 31st; the
+    accountant admits reports while its composed eps <= 6 (42 of them) and refuses the
+    first beyond -- in memory and in the journal's transaction alike."""
+    budget = Budget(row_epsilon=6.0, row_delta=1e-6)
+    if where == "memory":
+        charge = Ledger(budget).charge
+    else:
+        journal = Journal()
+        charge = lambda e: journal.charge("s", [e], budget)  # noqa: E731
+    fitted = _fill(charge, budget, 0.2)
+    assert fitted > 40  # allowed where the basic sum would refuse (30)
+    assert composed_epsilon({(LAPLACE, 0.2, 0.0): fitted}, 1e-6) <= 6.0
+    assert composed_epsilon({(LAPLACE, 0.2, 0.0): fitted + 1}, 1e-6) > 6.0
+    # a pure-eps row budget (delta 0) is the basic sum: exactly 30
+    assert _fill(Ledger(Budget(row_epsilon=6.0, row_delta=0.0)).charge, budget, 0.2) == 30
+
+
+def test_a_central_budget_is_refused_at_the_accountants_bound():
+    """Lipschitz releases (pure-eps Laplace) at eps 0.2 under a central budget (6, 1e-5):
+    more than the basic sum's 30 fit, and the first refused is the first the accountant
+    puts past 6."""
+    ledger = Ledger(Budget(6.0, 1e-5))
+    count = 0
+    with pytest.raises(PrivacyBudgetExceeded, match="accountant"):
+        while count < 1000:
+            ledger.charge(Entry("release:lipschitz", 0.2, 0.0))
+            count += 1
+    assert count > 40
+    assert composed_epsilon({(LAPLACE, 0.2, 0.0): count + 1}, 1e-5) > 6.0
+    central = ledger.to_dict()["central"]
+    assert central["epsilon"] <= 6.0 < central["epsilon_basic"] and central["delta"] == 1e-5

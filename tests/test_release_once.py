@@ -1,0 +1,75 @@
+"""Issue 21 items 3 and 5: one release per session, for ever; Kusner's k(x, x) = 1 checked."""
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from pobo.parties.journal import ReleaseAlreadyGranted
+from pobo.protocol.errors import ErrorCode
+from pobo.protocol.ledger import Ledger
+from pobo.protocol.messages import PROTOCOL_VERSION, Hello, ReleaseRequest
+from pobo.scenarios.releases import KernelNotNormalised, release_handler
+from pobo.scenarios.session import prepare_service
+
+from test_dataset_ledger import _request, _session, cfg
+from test_release import DELTA, _kusner_hello, _kusner_record, _problem, _source
+
+
+def test_a_resume_after_T_never_grants_a_second_release(tmp_path):
+    """The attack of issue 21: a session reaches T and is granted its noisy release, its
+    peer vanishes before End (the journal marks it interrupted, so it may be resumed),
+    the owner resumes it and asks for the release again: refused with a typed error, and
+    the ledger is charged nothing more -- also after the curator restarts."""
+    from pobo.parties.journal import Journal
+    config = cfg(T=4, release="noisy", release_epsilon=0.5, release_delta=1e-3)
+    journal = Journal(tmp_path / "journal.db")
+    service = prepare_service(config, journal=journal)
+    cres, mres = asyncio.run(_session(service, tmp_path / "s", release=_request(config)))
+    assert mres["release"] is not None and cres["status"] == "ok"
+    sid = cres["session"]
+    journal.set_status(sid, 1, "interrupted")  # what a peer vanishing before End leaves
+    charged = journal.central_entries()
+    for attempt in range(2):  # the same curator, then a restarted one on the same journal
+        if attempt:
+            journal.close()
+            journal = Journal(tmp_path / "journal.db")
+            service = prepare_service(config, journal=journal)
+        resumed = service.resume(sid)
+        hello = Hello(PROTOCOL_VERSION, "t", sid, "gp-ucb", 1e-3)
+        handle = release_handler(service.problem, resumed.release.Z, resumed.params.kernel,
+                                 resumed.curator(), resumed.ledger,
+                                 resumed.source("release-noise"), hello=hello)
+        with pytest.raises(ReleaseAlreadyGranted) as refusal:
+            handle(ReleaseRequest("noisy", 0.5, 1e-3))
+        assert refusal.value.code is ErrorCode.POLICY
+        assert journal.central_entries() == charged  # no second charge
+        journal.set_status(sid, resumed.generation, "interrupted")
+    journal.close()
+
+
+def test_a_release_is_refused_unless_k_x_x_is_one():
+    """Kusner et al. assume k(x, x) = 1: a declared kernel with signal variance 2 gets a
+    typed refusal and no ledger charge; the same session with variance 1 is granted."""
+    problem = _problem()
+    for variance, granted in ((2.0, False), (1.0, True)):
+        p = replace(problem, kernel=replace(problem.kernel, signal_var=variance))
+        curator, _ = _kusner_record(p, 6)
+        ledger = Ledger()
+        handle = release_handler(p, p.X, p.kernel, curator, ledger, _source(7),
+                                 hello=_kusner_hello())
+        request = ReleaseRequest("noisy", 1.0, DELTA)
+        if granted:
+            assert handle(request).algorithm == "noisy"
+            assert len(ledger.entries) == 1
+        else:
+            with pytest.raises(KernelNotNormalised, match="k\\(x, x\\) = 1"):
+                handle(request)
+            assert ledger.entries == []
+
+
+def test_privacy_unit_states_kusners_assumptions_and_pure_ldp():
+    unit = prepare_service(cfg(ldp_epsilon=1.0, reward_bound=4.0)).privacy_unit()
+    text = " ".join(unit["releases"]["assumptions"])
+    assert "GP prior" in text and "0.9" in text and "k(x, x) = 1" in text
+    assert "one release per session" in unit["releases"]["once"]
+    assert unit["rewards"]["delta"] == 0.0 and "accountant" in unit["rewards"]["composition"]
