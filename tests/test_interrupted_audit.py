@@ -239,11 +239,15 @@ def reference(tmp_path_factory) -> dict:
         out, _ = modeler.communicate(timeout=60)
         assert modeler.returncode == 0
         folder, record = _session_record(where)
-        lines = [_readline(fd, 10) for _ in range(T)]
+        lines = []  # the privacy statement's lines, then one line per answer
+        while len(_progress(lines, b"[curator] t=")) < T:
+            lines.append(_readline(fd, 10))
+        first = next(i for i, line in enumerate(lines) if line.startswith(b"[curator] t="))
     finally:
         _stop(modeler, curator)
     return {"curator": record, "modeler": json.loads((where / "m" / "modeler.json").read_text()),
             "curator_lines": _progress(lines, b"[curator] t="),
+            "curator_preamble": sum(map(len, lines[:first])),
             "modeler_lines": _progress(out.splitlines(keepends=True), b"[modeler] t=")}
 
 
@@ -260,7 +264,8 @@ def _interrupt(where: Path, side: str, k: int, delay: float, reference: dict) ->
     fds: list[int] = []
     try:
         if side == "curator":
-            listening = len(f"{LISTENING}tcp://127.0.0.1:{port}\n")
+            listening = (len(f"{LISTENING}tcp://127.0.0.1:{port}\n")
+                         + reference["curator_preamble"])  # and its privacy statement
             r, w, filler = _stall_after(listening + sum(reference["curator_lines"][:k]))
             fds.append(r)
             try:
