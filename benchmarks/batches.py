@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pobo.parties.journal import Journal  # noqa: E402
 from pobo.protocol.transcript import read_transcript  # noqa: E402
-from pobo.scenarios.launch import run  # noqa: E402
-from pobo.scenarios.runspec import RunConfig  # noqa: E402
-from pobo.scenarios.session import curate, open_channel, optimise, prepare_service  # noqa: E402
+from pobo.launch import run  # noqa: E402
+from pobo.runspec import RunConfig  # noqa: E402
+from pobo.session import curate, open_channel, optimise, prepare_service  # noqa: E402
 from pobo.transport.inproc import pipe_pair  # noqa: E402
 
 

@@ -27,8 +27,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pobo.parties.noise import NoiseSource  # noqa: E402
-from pobo.scenarios.launch import run  # noqa: E402
-from pobo.scenarios.runspec import RunConfig  # noqa: E402
+from pobo.launch import run  # noqa: E402
+from pobo.runspec import RunConfig  # noqa: E402
 
 
 def seconds(work) -> float:

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pobo.protocol.codec import decode, encode  # noqa: E402
 from pobo.protocol.messages import PROTOCOL_VERSION, End, Hello, Query  # noqa: E402
-from pobo.scenarios.remote import LISTENING  # noqa: E402
+from pobo.remote import LISTENING  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:

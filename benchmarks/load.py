@@ -35,7 +35,7 @@ from pobo.protocol.messages import PROTOCOL_VERSION, Dataset, End, Hello, Query,
 from pobo.protocol.policy import MODELER, PRIVATE, Boundary  # noqa: E402
 from pobo.protocol.signing import load_signing_key, load_verify_key  # noqa: E402
 from pobo.transport.security import make_signing_keys  # noqa: E402
-from pobo.scenarios.remote import LISTENING  # noqa: E402
+from pobo.remote import LISTENING  # noqa: E402
 from pobo.transport.sockets import DealerPipe  # noqa: E402
 
 

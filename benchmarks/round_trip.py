@@ -49,7 +49,7 @@ from pobo.protocol.messages import (  # noqa: E402
 from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary  # noqa: E402
 from pobo.protocol.signing import Signer, load_signing_key, load_verify_key  # noqa: E402
 from pobo.protocol.transcript import Transcript  # noqa: E402
-from pobo.scenarios.remote import LISTENING  # noqa: E402
+from pobo.remote import LISTENING  # noqa: E402
 from pobo.transport.inproc import pipe_pair  # noqa: E402
 from pobo.transport.security import make_signing_keys  # noqa: E402
 from pobo.transport.sockets import DealerPipe, RouterHub  # noqa: E402

@@ -46,8 +46,8 @@ from pobo.parties.projection import choose_projection  # noqa: E402
 from pobo.parties.strategies import beta_gp_ucb, make_strategy  # noqa: E402
 from pobo.scenarios.presets import PRESETS  # noqa: E402
 from pobo.scenarios.registry import build_problem  # noqa: E402
-from pobo.scenarios.session import prepare_curator  # noqa: E402
-from pobo.scenarios.sweep import SweepSpec, run_sweep  # noqa: E402
+from pobo.session import prepare_curator  # noqa: E402
+from pobo.sweep import SweepSpec, run_sweep  # noqa: E402
 
 PRESET = PRESETS["table1"]
 

@@ -1,21 +1,15 @@
 """pobo: private outsourced Bayesian optimization between a data curator and a modeler.
 
-The installed package holds the design card's four layers as subpackages --
-`pobo.protocol` (messages, encoding, policy, ledger, transcripts), `pobo.transport`
-(ZeroMQ), `pobo.parties` (the curator's and the modeler's logic) and `pobo.scenarios`
-(datasets, the command line, launching, sweeps, reports). In the repository they are
-the top-level folders `protocol/`, `transport/`, `parties/` and `scenarios/`, mapped
-under `pobo.` by setuptools' package-dir. Importing `pobo` imports none of them.
+Five rooms, one job each: `pobo.protocol` (messages, encoding, policy, ledger,
+transcripts), `pobo.transport` (ZeroMQ), `pobo.parties` (the curator's and the
+modeler's logic), `pobo.scenarios` (the problems: datasets, objectives, presets) and
+this package's own modules, the application (the command line, launching, serving,
+sessions, sweeps, reports). Imports flow application -> scenarios, parties, transport
+-> protocol, never back. The layers are the repository's top-level folders;
+`pobo/protocol` and its siblings are symbolic links to them, so editors, type checkers
+and an editable install all see one ordinary package tree. Importing `pobo` imports
+none of them.
 """
 from __future__ import annotations
 
-import os as _os
-
 __version__ = "0.2.0"
-
-# Run from a source checkout (this folder beside pyproject.toml and the layer folders),
-# the layers are found beside it, as the installed (package-dir) layout has them inside.
-_checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
-if _os.path.isfile(_os.path.join(_checkout, "pyproject.toml")) and _os.path.isfile(
-        _os.path.join(_checkout, "protocol", "messages.py")):
-    __path__.append(_checkout)  # noqa: F821  (the package's own __path__)

@@ -15,8 +15,8 @@ from pobo.protocol.channel import Channel
 from pobo.protocol.messages import Dataset, End, Hello, ProjectedDataset, Query, Reward, Welcome
 from pobo.protocol.policy import CURATOR, IDENTITY, MODELER, PRIVATE, Boundary
 from pobo.protocol.transcript import Transcript, raw_records
-from pobo.scenarios.auditing import audit_files
-from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.auditing import audit_files
+from pobo.session import RunConfig, run_inproc
 from pobo.transport.inproc import pipe_pair
 
 

@@ -18,9 +18,9 @@ from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Query, Reward, Sessi
 from pobo.protocol.policy import CURATOR, PRIVATE, Boundary
 from pobo.protocol.signing import body_of
 from pobo.protocol.transcript import read_transcript
-from pobo.scenarios.auditing import audit_files
-from pobo.scenarios.cli import main
-from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.auditing import audit_files
+from pobo.cli import main
+from pobo.session import RunConfig, run_inproc
 from tests.curator_process import CuratorProcess
 
 PY = sys.executable
@@ -114,7 +114,7 @@ def test_a_sequential_strategy_refuses_a_batch(tmp_path, strategy, capsys):
 
 
 def test_the_client_asks_for_a_batch(tmp_path):
-    from pobo.scenarios.client import ClientError, ModelerClient
+    from pobo.client import ClientError, ModelerClient
 
     curator = CuratorProcess(tmp_path / "c", 8, ["--max-batch", "3"])
     try:

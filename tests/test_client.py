@@ -19,8 +19,8 @@ from curator_process import CuratorProcess, free_port  # test helper: runs the C
 
 from pobo.protocol.errors import PeerError, PeerTimeout
 from pobo.protocol.signing import load_signing_key, load_verify_key
-from pobo.scenarios.client import ClientError, ModelerClient
-from pobo.scenarios.session import Signing
+from pobo.client import ClientError, ModelerClient
+from pobo.session import Signing
 from pobo.transport.security import CurveClient
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,7 +180,7 @@ def test_a_client_whose_transcript_cannot_open_closes_at_once(tmp_path, caplog):
     import logging
     import time
 
-    from pobo.scenarios.client import ModelerClient
+    from pobo.client import ModelerClient
 
     not_a_folder = tmp_path / "file"
     not_a_folder.write_text("")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pobo.scenarios.cli import build_parser, main
-from pobo.scenarios.config import apply_config, check_required
+from pobo.cli import build_parser, main
+from pobo.config import apply_config, check_required
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -23,7 +23,7 @@ from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Reward, Welcome,
 )
 from pobo.scenarios.registry import build_problem
-from pobo.scenarios.session import RunConfig, curate, open_channel, optimise, prepare_service
+from pobo.session import RunConfig, curate, open_channel, optimise, prepare_service
 from pobo.transport.inproc import pipe_pair
 
 SMALL = dict(T=3, seed=0, timeout=10.0, options={"grid": 8})
@@ -131,7 +131,7 @@ def test_sessions_never_spend_more_than_the_budget_before_and_after_a_restart(tm
 
 
 def _request(config):
-    from pobo.scenarios.session import release_request
+    from pobo.session import release_request
     return release_request(config)
 
 
@@ -188,7 +188,7 @@ def test_a_refused_ldp_report_reaches_the_modeler_as_a_typed_error(tmp_path):
         def select(self, gp, t, rng):
             return 0
 
-    import pobo.scenarios.session as session_module
+    import pobo.session as session_module
     original = session_module.make_strategy
     session_module.make_strategy = lambda name, scale=None: AlwaysRowZero()
     try:

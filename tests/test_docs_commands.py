@@ -46,7 +46,7 @@ def test_the_pages_show_commands():
 
 @pytest.mark.parametrize("page,line,command", ALL, ids=[f"{p}:{n}" for p, n, _ in ALL])
 def test_a_documented_command_parses(page, line, command):
-    from pobo.scenarios.cli import build_parser
+    from pobo.cli import build_parser
 
     argv = shlex.split(command.replace("python -m pobo", "pobo"))[1:]
     try:

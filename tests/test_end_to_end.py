@@ -19,8 +19,8 @@ from pobo.protocol.errors import ErrorCode, PeerTimeout, ProtocolError
 from pobo.protocol.messages import PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Reward, Welcome
 from pobo.protocol.policy import CURATOR
 from pobo.protocol.transcript import read_transcript
-from pobo.scenarios.remote import LISTENING, connect_modeler
-from pobo.scenarios.session import RunConfig, curate, open_channel, prepare_curator, run_inproc
+from pobo.remote import LISTENING, connect_modeler
+from pobo.session import RunConfig, curate, open_channel, prepare_curator, run_inproc
 from pobo.transport.inproc import pipe_pair
 
 SMALL = ["--grid", "12", "--T", "6", "--r", "4"]
@@ -97,7 +97,7 @@ def test_pobo_curator_and_pobo_modeler_as_two_commands(tmp_path):
 
 
 def test_non_private_baseline_over_ipc_is_recorded_as_such(tmp_path):
-    from pobo.scenarios.launch import run
+    from pobo.launch import run
     result = run(RunConfig(T=4, non_private=True, options={"grid": 10}), tmp_path, "ipc",
                  verbose=False, wall_timeout=120)
     assert result["policy"] == "non-private" and result["epsilon"] is None
@@ -209,7 +209,7 @@ async def test_a_modeler_whose_transcript_cannot_open_closes_its_socket_and_cont
         tmp_path, monkeypatch):
     """`out` is a file: opening the transcript fails after the DEALER connected. The
     DEALER (and its monitor) were left open and the context never terminated."""
-    from pobo.scenarios import remote
+    from pobo import remote
     from pobo.transport.sockets import new_context
 
     made = []

@@ -12,8 +12,8 @@ from curator_process import Lines  # test helper: bounded reads of a process's l
 from pobo.protocol.codec import decode, encode
 from pobo.protocol.messages import PROTOCOL_VERSION, End, Hello, Query, Reward
 from pobo.protocol.policy import CURATOR
-from pobo.scenarios.remote import LISTENING
-from pobo.scenarios.session import RunConfig, curate, open_channel, prepare_curator
+from pobo.remote import LISTENING
+from pobo.session import RunConfig, curate, open_channel, prepare_curator
 from pobo.transport.inproc import pipe_pair
 
 POBO = [sys.executable, "-m", "pobo"]

@@ -12,8 +12,8 @@ from pobo.parties.strategies import Distinct, make_strategy, strategy_spec
 from pobo.scenarios import bank
 from pobo.scenarios.problem import distinct_hits
 from pobo.scenarios.registry import build_problem
-from pobo.scenarios.session import RunConfig
-from pobo.scenarios.sweep import SweepSpec, run_sweep
+from pobo.session import RunConfig
+from pobo.sweep import SweepSpec, run_sweep
 
 FULL = Path(__file__).resolve().parents[2] / "shared" / "data" / "lending-club-2007-2011.csv.gz"
 HEADER = ('"id","member_id","loan_amnt","funded_amnt","funded_amnt_inv","term","int_rate",'
@@ -99,7 +99,7 @@ def test_moma_k_sets_the_epoch_length():
 def test_moma_k_changes_the_epochs_of_a_session(tmp_path):
     import asyncio
 
-    from pobo.scenarios.session import run_inproc
+    from pobo.session import run_inproc
 
     def run(k):
         cfg = RunConfig("ldp-synthetic", T=24, seed=3, strategy="moma-gp-ucb", ldp_epsilon=1.0,
@@ -120,7 +120,7 @@ def test_hits_count_distinct_positive_rows():
 def test_hospital_does_not_retest_a_patient(tmp_path):
     import asyncio
 
-    from pobo.scenarios.session import run_inproc
+    from pobo.session import run_inproc
 
     cfg = RunConfig("hospital", T=40, seed=0, options={"n": 120}, epsilon=8.0, r=5)
     assert cfg.distinct and cfg.strategy_spec == "gp-ucb+distinct"
@@ -138,7 +138,7 @@ def test_the_full_2007_2011_file_loads():
 
 
 def test_fidelity_verdict_follows_the_csv(tmp_path):
-    from pobo.scenarios.fidelity import render
+    from pobo.fidelity import render
     from pobo.scenarios.presets import PRESETS
 
     def write(offset):

@@ -15,8 +15,8 @@ from waits import stop  # test helper: waits on tasks that are really bounded
 from pobo.protocol.codec import ARRAY_EXT, decode, encode
 from pobo.protocol.errors import ErrorCode
 from pobo.protocol.messages import PROTOCOL_VERSION, Error, Hello, Query, Reward, Welcome
-from pobo.scenarios.remote import connect_modeler, serve_curator
-from pobo.scenarios.session import RunConfig, prepare_service, run_inproc
+from pobo.remote import connect_modeler, serve_curator
+from pobo.session import RunConfig, prepare_service, run_inproc
 from pobo.transport.sockets import close_context, new_context
 
 CFG = RunConfig(T=12, seed=3, options={"grid": 10}, timeout=20.0)

@@ -221,9 +221,9 @@ def test_gp_ucb_on_the_default_release_beats_random_rows_on_synthetic(tmp_path):
     flags. GP-UCB's mean S_T must be at most half random search's on the same seeds
     (measured: 0.053 against 0.32 over 30 seeds). 10 seeds here, 30 under --full; the 0.5
     factor leaves room for about 4 standard errors of the reduced run."""
-    from pobo.scenarios.blocking import run_blocking
-    from pobo.scenarios.runspec import RunConfig
-    from pobo.scenarios.session import run_inproc
+    from pobo.blocking import run_blocking
+    from pobo.runspec import RunConfig
+    from pobo.session import run_inproc
     from pobo.scenarios.synthetic import build
 
     seeds = 30 if FULL else 10

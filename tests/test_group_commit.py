@@ -194,7 +194,7 @@ def test_every_reward_of_concurrent_sessions_is_committed_before_it_is_sent(tmp_
     """Four in-process sessions on one journal at durability full: every Reward the
     curators send is already in the journal as another connection reads it, and the
     answers shared COMMITs (fewer COMMITs than answers)."""
-    from pobo.scenarios.session import (
+    from pobo.session import (
         RunConfig, curate, open_channel, optimise, prepare_service,
     )
     from pobo.transport.inproc import pipe_pair

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pobo.scenarios.html_report import (
+from pobo.html_report import (
     ReportError, nice_ticks, paper_preset, write_html_report,
 )
-from pobo.scenarios.launch import publish_keys
-from pobo.scenarios.report import write_report
-from pobo.scenarios.session import RunConfig, Signing, run_inproc
-from pobo.scenarios.sweep import SweepSpec, run_sweep
+from pobo.launch import publish_keys
+from pobo.report import write_report
+from pobo.session import RunConfig, Signing, run_inproc
+from pobo.sweep import SweepSpec, run_sweep
 
 SWEEP = SweepSpec("synthetic", epsilons=(8.0,), rs=(3, 6), seeds=2, T=6, non_private=True,
                   strategies=("gp-ucb", "random"), options={"grid": 12})
@@ -172,7 +172,7 @@ def test_a_run_page_leads_with_the_answer_and_the_privacy_statement(run_dir):
         assert f"<td>{item['epsilon']:.4g}</td>" in first
     assert f"ε for a whole row" in first and f"{unit['epsilon_whole_row']:.4g}" in first
     spent = result["ledger"]["central"]["epsilon"]
-    assert f"Ledger: ε {spent:.4g}, δ {result['delta']:.3g} spent; budget ε " in first
+    assert f"Ledger: ε {spent:.4g}, δ " in first and "spent; budget ε " in first
 
 
 def test_the_answer_of_a_hits_run_and_a_budget(run_dir, tmp_path):
@@ -291,7 +291,7 @@ def test_ticks_of_tiny_values_are_computed_at_once():
     """nice_ticks rounded every tick to 12 decimals and looped until one reached `high`:
     for a chart of values ~1e-20 (a regret that is rounding noise) every tick was 0 and
     the loop ran ~10^8 times, eating gigabytes (`pobo report` hung)."""
-    code = ("from pobo.scenarios.html_report import nice_ticks\n"
+    code = ("from pobo.html_report import nice_ticks\n"
             "for low, high in ((0, 1e-20), (1e-20, 3e-20), (-2e-300, 5e-300)):\n"
             "    t = nice_ticks(low, high)\n"
             "    assert t[0] <= low and t[-1] >= high and 2 <= len(t) <= 8, (low, high, t)\n")

@@ -15,8 +15,8 @@ def modules_after(code: str) -> set[str]:
 
 
 def test_the_parser_and_the_parent_of_pobo_run_import_no_numerical_code():
-    loaded = modules_after("from pobo.scenarios.cli import build_parser, config_from_args\n"
-                           "from pobo.scenarios.launch import scenario_argv, modeler_argv\n"
+    loaded = modules_after("from pobo.cli import build_parser, config_from_args\n"
+                           "from pobo.launch import scenario_argv, modeler_argv\n"
                            "args = build_parser().parse_args(['run', 'synthetic'])\n"
                            "config = config_from_args(args)\n"
                            "scenario_argv(config), modeler_argv(config)")
@@ -28,10 +28,10 @@ def test_the_parser_and_the_parent_of_pobo_run_import_no_numerical_code():
 
 @pytest.mark.parametrize("side", ["curator", "modeler"])
 def test_a_party_process_imports_no_scipy(side):
-    code = {"curator": "from pobo.scenarios.session import prepare_service, RunConfig\n"
-                       "from pobo.scenarios.remote import serve_curator\n"
+    code = {"curator": "from pobo.session import prepare_service, RunConfig\n"
+                       "from pobo.remote import serve_curator\n"
                        "prepare_service(RunConfig('synthetic', seed=0, options={'grid': 10}))",
-            "modeler": "from pobo.scenarios.remote import connect_modeler"}[side]
+            "modeler": "from pobo.remote import connect_modeler"}[side]
     loaded = modules_after(code)
     assert not {m for m in loaded if m.split(".")[0] == "scipy"}
     if side == "modeler":  # no dataset loaders, no scenario modules

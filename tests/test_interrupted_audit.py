@@ -36,9 +36,9 @@ import pytest
 from pobo.protocol.audit import audit_session, compare, readable_records
 from pobo.protocol.codec import encode
 from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Reward
-from pobo.scenarios.cli import main as pobo_main
-from pobo.scenarios.remote import LISTENING
-from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.cli import main as pobo_main
+from pobo.remote import LISTENING
+from pobo.session import RunConfig, run_inproc
 from pobo.transport.security import make_signing_keys
 
 POBO = [sys.executable, "-m", "pobo"]

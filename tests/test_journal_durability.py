@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from pobo.parties.journal import Journal
-from pobo.scenarios.cli import build_parser, config_from_args
-from pobo.scenarios.launch import scenario_argv
-from pobo.scenarios.session import RunConfig
+from pobo.cli import build_parser, config_from_args
+from pobo.launch import scenario_argv
+from pobo.session import RunConfig
 
 # commits answers until killed, printing each seq only once its transaction has committed
 WRITER = """

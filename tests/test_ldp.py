@@ -23,7 +23,7 @@ from pobo.protocol.policy import CURATOR, DP_PROJECTION, LDP_REWARD, MODELER, PR
 from pobo.protocol.transcript import read_transcript
 from pobo.protocol.signing import body_of
 from pobo.protocol.codec import decode
-from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.session import RunConfig, run_inproc
 
 REDUCED = not os.environ.get("POBO_FULL")  # pytest --full: the full-length checks
 

@@ -31,8 +31,8 @@ from pobo.protocol.messages import NO_LEDGER_HEAD, End, LedgerHead, Welcome
 from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
 from pobo.protocol.signing import ZERO, Link, open_frame, seal
 from pobo.protocol.transcript import read_transcript
-from pobo.scenarios.cli import main as pobo_main
-from pobo.scenarios.session import (
+from pobo.cli import main as pobo_main
+from pobo.session import (
     RunConfig, Signing, curate, open_channel, optimise, prepare_service,
 )
 from pobo.transport.inproc import pipe_pair
@@ -74,7 +74,7 @@ async def _session(service, out: Path):
 def _serve(journal: Path, out: Path, row: int, monkeypatch) -> dict:
     """Start a curator on `journal` (a restart), run one session asking `row` T times,
     stop it; the modeler's result."""
-    import pobo.scenarios.session as session_module
+    import pobo.session as session_module
 
     monkeypatch.setattr(session_module, "make_strategy", lambda name, scale=None: OneRow(row))
     j = Journal(journal)

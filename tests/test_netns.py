@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from pobo.scenarios.remote import LISTENING
+from pobo.remote import LISTENING
 from pobo.transport.security import make_keys
 
 POBO = [sys.executable, "-m", "pobo"]

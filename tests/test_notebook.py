@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from pobo.scenarios.blocking import run_blocking
-from pobo.scenarios.launch import run, run_async
-from pobo.scenarios.session import RunConfig
-from pobo.scenarios.sweep import SweepSpec, run_sweep
+from pobo.blocking import run_blocking
+from pobo.launch import run, run_async
+from pobo.session import RunConfig
+from pobo.sweep import SweepSpec, run_sweep
 
 CONFIG = RunConfig("synthetic", T=6, seed=2, options={"grid": 8})
 

@@ -23,8 +23,8 @@ from pobo.parties.objective import (
 )
 from pobo.protocol.errors import ErrorCode, PeerError, ProtocolError
 from pobo.protocol.ledger import LOCAL, Budget, Entry, PrivacyBudgetExceeded
-from pobo.scenarios.cli import main
-from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.cli import main
+from pobo.session import RunConfig, run_inproc
 from tests.curator_process import ROOT, CuratorProcess, free_port
 
 PY = sys.executable
@@ -304,7 +304,7 @@ async def _hammer(config: RunConfig, tries: int) -> Exception:
     from pobo.parties.runners import ask
     from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Query
     from pobo.protocol.policy import CURATOR, MODELER
-    from pobo.scenarios.session import curate, open_channel, prepare_curator
+    from pobo.session import curate, open_channel, prepare_curator
     from pobo.transport.inproc import pipe_pair
 
     cpipe, mpipe = pipe_pair()

@@ -12,7 +12,7 @@ import pytest
 
 from pobo.parties.journal import Journal, JournalFault
 from pobo.protocol.errors import ErrorCode, ProtocolError
-from pobo.scenarios.session import RunConfig, prepare_service
+from pobo.session import RunConfig, prepare_service
 
 POBO = [sys.executable, "-m", "pobo"]
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sg-private-projects.csv"

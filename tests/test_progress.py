@@ -7,8 +7,8 @@ import io
 import logging
 
 from pobo.parties.curator import Curator
-from pobo.scenarios.progress import configure_logging, level_for, step
-from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.progress import configure_logging, level_for, step
+from pobo.session import RunConfig, run_inproc
 
 
 class Terminal(io.StringIO):

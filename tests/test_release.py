@@ -137,7 +137,7 @@ def test_ledger_composes_central_parts_and_keeps_local_reports_per_row():
 
 
 def test_run_ledger_with_projection_ldp_and_release(tmp_path):
-    from pobo.scenarios.session import RunConfig, run_inproc
+    from pobo.session import RunConfig, run_inproc
 
     cfg = RunConfig(T=6, options={"grid": 12}, ldp_epsilon=2.0, release="noisy",
                     release_epsilon=0.5, release_delta=1e-3)
@@ -158,7 +158,7 @@ def test_run_ledger_with_projection_ldp_and_release(tmp_path):
 
 
 def test_budget_refuses_a_release_before_noise_and_a_session_that_cannot_start(tmp_path):
-    from pobo.scenarios.session import RunConfig, prepare_curator, run_inproc
+    from pobo.session import RunConfig, prepare_curator, run_inproc
 
     cfg = RunConfig(T=4, options={"grid": 10}, release="noisy", budget_epsilon=3.5)
     result = asyncio.run(run_inproc(cfg, tmp_path))
@@ -202,7 +202,7 @@ def test_a_release_request_before_the_last_query_is_refused(params, release):
 
 
 def test_tuning_scenario_lipschitz_release_end_to_end(tmp_path):
-    from pobo.scenarios.session import RunConfig, run_inproc
+    from pobo.session import RunConfig, run_inproc
 
     result = asyncio.run(run_inproc(RunConfig("tuning", T=8, release="lipschitz"), tmp_path))
     rel = result["release"]
@@ -262,7 +262,7 @@ def _kusner_record(problem, T, delta=DELTA, seed=1):
 
 
 def _handle(problem, curator, hello, request, ledger):
-    from pobo.scenarios.releases import release_handler
+    from pobo.releases import release_handler
     return release_handler(problem, problem.X, problem.kernel, curator, ledger, _source(7),
                            hello=hello)(request)
 
@@ -348,7 +348,7 @@ def test_fitted_hyperparameters_never_shrink_the_release_noise():
     problem, T = _problem(), 8
     curator, modeler = _kusner_record(problem, T)
     from pobo.parties.noise import NoiseSource
-    from pobo.scenarios.releases import compute
+    from pobo.releases import compute
     request = modeler.with_kernel(ReleaseRequest("noisy", 1.0, DELTA))
     Z, kp = problem.X, replace(problem.kernel, status="initial")
 
@@ -395,7 +395,7 @@ async def _session(strategy, ldp=None, T=8):
     from pobo.parties.runners import receive_hello, run_modeler, serve_session
     from pobo.protocol.channel import Channel
     from pobo.protocol.policy import NON_PRIVATE
-    from pobo.scenarios.releases import release_handler
+    from pobo.releases import release_handler
     from pobo.transport.inproc import pipe_pair
     problem = _problem()
     release, params = identity_release(problem.X), _params(problem, T, ldp)

@@ -8,8 +8,8 @@ from pobo.parties.journal import ReleaseAlreadyGranted
 from pobo.protocol.errors import ErrorCode
 from pobo.protocol.ledger import Ledger
 from pobo.protocol.messages import PROTOCOL_VERSION, Hello, ReleaseRequest
-from pobo.scenarios.releases import KernelNotNormalised, release_handler
-from pobo.scenarios.session import prepare_service
+from pobo.releases import KernelNotNormalised, release_handler
+from pobo.session import prepare_service
 
 from test_dataset_ledger import _request, _session, cfg
 from test_release import DELTA, _kusner_hello, _kusner_record, _problem, _source

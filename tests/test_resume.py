@@ -13,8 +13,8 @@ import time
 import pytest
 
 from pobo.protocol.audit import audit_session, audit_transcript
-from pobo.scenarios.remote import LISTENING
-from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.remote import LISTENING
+from pobo.session import RunConfig, run_inproc
 
 POBO = [sys.executable, "-m", "pobo"]
 T, SEED = 12, 4

@@ -17,7 +17,7 @@ from pobo.protocol.errors import ErrorCode, PolicyViolation, ProtocolError
 from pobo.protocol.ledger import LOCAL, Budget, Entry, PrivacyBudgetExceeded
 from pobo.protocol.messages import PROTOCOL_VERSION, Error, Hello, Pending, Query, Reward
 from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
-from pobo.scenarios.session import RunConfig, curate, open_channel, prepare_service
+from pobo.session import RunConfig, curate, open_channel, prepare_service
 from pobo.transport.inproc import pipe_pair
 
 PY = sys.executable

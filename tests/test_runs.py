@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from pobo.scenarios.report import write_report
-from pobo.scenarios.runs import RunsError, list_runs, runs_table
-from pobo.scenarios.session import RunConfig, run_inproc
-from pobo.scenarios.sweep import SweepSpec, run_sweep
+from pobo.report import write_report
+from pobo.runs import RunsError, list_runs, runs_table
+from pobo.session import RunConfig, run_inproc
+from pobo.sweep import SweepSpec, run_sweep
 
 SWEEP = SweepSpec("synthetic", epsilons=(8.0,), rs=(3,), seeds=2, T=5, non_private=True,
                   strategies=("gp-ucb", "random"), options={"grid": 10})

@@ -9,8 +9,8 @@ import pytest
 
 from pobo.parties.journal import Journal
 from pobo.protocol.errors import ErrorCode, ProtocolError
-from pobo.scenarios.runspec import startup_warnings
-from pobo.scenarios.session import (
+from pobo.runspec import startup_warnings
+from pobo.session import (
     DEFAULT_RELEASE_ALLOWANCE, RunConfig, prepare_service, release_request,
 )
 from tests.test_dataset_ledger import _session  # one whole in-process session
@@ -118,7 +118,7 @@ def test_a_fabricated_unsigned_session_does_not_exit_0(tmp_path):
     """The issue's attack: without signatures, whoever holds the transcripts can replace
     them with a consistent pair of their making (here: a whole session with other
     rewards, chains and links all intact). The audit cannot tell, so it must not exit 0."""
-    from pobo.scenarios.session import run_inproc
+    from pobo.session import run_inproc
     out = tmp_path / "run"
     asyncio.run(run_inproc(cfg(T=4, seed=5), out))  # no signing: anyone could write it
     paths = [str(out / "curator.transcript"), str(out / "modeler.transcript")]
@@ -133,8 +133,8 @@ def test_a_run_resigned_with_new_keys_and_its_keys_folder_replaced_is_not_truste
     """The issue's attack: a run signed with other keys, its keys/ folder holding those
     keys. `pobo audit` with no key flag trusts the user's store, not keys/: exit 3,
     naming the untrusted key; given the keys explicitly (a flag), it verifies."""
-    from pobo.scenarios.launch import publish_keys
-    from pobo.scenarios.session import Signing, run_inproc
+    from pobo.launch import publish_keys
+    from pobo.session import Signing, run_inproc
     out = tmp_path / "run"
     other = Signing.throwaway()
     asyncio.run(run_inproc(cfg(T=4), out, signing=other))
@@ -170,7 +170,7 @@ def test_a_non_dp_mode_says_so_on_the_wire_in_the_result_and_in_the_audit(settin
     from pobo.protocol.codec import decode
     from pobo.protocol.signing import body_of
     from pobo.protocol.transcript import read_transcript
-    from pobo.scenarios.session import run_inproc
+    from pobo.session import run_inproc
     config = cfg(**setting)
     result = asyncio.run(run_inproc(config, tmp_path))
     assert list(result)[0] == "dp" and result["dp"] is False
@@ -187,7 +187,7 @@ def test_a_non_dp_mode_says_so_on_the_wire_in_the_result_and_in_the_audit(settin
 
 def test_a_deployed_private_run_is_dp_and_says_nothing_of_the_kind(tmp_path):
     from pobo.protocol.audit import audit_transcript
-    from pobo.scenarios.session import run_inproc
+    from pobo.session import run_inproc
     result = asyncio.run(run_inproc(cfg(seed=None), tmp_path))
     assert result["dp"] is True and result["not_dp"] == []
     report = audit_transcript(tmp_path / "curator.transcript")
@@ -201,7 +201,7 @@ def test_resuming_a_finished_session_says_so_at_once_and_changes_nothing(tmp_pat
     transcript, failing the paired audit). Now: 'nothing to resume', at once, nothing
     written (the curator's endpoint here is not even listening)."""
     import time
-    from pobo.scenarios.session import run_inproc
+    from pobo.session import run_inproc
     asyncio.run(run_inproc(cfg(T=3), tmp_path))
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
     start = time.monotonic()
@@ -272,7 +272,7 @@ def test_a_modeler_not_told_distinct_honours_the_rule_the_welcome_carries(tmp_pa
 
 def test_pobo_ledger_json_into_head_ends_quietly(tmp_path):
     """`pobo ledger --json | head -1` ended in a BrokenPipeError traceback."""
-    from pobo.scenarios.session import prepare_service
+    from pobo.session import prepare_service
     journal = Journal(tmp_path / "j.db")
     prepare_service(cfg(), journal=journal)
     journal.close()
@@ -296,7 +296,7 @@ def test_a_public_key_as_curve_secret_is_named_as_such(tmp_path):
 def test_a_second_session_keeps_the_first_ones_record(tmp_path):
     """modeler.json was overwritten while modeler.transcript.1 was kept: now both
     move together (.json.1 beside .transcript.1)."""
-    from pobo.scenarios.session import run_inproc
+    from pobo.session import run_inproc
     first = asyncio.run(run_inproc(cfg(T=3), tmp_path))
     asyncio.run(run_inproc(cfg(T=3, seed=4), tmp_path))
     import json
@@ -349,7 +349,7 @@ def test_pobo_run_waits_for_a_curator_that_says_it_is_preparing():
     every 10 s), and still gives up on one that is silent."""
     import threading
     import time
-    from pobo.scenarios.launch import LaunchError, Spawned, _wait_for_endpoint
+    from pobo.launch import LaunchError, Spawned, _wait_for_endpoint
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         ready, errors = threading.Event(), []

@@ -11,7 +11,7 @@ import pytest
 from pobo.scenarios import bank, branin, hospital, realestate
 from pobo.scenarios.loaders import parse_number, read_columns
 from pobo.scenarios.registry import SCENARIOS, build_problem
-from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.session import RunConfig, run_inproc
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

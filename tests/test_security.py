@@ -17,8 +17,8 @@ import zmq.auth
 from waits import result_within, stop  # test helper: waits on tasks that are really bounded
 
 from pobo.protocol.errors import AuthenticationFailed, HandshakeFailed, PeerTimeout
-from pobo.scenarios.remote import connect_modeler, serve_curator
-from pobo.scenarios.session import RunConfig, prepare_service
+from pobo.remote import connect_modeler, serve_curator
+from pobo.session import RunConfig, prepare_service
 from pobo.transport.security import (
     CurveClient, CurveServer, LoggingAuthenticator, make_keys, secure_client, start_authenticator,
 )
@@ -345,7 +345,7 @@ async def test_a_curve_curator_that_cannot_bind_leaves_no_authenticator_or_conte
     terminated."""
     import socket
 
-    from pobo.scenarios import remote
+    from pobo import remote
     from pobo.transport.sockets import BindError
 
     made = []

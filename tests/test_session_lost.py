@@ -17,7 +17,7 @@ from pobo.protocol.messages import (
 from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
 from pobo.protocol.signing import Signer
 from pobo.protocol.transcript import Transcript
-from pobo.scenarios.remote import _reconnectable
+from pobo.remote import _reconnectable
 from pobo.transport.inproc import pipe_pair
 
 SID = "ab" * 16

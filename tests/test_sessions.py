@@ -23,8 +23,8 @@ from pobo.protocol.errors import ErrorCode
 from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, Error, Hello, Query, Reward, Welcome,
 )
-from pobo.scenarios.remote import connect_modeler, serve_curator
-from pobo.scenarios.session import RunConfig, prepare_service
+from pobo.remote import connect_modeler, serve_curator
+from pobo.session import RunConfig, prepare_service
 from pobo.transport.security import CurveServer, make_keys
 from pobo.transport.sockets import close_context, new_context
 
@@ -311,7 +311,7 @@ async def test_without_curve_a_session_belongs_to_its_signing_key(tmp_path):
     B names A's session in a signed Hello: refused with not_owner (before the fix B took
     it over, as every plaintext peer was the same owner)."""
     from pobo.protocol.signing import ZERO, Link, Signer, open_frame, seal
-    from pobo.scenarios.session import Signing
+    from pobo.session import Signing
     curator, key_a, key_b = Signer.generate(), Signer.generate(), Signer.generate()
     signing = Signing(curator=curator, modeler_keys=frozenset([key_a.public_hex,
                                                                 key_b.public_hex]))

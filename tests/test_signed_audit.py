@@ -26,8 +26,8 @@ from pobo.protocol.messages import PROTOCOL_VERSION, Error, Hello, Query, Reward
 from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
 from pobo.protocol.signing import Link, Signer, open_frame, seal
 from pobo.protocol.transcript import Transcript, raw_records, read_transcript
-from pobo.scenarios.cli import main as pobo_main
-from pobo.scenarios.session import RunConfig, Signing, run_inproc
+from pobo.cli import main as pobo_main
+from pobo.session import RunConfig, Signing, run_inproc
 from pobo.transport.inproc import pipe_pair
 
 CONFIG = RunConfig(T=4, options={"grid": 8}, release="noisy")

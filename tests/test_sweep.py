@@ -6,8 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pobo.scenarios.report import markdown_table, write_report
-from pobo.scenarios.sweep import SweepSpec, run_sweep
+from pobo.report import markdown_table, write_report
+from pobo.sweep import SweepSpec, run_sweep
 
 SPEC = SweepSpec("synthetic", epsilons=(2.0, 20.0), rs=(2, 3), seeds=3, T=6,
                  non_private=True, options={"grid": 12})
@@ -27,7 +27,7 @@ def test_same_seeds_give_identical_tables(tmp_path):
 def test_one_worker_runs_in_this_process_with_the_same_table(tmp_path, monkeypatch):
     """workers=1 starts no interpreter (like joblib's n_jobs=1) and gives the table that
     two spawned workers give."""
-    import pobo.scenarios.sweep as sweep_module
+    import pobo.sweep as sweep_module
 
     pooled = run_sweep(SPEC, tmp_path / "pool", workers=2, progress=None)
 
@@ -75,7 +75,7 @@ def test_dask_cluster_gives_the_same_table_as_the_process_pool(tmp_path):
     small = SweepSpec("synthetic", epsilons=(3.0,), rs=(2, 4), seeds=2, T=5, options={"grid": 10})
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
-        from pobo.scenarios.sweep import dask_executor
+        from pobo.sweep import dask_executor
         executor = dask_executor(cluster.scheduler_address)
         try:
             on_dask = run_sweep(small, tmp_path / "dask", executor=executor, progress=None)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pobo.scenarios.registry import build_problem
-from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.session import RunConfig, run_inproc
 
 POBO = [sys.executable, "-m", "pobo"]
 

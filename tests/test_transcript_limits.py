@@ -21,7 +21,7 @@ from pobo.protocol.transcript import (
     REFUSED, REFUSED_RECORD_BYTES, REFUSED_SUMMARY, Transcript, TranscriptError,
     raw_records, read_transcript,
 )
-from pobo.scenarios.session import RunConfig, curate, optimise, prepare_service
+from pobo.session import RunConfig, curate, optimise, prepare_service
 from pobo.transport.inproc import pipe_pair
 
 FLOOD = 10_000

@@ -37,16 +37,16 @@ from pobo import __version__
 from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY
 from pobo.protocol.errors import PoboError
 from pobo.protocol.ledger import describe_ledger
-from pobo.scenarios.launch import PARENT_PIPE, TRANSPORTS, LaunchError, run
+from pobo.launch import PARENT_PIPE, TRANSPORTS, LaunchError, run
 from pobo.scenarios.presets import PRESETS, Preset
 from pobo.scenarios.registry import build_problem, is_known, is_script, scenario_names
-from pobo.scenarios.config import CONFIGURABLE, apply_config, check_required
-from pobo.scenarios.progress import configure_logging
-from pobo.scenarios.runspec import RunConfig, startup_warnings
+from pobo.config import CONFIGURABLE, apply_config, check_required
+from pobo.progress import configure_logging
+from pobo.runspec import RunConfig, startup_warnings
 
 if TYPE_CHECKING:
     from pobo.protocol.messages import ReleaseRequest
-    from pobo.scenarios.sweep import SweepSpec
+    from pobo.sweep import SweepSpec
 
 NEEDED = {"run": ("scenario",), "curator": ("scenario",), "modeler": ("connect",),
           "sweep": (), "export-data": ("scenario",)}  # what a command needs from its flags or its --config
@@ -660,7 +660,7 @@ def summary(result: dict) -> str:
 
 def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | None]:
     """The sweep (and the preset it starts from) that the options describe."""
-    from pobo.scenarios.sweep import SweepSpec
+    from pobo.sweep import SweepSpec
 
     preset = PRESETS[args.preset] if args.preset else None
     scenario = args.scenario or (preset.scenario if preset else None)
@@ -688,8 +688,8 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from pobo.scenarios.report import admissible_r, write_report
-    from pobo.scenarios.sweep import dask_executor, run_sweep
+    from pobo.report import admissible_r, write_report
+    from pobo.sweep import dask_executor, run_sweep
 
     spec, preset = sweep_spec_from_args(args)
     out = args.out or Path("runs") / f"sweep-{args.preset or spec.scenario}"
@@ -706,7 +706,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from pobo.scenarios.auditing import audit_files, trusted_keys
+    from pobo.auditing import audit_files, trusted_keys
 
     trust = trusted_keys(args.transcripts, args.curator_key, args.modeler_key, args.keys)
     reports = audit_files(args.transcripts, args.data, args.blobs, trust.keys)
@@ -732,14 +732,14 @@ def audit_status(reports: list, allow_unsigned: bool = False) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from pobo.scenarios.html_report import write_html_report
+    from pobo.html_report import write_html_report
 
     print(write_html_report(args.folder, args.out))
     return 0
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from pobo.scenarios.runs import list_runs, runs_json, runs_table
+    from pobo.runs import list_runs, runs_json, runs_table
 
     entries = list_runs(args.folder)
     print(runs_json(entries) if args.json else runs_table(entries))
@@ -845,8 +845,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
 
     from pobo.parties.journal import Journal
     from pobo.protocol.signing import load_allowed_keys
-    from pobo.scenarios.remote import serve_curator
-    from pobo.scenarios.session import Signing, prepare_service
+    from pobo.remote import serve_curator
+    from pobo.session import Signing, prepare_service
     from pobo.transport.security import CurveServer
 
     config = config_from_args(args)
@@ -950,8 +950,8 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
     import asyncio
 
     from pobo.protocol.signing import load_verify_key
-    from pobo.scenarios.remote import connect_modeler
-    from pobo.scenarios.session import Signing
+    from pobo.remote import connect_modeler
+    from pobo.session import Signing
     from pobo.transport.security import CurveClient
 
     result = asyncio.run(connect_modeler(args.connect, args.out, seed=args.seed,

@@ -23,8 +23,8 @@ from pobo.protocol.messages import Error, ReleaseRequest
 from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from pobo.protocol.transcript import Transcript
 from pobo.parties.statement import privacy_lines
-from pobo.scenarios.runspec import LISTENING  # noqa: F401  (re-exported)
-from pobo.scenarios.session import Signing, curate, open_channel, optimise
+from pobo.runspec import LISTENING  # noqa: F401  (re-exported)
+from pobo.session import Signing, curate, open_channel, optimise
 from pobo.transport.security import CurveClient, CurveServer, start_authenticator
 from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_context
 

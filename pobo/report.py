@@ -11,7 +11,7 @@ import numpy as np
 
 from pobo.parties.dataset import regret_scale
 from pobo.parties.projection import largest_admissible_r, omega, singular_values
-from pobo.scenarios.headline import eps_label, eps_text, mean_se, strategy_label
+from pobo.headline import eps_label, eps_text, mean_se, strategy_label
 from pobo.scenarios.registry import build_problem
 
 

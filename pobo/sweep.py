@@ -21,9 +21,9 @@ from pathlib import Path
 from pobo.parties.modeler import HyperFit
 from pobo.scenarios.registry import build_problem, public_inputs
 from pobo.parties.service import DEFAULT_LIFT
-from pobo.scenarios.blocking import run_blocking
-from pobo.scenarios.progress import step
-from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.blocking import run_blocking
+from pobo.progress import step
+from pobo.session import RunConfig, run_inproc
 
 
 @dataclass(frozen=True)

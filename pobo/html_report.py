@@ -28,14 +28,14 @@ import numpy as np
 
 from pobo.protocol.errors import PoboError
 from pobo.protocol.ledger import describe_ledger
-from pobo.scenarios.auditing import audit_files, trusted_keys
+from pobo.auditing import audit_files, trusted_keys
 from pobo.scenarios.presets import PRESETS, Preset
-from pobo.scenarios.headline import (
+from pobo.headline import (
     eps_label, eps_text, ledger_spent, number, policy_text, run_headline, setting_label,
     setting_of, spent_text, strategy_label, sweep_headline, sweep_spent, sweep_spent_text,
     varied_fields,
 )
-from pobo.scenarios.report import frontier, markdown_table
+from pobo.report import frontier, markdown_table
 
 REPORT_NAME = "report.html"
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",

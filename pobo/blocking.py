@@ -3,7 +3,7 @@
 `asyncio.run` refuses to start inside a running loop (a Jupyter cell, an async web
 handler). `run_blocking` uses `asyncio.run` where it can and otherwise runs the
 coroutine on its own loop in a worker thread, blocking the caller until it ends --
-so pobo's synchronous calls (`pobo.scenarios.launch.run`, `run_sweep`) work in a
+so pobo's synchronous calls (`pobo.launch.run`, `run_sweep`) work in a
 notebook, and the async ones (`run_async`, `run_inproc`) are there to `await`.
 """
 from __future__ import annotations

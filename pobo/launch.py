@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pobo.protocol.errors import PoboError
-from pobo.scenarios.progress import step
-from pobo.scenarios.runspec import LISTENING, RunConfig, merge_results
+from pobo.progress import step
+from pobo.runspec import LISTENING, RunConfig, merge_results
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
 STOP_WAIT = 30.0  # seconds a cancelled run_async waits for its parties to be stopped
@@ -113,7 +113,7 @@ def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
     `modeler_lines` also shows the modeler's per-query lines (`pobo run -v`). Ctrl-C
     raises `Interrupted` carrying the result.json of what both sides recorded."""
     if transport == "inproc":
-        from pobo.scenarios.blocking import run_blocking
+        from pobo.blocking import run_blocking
 
         try:
             return run_blocking(_inproc(config, out, verbose, modeler_lines))
@@ -150,7 +150,7 @@ async def _inproc(config: RunConfig, out: Path | str, verbose: bool,
                   modeler_lines: bool = False) -> dict:
     """One in-process session signed with the user's key-store keys (public halves
     copied to out/keys/ for reference: an audit never trusts that folder)."""
-    from pobo.scenarios.session import Signing, run_inproc  # the parties, in this process
+    from pobo.session import Signing, run_inproc  # the parties, in this process
 
     signing = Signing.from_store()
     publish_keys(signing.curator.public_hex, signing.modeler.public_hex, Path(out))

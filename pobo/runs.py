@@ -18,7 +18,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pobo.scenarios.headline import (
+from pobo.headline import (
     eps_text, ledger_spent, number, policy_text, run_headline, sweep_headline, sweep_spent,
 )
 
@@ -122,7 +122,7 @@ def describe_sweep(folder: Path) -> dict:
     """A sweep's fields from runs.csv and its runs' result.json: scenario, how many runs
     finished ok, its policies and releases, epsilon spent per run (largest, and summed in
     `epsilon_spent_sum`), and its headline (best private, random, non-private)."""
-    from pobo.scenarios.html_report import read_rows  # (numpy): only when there is a sweep
+    from pobo.html_report import read_rows  # (numpy): only when there is a sweep
 
     rows = read_rows(folder / "runs.csv")
     results = []

@@ -1,7 +1,7 @@
 """An ask/tell modeler client: drive the modeler side of a session from any optimizer.
 
 ```python
-from pobo.scenarios.client import ModelerClient
+from pobo.client import ModelerClient
 
 with ModelerClient.connect("tcp://127.0.0.1:5555", out="runs/m") as client:
     Z = client.Z                                   # the released n x r matrix (read-only)
@@ -62,7 +62,7 @@ from pobo.protocol.messages import (
     new_nonce,
 )
 from pobo.protocol.policy import CURATOR, MODELER, RELEASE_ALGORITHMS
-from pobo.scenarios.session import Signing, open_channel, write_json
+from pobo.session import Signing, open_channel, write_json
 from pobo.transport.security import CurveClient
 from pobo.transport.sockets import DealerPipe, close_context, new_context
 

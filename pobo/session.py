@@ -30,10 +30,10 @@ from pobo.protocol.signing import Signer
 from pobo.protocol.transcript import Transcript
 from pobo.parties.dataset import regret_scale
 from pobo.scenarios.problem import Problem, distinct_hits, rng_for
-from pobo.scenarios.progress import step
+from pobo.progress import step
 from pobo.scenarios.registry import build_problem
-from pobo.scenarios.releases import release_handler
-from pobo.scenarios.runspec import (  # noqa: F401  (re-exported: defined without numpy)
+from pobo.releases import release_handler
+from pobo.runspec import (  # noqa: F401  (re-exported: defined without numpy)
     LISTENING, RunConfig, merge_results, startup_warnings, write_json,
 )
 
