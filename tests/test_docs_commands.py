@@ -68,3 +68,10 @@ def test_the_quick_commands_run(tmp_path):
                               capture_output=True, text=True, timeout=120)
         assert done.returncode in (0, 1), (command, done.stderr)
         assert "Traceback" not in done.stderr, (command, done.stderr)
+
+
+def test_every_relative_link_resolves():
+    """README and docs/ link each other, PROTOCOL.md and FIDELITY.md: no link is dead."""
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            assert (page.parent / target).exists(), f"{page.name}: dead link {target}"
