@@ -21,7 +21,8 @@ from pobo.scenarios.presets import PRESETS
 from pobo.scenarios.report import mean_se
 
 TOLERANCE = 0.01  # sigma_y: an absolute slack beside 2 standard errors
-KEEP = ("scenario", "strategy", "moma_k", "beta_scale", "ldp_epsilon", "metric", "epsilon", "r",
+KEEP = ("scenario", "strategy", "authors_code", "moma_k", "beta_scale", "ldp_epsilon", "metric",
+        "epsilon", "r",
         "seed", "T", "n", "sigma_min", "lifted", "simple_regret", "simple_regret_sigma_y",
         "cumulative_regret", "hits", "random_hits_expected", "sigma_y", "sigma_y_source")
 DATA = {"bank": "../shared/data/lending-club-2007-2011.csv.gz",
@@ -65,11 +66,13 @@ class Entry:
     command: str
 
 
-def sweep_command(name: str, seeds: int, scenario: str) -> str:
-    """The `pobo sweep` command that regenerates fidelity/NAME.csv."""
+def sweep_command(name: str, seeds: int, scenario: str, authors: bool = False) -> str:
+    """The `pobo sweep` command that regenerates fidelity/NAME.csv (NAME-authors.csv with
+    `authors`: the same preset with --authors-code)."""
     data = f" --data {DATA[scenario]}" if scenario in DATA else ""
-    return (f"pobo sweep --preset {name} --seeds {seeds}{data} --workers 1 "
-            f"--out runs/sweeps/{name}")
+    switch, suffix = (" --authors-code", AUTHORS) if authors else ("", "")
+    return (f"pobo sweep --preset {name}{switch} --seeds {seeds}{data} --workers 1 "
+            f"--out runs/sweeps/{name}{suffix}")
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -116,37 +119,129 @@ def agrees(m: float, se: float, paper: float, seeds: int) -> bool:
     return abs(m - paper) <= 2 * math.hypot(se, se_paper) + TOLERANCE
 
 
-def table_section(name: str, rows: list[dict]) -> str:
-    """A PO-GP-UCB table: per r, the paper's S_T/sigma_y and pobo's (sigma_y and raw)."""
+AUTHORS = "-authors"  # fidelity/NAME-authors.csv: the preset run with --authors-code
+
+
+def by_r(rows: list[dict], strategy: str = "gp-ucb") -> dict[int, list[dict]]:
+    """A table's runs of `strategy` per r."""
+    out: dict[int, list[dict]] = defaultdict(list)
+    for row in rows:
+        if row.get("strategy", "gp-ucb") == strategy:
+            out[int(row["r"])].append(row)
+    return out
+
+
+def table_verdict(good: int, total: int) -> str:
+    """The verdict on a table from the number of its r that agree with the paper."""
+    return ("reproduces" if good == total else
+            "reproduces mostly" if good >= total - 2 else "does not reproduce")
+
+
+@dataclass(frozen=True)
+class Column:
+    """pobo's S_T/sigma_y per r in one variant (the paper's text, or the authors' code)."""
+
+    label: str
+    runs: dict  # r -> the runs
+    command: str
+
+    def cell(self, r: int, paper: float) -> tuple[str, bool | None]:
+        """'mean ± se' at r and whether it agrees with the paper (None: not run)."""
+        group = self.runs.get(r, [])
+        if not group:
+            return "not run", None
+        m, se = mean_se([g["simple_regret_sigma_y"] for g in group])
+        return _fmt(m, se), agrees(m, se, paper, len(group))
+
+
+def table_agreement(name: str, rows: list[dict]) -> int:
+    """How many of a table's r agree with the paper, from its CSV rows (gp-ucb runs)."""
+    preset = PRESETS[name]
+    column = Column("", by_r(rows), "")
+    return sum(bool(column.cell(r, preset.paper[r])[1]) for r in preset.rs)
+
+
+def table_section(name: str, rows: list[dict], authors: list[dict] | None = None) -> str:
+    """A PO-GP-UCB table: per r, the paper's S_T/sigma_y beside pobo's following the
+    paper's text (sigma_y and raw) and, when run, following the authors' code
+    (`authors`, --authors-code) and random search."""
     preset = PRESETS[name]
     seeds = len({r["seed"] for r in rows})
-    by_r: dict[int, list[dict]] = defaultdict(list)
-    for row in rows:
-        by_r[int(row["r"])].append(row)
+    columns = [Column("paper's text", by_r(rows), sweep_command(name, seeds, preset.scenario))]
+    if authors:
+        columns.append(Column("authors' code", by_r(authors), sweep_command(
+            name, len({r["seed"] for r in authors}), preset.scenario, authors=True)))
+    text = columns[0].runs
+    random = by_r(rows, "random")
+    head = "| r | paper S_T/σ_y | " + " | ".join(
+        f"pobo ({c.label}) S_T/σ_y | agrees" for c in columns)
+    head += " | pobo S_T raw | unlifted |" + (" random S_T/σ_y |" if random else "")
     lines = [f"### {preset.caption} (PO-GP-UCB)", "",
              f"pobo: {seeds} seeds (paper: 50), n = {int(rows[0]['n'])}, T = {int(rows[0]['T'])}, "
              f"σ_y = {rows[0]['sigma_y']:.4g} ({rows[0]['sigma_y_source']}); "
-             f"`{sweep_command(name, seeds, preset.scenario)}`", "",
-             "| r | paper S_T/σ_y | pobo S_T/σ_y | pobo S_T raw | unlifted | agrees |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    good = 0
+             + "; ".join(f"{c.label}: {len({g['seed'] for v in c.runs.values() for g in v})} "
+                         f"seeds, `{c.command}`" for c in columns), "",
+             head, "|" + " --- |" * (head.count("|") - 1)]
+    good = [0] * len(columns)
     for r in preset.rs:
-        group = by_r.get(r, [])
-        if not group:
-            lines.append(f"| {r} | {preset.paper[r]} | not run | | | |")
-            continue
-        m, se = mean_se([g["simple_regret_sigma_y"] for g in group])
-        rm, rse = mean_se([g["simple_regret"] for g in group])
-        ok = agrees(m, se, preset.paper[r], len(group))
-        good += ok
-        unlifted = sum(not g["lifted"] for g in group)
-        lines.append(f"| {r} | {preset.paper[r]} | {_fmt(m, se)} | {_fmt(rm, rse)} | "
-                     f"{unlifted}/{len(group)} | {'yes' if ok else 'no'} |")
-    verdict = ("reproduces" if good == len(preset.rs) else
-               "reproduces mostly" if good >= len(preset.rs) - 2 else "does not reproduce")
-    lines += ["", f"**Verdict: {verdict}** ({good} of {len(preset.rs)} r within 2 se + "
-                  f"{TOLERANCE} σ_y of the paper). Why: {REASONS[preset.scenario]}", ""]
+        cells = []
+        for i, column in enumerate(columns):
+            cell, ok = column.cell(r, preset.paper[r])
+            good[i] += bool(ok)
+            cells.append(f"{cell} | {'—' if ok is None else 'yes' if ok else 'no'}")
+        group = text.get(r, [])
+        raw = _fmt(*mean_se([g["simple_regret"] for g in group])) if group else ""
+        unlifted = f"{sum(not g['lifted'] for g in group)}/{len(group)}" if group else ""
+        line = f"| {r} | {preset.paper[r]} | " + " | ".join(cells) + f" | {raw} | {unlifted} |"
+        if random:
+            rg = random.get(r, [])
+            line += f" {_fmt(*mean_se([g['simple_regret_sigma_y'] for g in rg])) if rg else ''} |"
+        lines.append(line)
+    total = len(preset.rs)
+    lines.append("")
+    for column, g in zip(columns, good):
+        lines.append(f"**Verdict ({column.label}): {table_verdict(g, total)}** ({g} of {total} "
+                     f"r within 2 se + {TOLERANCE} σ_y of the paper).")
+    if random:
+        lines.append(random_verdict(text, random))
+    if preset.scenario == "bank":
+        lines.append(admissible_verdict(preset, text))
+    lines += ["", f"Why: {REASONS[preset.scenario]}", ""]
     return "\n".join(lines)
+
+
+def random_verdict(gp: dict, random: dict) -> str:
+    """Whether PO-GP-UCB beats random search: per r (2 se of the difference), and against
+    random pooled over every r (random does not read Z, so r and eps do not change it)."""
+    pooled = [g["simple_regret_sigma_y"] for v in random.values() for g in v]
+    pm, pse = mean_se(pooled)
+    better = worse = 0
+    for r, group in gp.items():
+        m, se = mean_se([g["simple_regret_sigma_y"] for g in group])
+        gap = 2 * math.hypot(se, pse)
+        better += m < pm - gap
+        worse += m > pm + gap
+    return (f"**Against random search** (pooled over r: {_fmt(pm, pse)} σ_y, {len(pooled)} runs): "
+            f"PO-GP-UCB is lower by more than 2 se at {better} of {len(gp)} r, higher at "
+            f"{worse}, indistinguishable at {len(gp) - better - worse}.")
+
+
+def admissible_verdict(preset, gp: dict) -> str:
+    """The paper's claim that the largest admissible r (sigma_min >= omega) is best,
+    checked on pobo's runs: which r is unlifted, which has the lowest mean, and whether
+    the largest unlifted r is within 2 se of that lowest."""
+    means = {r: mean_se([g["simple_regret_sigma_y"] for g in v]) for r, v in gp.items()}
+    unlifted = [r for r, v in gp.items() if v and not any(g["lifted"] for g in v)]
+    if not means:
+        return ""
+    best = min(means, key=lambda r: means[r][0])
+    if not unlifted:
+        return (f"**Largest admissible r:** every r is lifted here, so the paper's claim "
+                f"that it is best cannot be tested (lowest mean at r = {best}).")
+    top = max(unlifted)
+    close = means[top][0] - means[best][0] <= 2 * math.hypot(means[top][1], means[best][1])
+    return (f"**Largest admissible r = {top}** (unlifted: r ≤ {top}); lowest mean at r = "
+            f"{best}; r = {top} is {'within' if close else 'not within'} 2 se of it.")
 
 
 def figure_section(name: str, rows: list[dict]) -> str:
@@ -286,8 +381,9 @@ def render(folder: Path) -> str:
                          f"budget): `{sweep_command(name, 10, PRESETS[name].scenario)}`\n")
             continue
         rows = read_rows(path)
+        authors = folder / f"{name}{AUTHORS}.csv"
         parts.append(figure_section(name, rows) if name.startswith("fig") else
-                     table_section(name, rows))
+                     table_section(name, rows, read_rows(authors) if authors.exists() else None))
     if (folder / "hospital.csv").exists():
         parts.append(hospital_section(read_rows(folder / "hospital.csv")))
     parts += ["## Local DP BO (Zhou & Tan)", ""]

@@ -39,6 +39,9 @@ from pobo.scenarios.runspec import (  # noqa: F401  (re-exported: defined withou
 
 
 CURATOR_LOG = logging.getLogger("pobo.curator")
+AUTHORS_CODE_NOTE = ("reproduction switch --authors-code: lift sigma + omega (the paper's "
+                     "text: sqrt(sigma^2 + omega^2)); the modeler's GP-UCB scores mean + "
+                     "beta_t variance with delta 0.1 (the text: std, delta 0.05)")
 MODELER_LOG = logging.getLogger("pobo.modeler")
 
 
@@ -71,7 +74,8 @@ def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
         budget=Budget(pick(config.budget_epsilon, math.inf),
                       pick(config.budget_delta, default_budget_delta(config, problem)),
                       pick(config.ldp_row_budget, math.inf)),
-        seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound)
+        seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound,
+        additive_lift=config.authors_code)
 
 
 def default_budget_delta(config: RunConfig, problem: Problem) -> float:
@@ -126,7 +130,7 @@ def journal_config(config: RunConfig) -> dict:
     keep = ("scenario", "epsilon", "delta", "r", "T", "seed", "non_private", "timeout",
             "options", "ldp_epsilon", "budget_epsilon", "budget_delta", "ldp_row_budget",
             "lift", "lift_epsilon", "lift_delta", "reward_bound", "noise_bound",
-            "objective_cmd", "objective_wait", "results_file", "max_batch")
+            "objective_cmd", "objective_wait", "results_file", "max_batch", "authors_code")
     return {k: getattr(config, k) for k in keep}
 
 
@@ -265,6 +269,7 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "source": problem.source, "dropped": problem.dropped, "seconds": seconds,
         "dataset_digest": service.digest, "ledger": session.ledger_view(),
         "privacy_unit": service.privacy_unit(),
+        "authors_code": AUTHORS_CODE_NOTE if s.additive_lift else None,
     }
 
 

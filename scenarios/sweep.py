@@ -44,6 +44,7 @@ class SweepSpec:
     beta_scales: tuple[float | None, ...] = (None,)
     lift: str = DEFAULT_LIFT  # the paper presets pin "paper" (Algorithm 1 as published)
     moma_ks: tuple[int | None, ...] = (None,)  # MoMA epoch lengths (moma-gp-ucb runs only)
+    authors_code: bool = False  # reproduce the PO-GP-UCB authors' code (RunConfig.authors_code)
 
     def runs(self) -> list[tuple[str, RunConfig]]:
         """(run id, config) for every run, seed-major so that a seed's runs are adjacent.
@@ -58,7 +59,8 @@ class SweepSpec:
         out = []
         for seed in range(self.seeds):
             base = RunConfig(self.scenario, T=self.T, seed=seed, hyper=self.hyper,
-                             options=dict(self.options), lift=self.lift)
+                             options=dict(self.options), lift=self.lift,
+                             authors_code=self.authors_code)
             for strategy in self.strategies:
                 ks = self.moma_ks if strategy == "moma-gp-ucb" else (None,)
                 for k in ks:
@@ -80,6 +82,7 @@ def run_id(cfg: RunConfig) -> str:
     extra = "" if cfg.ldp_epsilon is None else f"-ldp{cfg.ldp_epsilon:.6g}"
     extra += "" if cfg.beta_scale is None else f"-S{cfg.beta_scale:.6g}"
     extra += "" if cfg.moma_k is None else f"-k{cfg.moma_k}"
+    extra += "-authors" if cfg.authors_code else ""
     return f"{cfg.scenario}-{cfg.strategy}-{privacy}{extra}-seed{cfg.seed}"
 
 
@@ -110,7 +113,7 @@ def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
         "policy": result["policy"], "epsilon": result["epsilon"], "r": result["r"],
         "seed": result["seed"], "T": result["T"], "n": result["n"], "d": result["d"],
         "sigma_min": result["sigma_min"], "omega": result["omega"], "lifted": result["lifted"],
-        "lift": result.get("lift"),
+        "lift": result.get("lift"), "authors_code": cfg.authors_code,
         "simple_regret": result["simple_regret"][-1],
         "simple_regret_sigma_y": result["simple_regret"][-1] / sy,
         "cumulative_regret": result["cumulative_regret"][-1],
