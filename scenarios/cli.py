@@ -161,8 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--T", type=positive_int, help="query budget")
     p.add_argument("--non-private", action="store_true", help="add the non-private baseline")
     p.add_argument("--strategies", nargs="+", choices=STRATEGIES,
-                   help="default gp-ucb (a --preset's own: gp-ucb and random for the bank "
-                        "tables)")
+                   help="default gp-ucb")
     p.add_argument("--workers", type=positive_int, default=2,
                    help="local worker processes (1: run in this process)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a dask.distributed scheduler")
@@ -628,7 +627,7 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
     options = {**(preset.options if preset else {}),
                **{k: getattr(args, k) for k in SCENARIO_OPTIONS
                   if getattr(args, k, None) is not None}}
-    strategies = args.strategies or (preset.strategies if preset else ("gp-ucb",))
+    strategies = args.strategies or ("gp-ucb",)
     spec = SweepSpec(
         scenario, epsilons, tuple(args.r) if args.r else (preset.rs if preset else (None,)),
         seeds=args.seeds or (preset.seeds if preset else 10),

@@ -128,7 +128,7 @@ def test_presets_accept_the_switch_and_pass_the_bank_preparation():
     assert all(cfg.authors_code and rid.endswith(("-authors-seed0", "-authors-seed1"))
                for rid, cfg in spec.runs()[:12])
     bank, _ = sweep_spec_from_args(parse(["sweep", "--preset", "table4"]))
-    assert bank.options == {"prep": "paper"} and bank.strategies == ("gp-ucb", "random")
+    assert bank.options == {"prep": "paper"} and bank.strategies == ("gp-ucb",)
     assert not bank.authors_code
 
 
@@ -163,3 +163,45 @@ def test_committed_fidelity_md_is_generated_from_the_committed_csvs():
 
     assert (ROOT / "FIDELITY.md").read_text() == render(ROOT / "fidelity"), \
         "FIDELITY.md differs from `python -m pobo.scenarios.fidelity`: regenerate it"
+
+
+def test_bank_tables_check_random_and_the_largest_admissible_r(tmp_path):
+    from pobo.scenarios.fidelity import render
+    from pobo.scenarios.presets import PRESETS
+
+    preset = PRESETS["table4"]
+    head = ("scenario,strategy,epsilon,r,seed,T,n,lifted,simple_regret,simple_regret_sigma_y,"
+            "sigma_y,sigma_y_source")
+    rows, random = [head], [head]
+    for r in preset.rs:
+        for seed in range(4):
+            v = 0.01 * r + 0.001 * seed  # lowest at r = 3; r <= 10 unlifted
+            rows.append(f"bank,gp-ucb,14.9,{r},{seed},50,36000,{r > 10},{v},{v},1.0,std(f)")
+            # a seed's random run is the same run at every r: counted once
+            rows.append(f"bank,random,14.9,{r},{seed},50,36000,{r > 10},0.5,0.5,1.0,std(f)")
+    for seed in range(4, 10):
+        random.append(f"bank,random,18.2,15,{seed},50,36000,False,0.5,0.5,1.0,std(f)")
+    (tmp_path / "table4.csv").write_text("\n".join(rows) + "\n")
+    text = render(tmp_path)
+    assert "(0.500 ± 0.000 σ_y, 4 seeds;" in text
+    assert "lower by more than 2 se at 6 of 6 r" in text
+    assert "**Largest admissible r = 10** (unlifted: r ≤ 10); lowest mean at r = 3; r = 10 is " \
+           "not within 2 se" in text
+    (tmp_path / "bank-random.csv").write_text("\n".join(random) + "\n")
+    assert "(0.500 ± 0.000 σ_y, 10 seeds;" in render(tmp_path)
+
+
+def test_bank_paper_preparation_is_explicit_and_its_unit_is_std_f(tmp_path):
+    from pobo.scenarios import bank
+    from pobo.scenarios.registry import build_problem
+    from test_fidelity import export_fixture
+
+    data = str(export_fixture(tmp_path / "loans.csv"))
+    paper = build_problem("bank", 0, data=data, prep="paper")
+    assert paper.signal_std == pytest.approx(float(np.std(paper.f)))
+    assert paper.signal_std_source == bank.PAPER_UNIT
+    assert np.max(np.linalg.norm(paper.X, axis=1)) == pytest.approx(25.0)
+    default = build_problem("bank", 0, data=data)
+    assert not np.allclose(default.X, paper.X)  # ARD scaling, not standardised
+    with pytest.raises(ValueError, match="prep"):
+        build_problem("bank", 0, data=data, prep="mine")
