@@ -37,7 +37,9 @@ class Preset:
 BANK = {"prep": "paper"}  # the paper's n, input scaling and a stable regret unit (scenarios.bank)
 # the random-search baseline of a scenario's tables: one sweep (arguments after `pobo sweep`)
 RANDOM_BASELINE = {"bank": "bank --prep paper --strategies random --log-eps 2.9 --r 15 "
-                           "--lift paper"}
+                           "--lift paper",
+                   "realestate": "realestate --strategies random --log-eps 2.8 --r 15 "
+                                 "--lift paper"}
 
 
 def _table(number: int, scenario: str, log_eps: float, rs: tuple[int, ...],
