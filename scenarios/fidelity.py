@@ -25,7 +25,8 @@ TOLERANCE = 0.01  # sigma_y: an absolute slack beside 2 standard errors
 KEEP = ("scenario", "strategy", "authors_code", "moma_k", "beta_scale", "ldp_epsilon", "metric",
         "epsilon", "r",
         "seed", "T", "n", "sigma_min", "lifted", "simple_regret", "simple_regret_sigma_y",
-        "cumulative_regret", "hits", "random_hits_expected", "sigma_y", "sigma_y_source")
+        "cumulative_regret", "hits", "random_hits_expected", "random_regret_expected",
+        "sigma_y", "sigma_y_source")
 DATA = {"bank": "../shared/data/lending-club-2007-2011.csv.gz",
         "realestate": "../shared/data/sg-private-projects.csv",
         "hospital": "../shared/data/diabetic_data.csv.gz"}
@@ -212,7 +213,8 @@ def lifted_line(preset, columns: list) -> str:
 
 
 def table_section(name: str, rows: list[dict], authors: list[dict] | None = None,
-                  random_rows: list[dict] | None = None) -> str:
+                  random_rows: list[dict] | None = None,
+                  expectations: dict | None = None) -> str:
     """A PO-GP-UCB table: per r, the paper's S_T/sigma_y beside pobo's following the
     paper's text (sigma_y and raw) and, when run, following the authors' code
     (`authors`, --authors-code) and random search."""
@@ -223,7 +225,9 @@ def table_section(name: str, rows: list[dict], authors: list[dict] | None = None
         columns.append(Column("authors' code", by_r(authors), sweep_command(
             name, len({r["seed"] for r in authors}), preset.scenario, authors=True)))
     text = columns[0].runs
-    random = [g for g in (random_rows or []) if (g["n"], g["T"]) == (rows[0]["n"], rows[0]["T"])]
+    key = (rows[0]["scenario"], rows[0]["n"], rows[0]["T"])
+    random = [g for g in (random_rows or []) if (g["scenario"], g["n"], g["T"]) == key]
+    expected = (expectations or {}).get(key)
     head = "| r | paper S_T/σ_y | " + " | ".join(
         f"pobo ({c.label}) S_T/σ_y | agrees" for c in columns)
     head += " | pobo S_T raw | unlifted |"
@@ -252,31 +256,39 @@ def table_section(name: str, rows: list[dict], authors: list[dict] | None = None
                      f"r within 2 se + {TOLERANCE} σ_y of the paper).")
     if len(columns) > 1:
         lines.append(lifted_line(preset, columns))
-    if random:
-        lines.append(random_verdict(text, random))
+    if random or expected is not None:
+        lines.append(random_verdict(text, random, expected))
     if preset.scenario == "bank":
         lines.append(admissible_verdict(preset, text))
     lines += ["", f"Why: {reason(preset.scenario, rows)}", ""]
     return "\n".join(lines)
 
 
-def random_verdict(gp: dict, random: list[dict]) -> str:
-    """Whether PO-GP-UCB beats random search at each r (2 se of the difference), random
-    pooled over its seeds (`random_by_scenario`: r and epsilon do not change it)."""
+def random_verdict(gp: dict, random: list[dict], expected: float | None = None) -> str:
+    """Whether PO-GP-UCB beats random search at each r (2 se of the difference): against
+    the exact expectation of random's S_T/sigma_y when known (`expected`, from f), else
+    random's runs pooled over their seeds (`random_by_scenario`: r and epsilon do not
+    change them); the runs are shown beside it as a check."""
     pooled = [g["simple_regret_sigma_y"] for g in random]
-    pm, pse = mean_se(pooled)
+    sampled = ""
+    if pooled:
+        scenario = random[0]["scenario"]
+        command = (f"`pobo sweep {RANDOM_BASELINE.get(scenario, scenario)} --data "
+                   f"{DATA[scenario]} --seeds {len(pooled)} --workers 1 --out "
+                   f"runs/sweeps/{scenario}-random`")
+        sampled = f"; random's runs: {_fmt(*mean_se(pooled))} σ_y over {len(pooled)} seeds, {command}"
+    pm, pse = (expected, 0.0) if expected is not None else mean_se(pooled)
     better = worse = 0
     for r, group in gp.items():
         m, se = mean_se([g["simple_regret_sigma_y"] for g in group])
         gap = 2 * math.hypot(se, pse)
         better += m < pm - gap
         worse += m > pm + gap
-    scenario = random[0]["scenario"]
-    command = (f"`pobo sweep {RANDOM_BASELINE.get(scenario, scenario)} --data {DATA[scenario]} "
-               f"--seeds {len(pooled)} --workers 1 --out runs/sweeps/{scenario}-random`")
-    return (f"**Against random search** ({_fmt(pm, pse)} σ_y, {len(pooled)} seeds; {command}): "
-            f"PO-GP-UCB is lower by more than 2 se at {better} of {len(gp)} r, higher at "
-            f"{worse}, indistinguishable at {len(gp) - better - worse}.")
+    base = (f"exact E[S_T] of T uniform random queries {expected:.3f} σ_y (from f)"
+            if expected is not None else f"random's runs {_fmt(pm, pse)} σ_y")
+    return (f"**Against random search** ({base}): PO-GP-UCB is lower by more than 2 se at "
+            f"{better} of {len(gp)} r, higher at {worse}, indistinguishable at "
+            f"{len(gp) - better - worse}{sampled}.")
 
 
 def admissible_verdict(preset, gp: dict) -> str:
@@ -450,6 +462,18 @@ def random_by_scenario(folder: Path) -> dict[str, list[dict]]:
     return {scenario: list(runs.values()) for scenario, runs in out.items()}
 
 
+def random_expectations(folder: Path) -> dict[tuple, float]:
+    """(scenario, n, T) -> random search's exact expected S_T/sigma_y, from any CSV row
+    that records it (a property of the prepared data and T, the same in every run)."""
+    out = {}
+    for path in sorted(folder.glob("*.csv")):
+        for row in read_rows(path):
+            if row.get("random_regret_expected") is not None and row.get("sigma_y"):
+                out[(row["scenario"], row["n"], row["T"])] = (row["random_regret_expected"]
+                                                             / row["sigma_y"])
+    return out
+
+
 def synthetic_summary(folder: Path) -> str:
     """Tables 1-3 in one line per variant: how many of the 18 cells agree (computed)."""
     counts = {}
@@ -469,7 +493,7 @@ def render(folder: Path) -> str:
     """The whole FIDELITY.md from the CSVs in `folder`."""
     parts = [HEADER.format(tol=TOLERANCE), "## PO-GP-UCB (Kharkovskii et al. 2020)", ""]
     parts.append(synthetic_summary(folder))
-    random = random_by_scenario(folder)
+    random, expectations = random_by_scenario(folder), random_expectations(folder)
     for name in [*(f"table{i}" for i in range(1, 10)), "fig2a", "fig2b", "fig2c"]:
         path = folder / f"{name}.csv"
         if not path.exists():
@@ -481,7 +505,7 @@ def render(folder: Path) -> str:
         scenario = PRESETS[name].scenario
         parts.append(figure_section(name, rows) if name.startswith("fig") else
                      table_section(name, rows, read_rows(authors) if authors.exists() else None,
-                                   random.get(scenario)))
+                                   random.get(scenario), expectations))
     if (folder / "hospital.csv").exists():
         parts.append(hospital_section(read_rows(folder / "hospital.csv")))
     parts += ["## Local DP BO (Zhou & Tan)", ""]

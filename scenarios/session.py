@@ -29,7 +29,7 @@ from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundar
 from pobo.protocol.signing import Signer
 from pobo.protocol.transcript import Transcript
 from pobo.parties.dataset import regret_scale
-from pobo.scenarios.problem import Problem, distinct_hits, rng_for
+from pobo.scenarios.problem import Problem, distinct_hits, random_regret_expected, rng_for
 from pobo.scenarios.progress import step
 from pobo.scenarios.registry import build_problem
 from pobo.scenarios.releases import release_handler
@@ -259,6 +259,8 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "hits": distinct_hits(f, curator.queries) if hits else None,
         "sense": problem.sense, "metric": problem.metric,
         "random_hits_expected": float(T * f.mean()) if hits else None,
+        "random_regret_expected": (random_regret_expected(f, T)
+                                   if f is not None and not hits else None),
         "f_star": None if f is None else float(np.max(f)),
         "sigma_f": None if f is None else float(np.std(f)),
         **dict(zip(("sigma_y", "sigma_y_source"),

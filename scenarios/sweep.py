@@ -119,6 +119,7 @@ def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
         "cumulative_regret": result["cumulative_regret"][-1],
         "hits": None if result.get("hits") is None else result["hits"][-1],
         "random_hits_expected": result.get("random_hits_expected"),
+        "random_regret_expected": result.get("random_regret_expected"),
         "sigma_y": sy, "sigma_y_source": result.get("sigma_y_source"),
         "sigma_f": result["sigma_f"], "seconds": result["seconds"],
     }

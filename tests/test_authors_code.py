@@ -183,12 +183,19 @@ def test_bank_tables_check_random_and_the_largest_admissible_r(tmp_path):
         random.append(f"bank,random,18.2,15,{seed},50,36000,False,0.5,0.5,1.0,std(f)")
     (tmp_path / "table4.csv").write_text("\n".join(rows) + "\n")
     text = render(tmp_path)
-    assert "(0.500 ± 0.000 σ_y, 4 seeds;" in text
+    assert "random's runs: 0.500 ± 0.000 σ_y over 4 seeds" in text
     assert "lower by more than 2 se at 6 of 6 r" in text
     assert "**Largest admissible r = 10** (unlifted: r ≤ 10); lowest mean at r = 3; r = 10 is " \
            "not within 2 se" in text
     (tmp_path / "bank-random.csv").write_text("\n".join(random) + "\n")
-    assert "(0.500 ± 0.000 σ_y, 10 seeds;" in render(tmp_path)
+    assert "random's runs: 0.500 ± 0.000 σ_y over 10 seeds" in render(tmp_path)
+    # the exact expectation, recorded by any run on the same data and T, is the baseline
+    (tmp_path / "fig2b.csv").write_text(
+        head + ",random_regret_expected\n"
+        "bank,gp-ucb,2.7,15,0,50,36000,True,0.1,0.05,2.0,std(f),0.02\n")
+    text = render(tmp_path)
+    assert "exact E[S_T] of T uniform random queries 0.010 σ_y (from f)" in text
+    assert "higher at 6, indistinguishable at 0" in text
 
 
 def test_bank_paper_preparation_is_explicit_and_its_unit_is_std_f(tmp_path):
@@ -205,3 +212,14 @@ def test_bank_paper_preparation_is_explicit_and_its_unit_is_std_f(tmp_path):
     assert not np.allclose(default.X, paper.X)  # ARD scaling, not standardised
     with pytest.raises(ValueError, match="prep"):
         build_problem("bank", 0, data=data, prep="mine")
+
+
+def test_random_regret_expectation_is_exact():
+    import itertools
+
+    from pobo.scenarios.problem import random_regret_expected
+
+    f, T = np.array([0.3, 1.0, -0.5, 1.0]), 3  # ties included
+    brute = np.mean([f.max() - f[list(q)].max() for q in itertools.product(range(4), repeat=T)])
+    assert random_regret_expected(f, T) == pytest.approx(brute, abs=1e-12)
+    assert random_regret_expected(np.ones(5), 2) == 0.0
