@@ -61,7 +61,8 @@ REASONS = {
             "length-scales instead (the text: 'preprocessed to form an isotropic covariance "
             "function') gives σ_min = 43 at n = 36,000 (1.56 on all rows) and lifts every r. "
             "The unit is std(f) over the 36,000 prepared rows (0.487 in log return), stable "
-            "by construction; the paper's σ_y cannot be recovered: it is not given, and "
+            "by construction; the paper's σ_y cannot be recovered (the implied-unit line "
+            "says what it would have to be): it is not given, and "
             "the curator's ML σ_y of this data depends on the 300-row sample (0.05-0.25 "
             "over three samples here; 0.045-2.95 in issue 25), so regret in an ML σ_y would "
             "move by a factor of 5 with the sample. The ROI is log(total_pymnt_inv / "
@@ -79,9 +80,10 @@ REASONS = {
                   "σ_y), and whether 100 queries find that one row of 2,362 decides S_T; "
                   "issue 25 reports GP-UCB about as good as random on this file. The authors' "
                   "own code on the same file gives the same raw S_T as pobo (0.71-0.73, issue "
-                  "15), so the gap is the data and the unit: the paper's 0.45-0.68 σ_y would "
-                  "need σ_y ≈ 1.1-1.5 in log price, and the curator's ML σ_y of the prepared "
-                  "data is 0.28 (0.24 fitted on all 2,362 rows).",
+                  "15), so the gap is the data and the unit: the paper's numbers would need "
+                  "the σ_y of the implied-unit line, several times the curator's ML σ_y of the "
+                  "prepared data (0.28; 0.24 fitted on all 2,362 rows), which no fit we know "
+                  "of gives.",
 }
 
 
@@ -260,6 +262,8 @@ def table_section(name: str, rows: list[dict], authors: list[dict] | None = None
         lines.append(random_verdict(text, random, expected))
     if preset.scenario == "bank":
         lines.append(admissible_verdict(preset, text))
+    if preset.scenario != "synthetic":
+        lines.append(implied_unit(preset, text, rows[0]["sigma_y"]))
     lines += ["", f"Why: {reason(preset.scenario, rows)}", ""]
     return "\n".join(lines)
 
@@ -289,6 +293,19 @@ def random_verdict(gp: dict, random: list[dict], expected: float | None = None) 
     return (f"**Against random search** ({base}): PO-GP-UCB is lower by more than 2 se at "
             f"{better} of {len(gp)} r, higher at {worse}, indistinguishable at "
             f"{len(gp) - better - worse}{sampled}.")
+
+
+def implied_unit(preset, gp: dict, sigma_y: float) -> str:
+    """The sigma_y (in the objective's units) at which pobo's raw S_T, summed over the
+    table's r, equals the paper's numbers: what the paper's unit would have to be."""
+    raw = [mean_se([g["simple_regret"] for g in gp[r]])[0] for r in preset.rs if gp.get(r)]
+    paper = [preset.paper[r] for r in preset.rs if gp.get(r)]
+    if not raw or not sum(paper):
+        return ""
+    implied = sum(raw) / sum(paper)
+    return (f"**Implied unit:** pobo's raw S_T equals the paper's numbers at σ_y = "
+            f"{implied:.3g} in the objective's units ({implied / sigma_y:.2f} x the σ_y used "
+            "here).")
 
 
 def admissible_verdict(preset, gp: dict) -> str:
