@@ -235,8 +235,9 @@ def table_section(name: str, rows: list[dict], authors: list[dict] | None = None
         f"pobo ({c.label}) S_T/σ_y | agrees" for c in columns)
     head += " | pobo S_T raw | unlifted |"
     lines = [f"### {preset.caption} (PO-GP-UCB)", "",
-             f"paper: 50 runs; pobo: n = {int(rows[0]['n'])}, T = {int(rows[0]['T'])}, σ_min = "
-             f"{rows[0]['sigma_min']:.4g}, σ_y = {rows[0]['sigma_y']:.4g} "
+             f"paper: 50 runs; pobo: n = {int(rows[0]['n'])}, T = {int(rows[0]['T'])}, "
+             + (f"σ_min = {rows[0]['sigma_min']:.4g}, " if rows[0].get("sigma_min") else "")
+             + f"σ_y = {rows[0]['sigma_y']:.4g} "
              f"({rows[0]['sigma_y_source']}); "
              + "; ".join(f"{c.label}: {len({g['seed'] for v in c.runs.values() for g in v})} "
                          f"seeds, `{c.command}`" for c in columns), "",
