@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 
+from pobo.parties.statement import statement_lines
 from pobo.parties.journal import Journal
 from pobo.protocol.ledger import (
     CENTRAL, Budget, Entry, Ledger, PrivacyBudgetExceeded, describe_ledger, ledger_dict,
@@ -91,6 +92,7 @@ def journal_ledger(journal: Journal) -> dict:
                     limits.get("row_budget_epsilon") or math.inf)
     data = ledger_dict(journal.central_entries(), journal.local_summary(), budget)
     data["dataset"] = journal.meta("dataset")
+    data["privacy"] = json.loads(journal.meta("privacy_statement") or "null")
     data["sessions"] = [{"id": sid, "status": status} for sid, status in journal.sessions()]
     return data
 
@@ -99,4 +101,6 @@ def describe_journal_ledger(data: dict) -> str:
     """Human lines for `pobo ledger`."""
     head = (f"dataset {str(data.get('dataset'))[:16]}...: {len(data['sessions'])} sessions "
             f"({sum(s['status'] == 'ok' for s in data['sessions'])} ok)")
-    return head + "\n" + describe_ledger(data)
+    privacy = data.get("privacy")
+    lines = statement_lines(privacy) if privacy and "epsilon_by_distance" in privacy else []
+    return "\n".join([head, describe_ledger(data), *lines])

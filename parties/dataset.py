@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pobo.parties.domain import PublicDomain
 from pobo.protocol.messages import KernelParams
 
 
@@ -47,6 +48,10 @@ class Problem:
     evaluate: Callable[[int], float] | None = None  # f on demand (a scenario script's)
     signal_std: float | None = None  # sigma_y for reporting regret (curator-private, never sent)
     signal_std_source: str = ""  # how signal_std was obtained
+    domain: PublicDomain | None = None  # the public preprocessing (None: data-dependent)
+    clipped: int = 0  # rows the public domain clipped (curator-private)
+    preparation: str = ""  # how X was prepared, when not from `domain`
+    row_unit: str = "one row"  # what a row is (a patient, a loan, a project)
 
     def __post_init__(self) -> None:
         if self.X.ndim != 2 or (self.f is not None and self.f.shape != (self.X.shape[0],)):

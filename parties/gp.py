@@ -47,6 +47,17 @@ class NumericalError(PoboError):
     """A Cholesky update that would not be positive definite."""
 
 
+def argmax_breaking_ties(score: np.ndarray, rng: np.random.Generator) -> int:
+    """An index of the maximum of `score`, uniform among the entries within 1e-12
+    (relative) of it: one O(n) pass more than argmax, and no rng draw without a tie."""
+    best = int(np.argmax(score))
+    top = score[best]
+    if not np.isfinite(top):
+        return best
+    ties = np.flatnonzero(score >= top - 1e-12 * max(1.0, abs(top)))
+    return best if ties.size == 1 else int(ties[rng.integers(ties.size)])
+
+
 class IncrementalGP:
     """GP posterior over candidates Z, one observation at a time, O(n t) per step.
 
@@ -214,7 +225,9 @@ class IncrementalGP:
         the score of the PO-GP-UCB authors' code, a reproduction switch).
 
         Before any observation every candidate ties and the choice is a uniform draw
-        with `rng`; afterwards exact ties (duplicate rows) go to the first index.
+        with `rng`; afterwards ties (to 1e-12 relative: duplicate rows, or rows the kernel
+        sees as far from every observation) are broken by a uniform draw with `rng` too,
+        never by index order, which would walk the rows 0, 1, 2, ...
         """
         if self.t == 0:
             return int(rng.integers(self.n))
@@ -224,7 +237,7 @@ class IncrementalGP:
             score = np.sqrt(self.var, out=self._buf)
             score *= math.sqrt(beta)
         score += self.mean
-        return int(np.argmax(score))
+        return argmax_breaking_ties(score, rng)
 
     def observations(self) -> tuple[np.ndarray, np.ndarray]:
         """(candidate indices, real values) conditioned on so far, in the order they became

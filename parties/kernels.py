@@ -128,6 +128,26 @@ def matern52(lengthscale: float, variance: float = 1.0) -> Kernel:
     return Kernel("matern52", (lengthscale,), variance)
 
 
+def noisy_input_kernel(lengthscale: float, signal_var: float, noise_std: float,
+                       dims: int) -> tuple[float, float, float]:
+    """(l_z, s_f^2, (1 - c) s_f^2): the SE kernel between rows seen with independent
+    N(0, s^2) noise on each of `dims` coordinates, as a kernel plus a nugget.
+
+    For two different rows, E over both noises of s_f^2 exp(-|x - x'|^2 / 2 l^2) is
+    c s_f^2 exp(-|z - z'|^2 / 2 l_z^2) with l_z^2 = l^2 + 2 s^2 and c = (l^2 / l_z^2)^(dims/2)
+    (Girard et al. 2003); a row with itself keeps s_f^2, the remaining (1 - c) s_f^2 acting
+    as noise. The kernel keeps s_f^2 rather than c s_f^2 (a little more prior variance per
+    row; on synthetic, T = 50, 30 seeds: S_T/sigma_y 0.053 against 0.077 with c s_f^2 and
+    0.10 with no nugget). A modeler of a Gaussian release uses its public noise_std here,
+    so that far rows do not look exactly known and near rows do not look identical.
+    """
+    if noise_std <= 0:
+        return lengthscale, signal_var, 0.0
+    lz2 = lengthscale**2 + 2.0 * noise_std**2
+    c = (lengthscale**2 / lz2) ** (dims / 2.0)
+    return math.sqrt(lz2), signal_var, (1.0 - c) * signal_var
+
+
 def kernel_by_name(name: str, lengthscale: float, variance: float, dims: int = 1) -> Kernel:
     """A kernel from its CLI / handshake name; ARD kernels start at `lengthscale` in every dim."""
     family = name.removeprefix("ard-")

@@ -21,7 +21,7 @@ import numpy as np
 
 from pobo.parties.choices import FIT_MODES, HyperFit  # noqa: F401  (re-exported)
 from pobo.parties.gp import IncrementalGP
-from pobo.parties.kernels import kernel_by_name
+from pobo.parties.kernels import kernel_by_name, noisy_input_kernel
 from pobo.parties.likelihood import Fit, fit_hyperparameters
 from pobo.parties.robust import ROBUST, RewardModel
 from pobo.parties.strategies import KusnerUCB, Robust, Strategy
@@ -41,6 +41,13 @@ def reward_model(params: SessionParams) -> RewardModel:
     ldp = [m.epsilon for m in params.mechanisms if m.name == LDP_REWARD]
     return RewardModel(params.reward_bound, params.noise_bound, ldp[0] if ldp else None,
                        params.noise, params.kernel.noise_var)
+
+
+def noise_dims(Z: np.ndarray) -> int:
+    """The dimension of the subspace Z's rows (and a Gaussian release's noise) span: d for
+    the Gaussian rows rotated into r >= d, r for a sketch (numerical rank of a sample)."""
+    sample = Z[: min(Z.shape[0], 4 * Z.shape[1] + 16)]
+    return max(1, int(np.linalg.matrix_rank(sample)))
 
 
 class Modeler:
@@ -70,9 +77,14 @@ class Modeler:
             hyper = kusner_hyper(hyper, kp.kernel)
         hyper = HyperFit("fixed", kernel=hyper.kernel) if robust else hyper.resolved(kp.status)
         self.params, self.strategy, self.rng, self.hyper = params, strategy, rng, hyper
-        kernel = kernel_by_name(hyper.kernel or kp.kernel, kp.lengthscale, kp.signal_var,
+        # the release's input noise widens the declared kernel (not for Kusner's GP-UCB,
+        # whose noisy release is sized with the declared kernel itself)
+        input_noise = 0.0 if isinstance(strategy, KusnerUCB) else release.noise_std
+        lengthscale, signal_var, nugget = noisy_input_kernel(
+            kp.lengthscale, kp.signal_var, input_noise, noise_dims(release.Z))
+        kernel = kernel_by_name(hyper.kernel or kp.kernel, lengthscale, signal_var,
                                 dims=release.Z.shape[1])
-        noise = kp.noise_var + 2 * model.laplace_scale**2
+        noise = kp.noise_var + 2 * model.laplace_scale**2 + nugget
         self.gp = IncrementalGP(release.Z, kernel, noise, capacity=params.T)
         self.learner = None
         if robust:

@@ -1,4 +1,19 @@
-"""The curator's differentially private random projection (PO-GP-UCB Algorithm 1).
+"""The curator's differentially private release of its dataset (PO-GP-UCB Algorithm 1).
+
+The default release is not the paper's. `lift` = "gaussian" (mechanism "gaussian-rows") is
+the Gaussian mechanism on the centred rows, calibrated exactly, then a random orthonormal
+map into r >= d dimensions (an isometry, post-processing), or a Gaussian JL map when
+r < d (post-processing too; distances then kept only approximately). `lift` = "jl"
+(mechanism "gaussian-sketch") is the lifted release Z = (X_c M + omega G)/sqrt(r) with
+omega calibrated by the chi^2-mixture bound. Both proofs are in parties/gaussian.py; the
+noise is drawn from the OS CSPRNG in deployment (NoiseSource) as floating-point normals
+(Box-Muller on 53-bit uniforms): the floating-point gap that the Laplace samplers close
+with a lattice (Mironov 2012) is open for these normals, and the privacy unit says so --
+an exact discrete Gaussian (Canonne, Kamath & Steinke 2020) in pure Python draws about
+1e5 values a second, and a release needs n x d of them (2e7 at n = 1e7).
+
+Below, the modes kept for comparison and reproduction ("private", "always": Blocki et
+al.'s constant; "paper": as published, not DP), with their analysis.
 
 Setting. X is n x d (n and d public), after the curator's preprocessing; the release
 Z (n x r) keeps one row per data point. Neighbouring relation (paper Definition 1): X
@@ -102,10 +117,11 @@ from typing import NamedTuple, Protocol, Union
 import numpy as np  # numpy.linalg, not scipy.linalg: the same LAPACK drivers (geqrf, gesdd),
 # and a curator process then imports no scipy at all (~150 ms at every start)
 
-from pobo.parties.choices import LIFT_MODES
+from pobo.parties.choices import GAUSSIAN_LIFTS, LIFT_MODES
+from pobo.parties.gaussian import gaussian_sigma, sketch_omega
 from pobo.parties.noise import NoiseSource, lattice_laplace, lattice_step
 from pobo.protocol.messages import ProjectedDataset
-from pobo.protocol.policy import DP_PROJECTION, IDENTITY
+from pobo.protocol.policy import DP_PROJECTION, GAUSSIAN_ROWS, GAUSSIAN_SKETCH, IDENTITY
 
 TEST_EPSILON_SHARE = 0.1  # default test_epsilon = 0.1 * epsilon; default test_delta = delta
 R_MAX = 1000  # the largest r that r="auto" considers
@@ -148,11 +164,19 @@ class ProjectionReport:
     test_reason: str = ""
 
 
+REASON_GAUSSIAN = "gaussian: the Gaussian mechanism on the centred rows, then rotated"
+REASON_SKETCH = "jl: (X_c M + omega G)/sqrt(r), omega by the chi^2-mixture bound"
 REASON_PAPER = "paper: branch on the exact sigma_min, outside the DP claim"
 REASON_ALWAYS = "always: full lift, no statistic"
 REASON_TEST = "private: n - 1 <= d, noisy test on sigma_{n-1}(X_c)"
 REASON_NO_TEST = ("private: n - 1 > d, the unlifted release is never DP: lifted, no test "
                   "drawn and no test budget charged")
+
+
+def release_mechanism(lift: str) -> str:
+    """The mechanism name a release by this `lift` carries (and its ledger entry)."""
+    _check_lift(lift)
+    return {"gaussian": GAUSSIAN_ROWS, "jl": GAUSSIAN_SKETCH}.get(lift, DP_PROJECTION)
 
 
 def lift_test_needed(n: int, d: int, lift: str) -> bool:
@@ -272,6 +296,10 @@ def project(X: np.ndarray, epsilon: float, delta: float, r: int, rng: Source, *,
     X = _check_matrix(X)
     _check_r(r)
     mode = _check_additive(_check_lift(lift), additive_lift)
+    if mode in GAUSSIAN_LIFTS:
+        if test_epsilon is not None or test_delta is not None:
+            raise ValueError(f"test_epsilon/test_delta apply to lift='private', not {mode!r}")
+        return gaussian_projection(X, epsilon, delta, r, rng, sketch=mode == "jl")
     n, d = X.shape
     w = omega(r, epsilon, delta)
     needed = lift_test_needed(n, d, mode)
@@ -288,7 +316,7 @@ def project(X: np.ndarray, epsilon: float, delta: float, r: int, rng: Source, *,
     else:
         lifted = mode != "paper" or sigma_min < w
     Z = _projected(decomposition, w, r, lifted, mode != "paper", rng, additive_lift)
-    release = ProjectedDataset(DP_PROJECTION, float(epsilon), float(delta), w, Z)
+    release = _blocki_release(epsilon, delta, w, Z, lifted, mode)
     return release, ProjectionReport(sigma_min, w, lifted, mode, int(r), te, td, noisy,
                                      threshold, mode != "paper", statistic,
                                      _reason(mode, needed))
@@ -316,8 +344,9 @@ def choose_projection(X: np.ndarray, epsilon: float, delta: float, r: int | str,
                        test_delta=test_delta, test_source=test_source,
                        additive_lift=additive_lift)
     mode = _check_additive(_check_lift(lift), additive_lift)
-    if mode == "always":
-        raise ValueError("--r auto needs --lift private or paper")
+    if mode in ("always", *GAUSSIAN_LIFTS):
+        raise ValueError("--r auto needs --lift private or paper (it chooses r by the "
+                         "sigma_min test of Algorithm 1)")
     if r_fallback is None:
         raise ValueError("--r auto needs a fallback r for the lifted release")
     X = _check_matrix(X)
@@ -345,10 +374,66 @@ def choose_projection(X: np.ndarray, epsilon: float, delta: float, r: int | str,
     if needed:
         threshold = omega(max(chosen, 1), epsilon, delta) + lift_test_margin(te, td)
     Z = _projected(decomposition, w, r_used, lifted, mode != "paper", rng, additive_lift)
-    release = ProjectedDataset(DP_PROJECTION, float(epsilon), float(delta), w, Z)
+    release = _blocki_release(epsilon, delta, w, Z, lifted, mode)
     return release, ProjectionReport(sigma_min, w, lifted, mode, r_used, te, td, noisy,
                                      threshold, mode == "private", statistic,
                                      _reason(mode, needed))
+
+
+def gaussian_projection(X: np.ndarray, epsilon: float, delta: float, r: int, rng: Source, *,
+                        sketch: bool = False) -> tuple[ProjectedDataset, ProjectionReport]:
+    """The Gaussian releases of parties/gaussian.py, calibrated exactly for one row moved
+    by at most 1 (the centred matrix then moves by sqrt(1 - 1/n)).
+
+    Rows (default): Z = (X_c + sigma G) Q, sigma = gaussian_sigma(eps, delta,
+    sqrt(1 - 1/n)), G (n x d) ~ N(0, 1), then Q (d x r) drawn after G: orthonormal rows
+    (QR of a Gaussian matrix) when r >= d, which keeps every distance, else M / sqrt(r)
+    with M ~ N(0, 1) (a JL map). Sketch: Z = (X_c M + omega G) / sqrt(r), omega =
+    sketch_omega(eps, delta, r, sqrt(1 - 1/n)), M (d x r) then G (n x r). The release
+    announces the per-coordinate noise std of its rows (sigma, or omega / sqrt(r)).
+    """
+    X = _check_matrix(X)
+    _check_r(r)
+    _check_privacy(epsilon, delta)
+    n, d = X.shape
+    sensitivity = math.sqrt(1.0 - 1.0 / n)
+    Xc = X - X.mean(axis=0)
+    sigma_min = float(np.linalg.svd(Xc, compute_uv=False)[-1]) if n >= d else 0.0
+    if sketch:
+        w = sketch_omega(epsilon, delta, r, sensitivity)
+        M = np.asarray(rng.standard_normal((d, r)), dtype=float)
+        G = np.asarray(rng.standard_normal((n, r)), dtype=float)
+        Z = (Xc @ M + w * G) / math.sqrt(r)
+        std, mechanism, reason = w / math.sqrt(r), GAUSSIAN_SKETCH, REASON_SKETCH
+    else:
+        w = gaussian_sigma(epsilon, delta, sensitivity)
+        noisy = Xc + w * np.asarray(rng.standard_normal((n, d)), dtype=float)
+        Z = noisy @ release_map(d, r, rng)
+        std, mechanism, reason = w, GAUSSIAN_ROWS, REASON_GAUSSIAN
+    release = ProjectedDataset(mechanism, float(epsilon), float(delta), float(w), Z,
+                               noise_std=float(std))
+    return release, ProjectionReport(sigma_min, float(w), True, "jl" if sketch else "gaussian",
+                                     int(r), dp_covers_branch=True, test_reason=reason)
+
+
+def release_map(d: int, r: int, rng: Source) -> np.ndarray:
+    """The data-independent d x r map applied after the noise: orthonormal rows (an
+    isometry of R^d into R^r) when r >= d, else a Gaussian JL map M / sqrt(r)."""
+    A = np.asarray(rng.standard_normal((max(d, r), min(d, r))), dtype=float)
+    if r < d:
+        return A / math.sqrt(r)  # d x r
+    Q, R = np.linalg.qr(A)  # r x d, orthonormal columns; signs fixed so Q is Haar
+    return (Q * np.sign(np.diag(R))).T
+
+
+def _blocki_release(epsilon: float, delta: float, w: float, Z: np.ndarray, lifted: bool,
+                    mode: str) -> ProjectedDataset:
+    """The release of the Blocki-constant and paper modes: its noise std is omega/sqrt(r)
+    when fully lifted ("always"/"private"); the paper's branches are outside the DP claim."""
+    r = Z.shape[1]
+    std = w / math.sqrt(r) if lifted and mode != "paper" else 0.0
+    return ProjectedDataset(DP_PROJECTION, float(epsilon), float(delta), w, Z,
+                            noise_std=float(std), dp=mode != "paper")
 
 
 def lifted_dataset(X: np.ndarray, w: float, additive: bool = False) -> np.ndarray:

@@ -32,8 +32,9 @@ from pobo.parties.objective import (
     EvaluationFailed, EvaluationRequest, FunctionObjective, Objective,
 )
 from pobo.parties.projection import (
-    choose_projection, identity_release, lift_test_needed, singular_values,
+    choose_projection, identity_release, lift_test_needed, release_mechanism, singular_values,
 )
+from pobo.parties.statement import release_statement
 from pobo.protocol.codec import decode, encode
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
@@ -246,6 +247,8 @@ class CuratorService:
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
         self.params = self._session_params()
+        if not settings.non_private:  # `pobo ledger` shows what the release protects
+            self.journal.set_meta("privacy_statement", json.dumps(self.privacy_unit()["dataset"]))
 
     @property
     def randomness(self) -> str:
@@ -283,7 +286,7 @@ class CuratorService:
                       "lifted": False, "lift": None}
             entries: list[Entry] = []
         else:
-            entries = [Entry(DP_PROJECTION, s.epsilon, s.delta)]
+            entries = [Entry(release_mechanism(s.lift), s.epsilon, s.delta)]
             if self.test_epsilon:
                 entries.append(Entry(LIFT_TEST, self.test_epsilon, self.test_delta))
             self.ledger.check(entries)  # refused here, before the projection draws anything
@@ -355,7 +358,15 @@ class CuratorService:
 
     def privacy_unit(self) -> dict:
         """What each mechanism protects, and what no mechanism covers (DESIGN.md)."""
-        unit = privacy_unit(self.settings, self.ldp, self.test_epsilon, self.test_delta)
+        unit = privacy_unit(self.settings, self.ldp, self.test_epsilon, self.test_delta,
+                            self.problem)
+        if not self.settings.non_private:
+            statement = release_statement(self.release, self.problem, self.settings.seed
+                                          is not None)
+            unit["dataset"].update(statement, epsilon=self.settings.epsilon + self.test_epsilon,
+                                   delta=self.settings.delta + self.test_delta)
+            unit["epsilon_whole_row"] = statement["epsilon_whole_row"]
+            unit["epsilon_by_distance"] = statement["epsilon_by_distance"]
         if self.objective is not None:
             unit["not_covered"].append(
                 f"f is measured on demand ({self.objective.name}): how long an evaluation "
@@ -402,17 +413,31 @@ def ldp_mechanism(problem: Problem, s: CuratorSettings) -> ConvertToLaplace | No
 
 NOT_COVERED = (
     "the number of rows n and the dimension d are public",
-    "data-dependent preprocessing is not covered: the curator fits ARD length-scales (or "
-    "standard deviations) on its own rows, centres the columns and scales to max norm 25 "
-    "before the projection; the neighbouring relation is defined on the preprocessed rows",
     "the objective's declared bounds B and R are public constants, not computed from f",
 )
+FLOAT_GAP = ("the release's Gaussian noise is drawn as floating-point normals (Box-Muller "
+             "on 53-bit CSPRNG uniforms): the floating-point attack on textbook samplers "
+             "(Mironov 2012) is not closed for it, as it is for the Laplace noise")
 
 
 def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon: float,
-                 test_delta: float) -> dict:
+                 test_delta: float, problem: Problem | None = None) -> dict:
     """Per mechanism: its (eps, delta), neighbouring relation and what it does not cover."""
     unit: dict = {"not_covered": list(NOT_COVERED)}
+    if problem is not None and problem.domain is None:
+        unit["not_covered"].append(
+            "data-dependent preprocessing: " + (problem.preparation or "the scenario's rows "
+            "as given, with no public domain declared") + "; the neighbouring relation is "
+            "defined on the preprocessed rows, whose units then depend on the data")
+    elif problem is not None:
+        unit["not_covered"].append(
+            "the kernel length-scales the modeler fits on Z and the rewards are its own; the "
+            "curator's preprocessing uses only the declared public domain")
+    if s.seed is not None:
+        unit["not_covered"].append("seeded randomness: a simulation, no DP claim at all")
+    if ldp is None:
+        unit["not_covered"].append("rewards: without --ldp-eps each reward is f at the row "
+                                   "(plus measurement noise) and no mechanism protects it")
     if s.non_private:
         unit["dataset"] = {"mechanism": "identity", "claim": "none: X itself crosses "
                            "(the explicitly non-private baseline)"}
@@ -421,6 +446,11 @@ def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon:
                   "X_c X_c^T + omega^2 I, (eps, delta)-DP for every dataset by Blocki et al. "
                   "Thm 3.1 after a rotation (parties/projection.py)")
         branch = {
+            "gaussian": "the Gaussian mechanism on the centred rows, calibrated exactly "
+                        "(analytic Gaussian, Balle & Wang 2018), then a random orthonormal "
+                        "map into r >= d dimensions (a JL map when r < d): post-processing",
+            "jl": "Z = r^-1/2 (X_c M + omega G), omega calibrated by the chi^2-mixture bound "
+                  "on the exact Gaussian profile (parties/gaussian.py)",
             "paper": "Algorithm 1 as published: NOT covered by any DP claim -- for n - 1 > d "
                      "neither branch is DP (every column of Z lies in the column space of "
                      "X_c; an adversary knowing the other rows reconstructs the last one), "
@@ -433,12 +463,15 @@ def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon:
                         test_epsilon else
                         f"n - 1 > d, so the unlifted release is never DP and no test is run: "
                         f"always lifted: {lifted}")}[s.lift]
+        if s.lift in ("gaussian", "jl"):
+            unit["not_covered"].append(FLOAT_GAP)
         unit["dataset"] = {
             "mechanism": "PO-GP-UCB Algorithm 1 (random projection)",
             "epsilon": s.epsilon + test_epsilon, "delta": s.delta + test_delta,
             "dp": s.lift != "paper",
             "neighbouring": "one row of the preprocessed X changed by at most 1 in l2 norm "
-                            "(rows scaled to max norm 25); n and d public",
+                            "(rows within radius 25); n and d public; epsilon_by_distance "
+                            "gives larger moves",
             "lift": s.lift, "branch": branch, "r_auto": s.r == "auto"}
     if ldp is not None:
         unit["rewards"] = {

@@ -10,7 +10,7 @@ import numpy as np
 from pobo.parties.choices import (  # noqa: F401  (re-exported)
     ROBUST_NAMES, STRATEGIES, epoch_length_option, strategy_spec,
 )
-from pobo.parties.gp import IncrementalGP
+from pobo.parties.gp import IncrementalGP, argmax_breaking_ties
 from pobo.parties.release import beta_kusner
 
 
@@ -133,7 +133,7 @@ class Distinct:
             return int(free[rng.integers(free.size)])
         score = self.inner.score(gp, t)
         score[seen] = -np.inf
-        return int(np.argmax(score))
+        return argmax_breaking_ties(score, rng)
 
 
 @dataclass(frozen=True)

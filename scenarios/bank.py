@@ -25,13 +25,12 @@ sigma_y is not given).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from pobo.scenarios.loaders import read_columns
-from dataclasses import replace
-
-from pobo.scenarios.problem import Problem, data_problem, rng_for
+from pobo.scenarios.problem import Problem, box_domain, data_problem, rng_for
 
 COLUMNS = ("funded_amnt_inv", "int_rate", "annual_inc")
 COMPLETED = ("fully paid", "charged off")
@@ -40,6 +39,13 @@ EMBEDDED_N = 4703  # completed loans in the public sample
 PAPER_N = 36000  # "the data of 36000 loan applicants" (PO-GP-UCB sec. 4)
 PREPS = ("default", "paper")
 PAPER_UNIT = "std(f) over the prepared rows (prep=paper; the paper's sigma_y is not given)"
+# LendingClub's published limits for 2007-2011: loans of $500-$35,000 (log), rates of
+# 5-25 % (grades A1-G5); declared incomes $4,000-$2,000,000 (log); clipped beyond
+DOMAIN = box_domain(
+    COLUMNS, (math.log(500), 5.0, math.log(4_000)), (math.log(35_000), 25.0, math.log(2e6)),
+    ("log $", "%", "log $"), "LendingClub's published loan limits ($500-$35,000), its "
+    "2007-2011 rate range (5-25 %), declared incomes $4,000-$2,000,000; length-scales a "
+    "quarter of each range")
 
 
 def build(seed: int | None, data: str | None = None, n: int | None = None,
@@ -56,6 +62,7 @@ def build(seed: int | None, data: str | None = None, n: int | None = None,
         source, dropped = table.describe(), table.dropped
     if prep == "default":
         return data_problem("bank", X_raw, roi, seed, n=n, source=source, dropped=dropped,
+                            domain=DOMAIN, row_unit="one loan (a borrower may hold several)",
                             epsilon=math.exp(2.9), delta=1e-5, r=15, T=50, noise_var=1e-6,
                             B=-math.log(RATIO_FLOOR))
     problem = data_problem("bank", X_raw, roi, seed, n=PAPER_N if n is None else n,

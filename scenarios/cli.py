@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 NEEDED = {"run": ("scenario",), "curator": ("scenario",), "modeler": ("connect",),
           "sweep": (), "export-data": ("scenario",)}  # what a command needs from its flags or its --config
 SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objective",
-                    "minimise", "prep")
+                    "minimise", "bounds", "prep")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,20 +161,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--T", type=positive_int, help="query budget")
     p.add_argument("--non-private", action="store_true", help="add the non-private baseline")
     p.add_argument("--strategies", nargs="+", choices=STRATEGIES,
-                   help="default gp-ucb")
+                   help="default gp-ucb (a --preset's own)")
     p.add_argument("--workers", type=positive_int, default=2,
                    help="local worker processes (1: run in this process)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a dask.distributed scheduler")
     p.add_argument("--transcripts", action="store_true", help="keep both transcripts of every run")
     p.add_argument("--lift", choices=LIFT_MODES,
-                   help="Algorithm 1's branch (default: paper for a --preset or "
-                        f"--authors-code, else {DEFAULT_LIFT})")
+                   help="the dataset release (default: paper for a table --preset or "
+                        "--authors-code, else "
+                        f"{DEFAULT_LIFT}); see pobo run --help")
     _authors_code_argument(p, "every run")
     p.add_argument("--grid", type=positive_int, help="synthetic, branin: grid side")
     p.add_argument("--data", help="hospital, bank, realestate: the public CSV")
     p.add_argument("--n", type=positive_int, help="hospital, bank, realestate: use n random rows")
     p.add_argument("--prep", choices=("default", "paper"),
-                   help="bank: the paper's preparation (default for the bank presets)")
+                   help="bank, realestate: the paper's preparation (the presets pass it)")
     _ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=positive, nargs="+",
                    help="make every reward eps-LDP (CTL Laplace); several values are swept")
@@ -357,13 +358,17 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
                                   "default: an embedded dataset generated from the seed")
     p.add_argument("--n", type=positive_int, help="hospital, bank, realestate: use n random rows")
     p.add_argument("--prep", choices=("default", "paper"),
-                   help="bank: prepare the loans as the PO-GP-UCB paper (n = 36,000, inputs "
-                        "standardised, regret in std(f)); the fidelity presets pass paper")
+                   help="bank, realestate: prepare as the PO-GP-UCB paper (bank: n = 36,000, "
+                        "inputs standardised, regret in std(f); realestate: ARD length-scales), "
+                        "outside the privacy claim; the fidelity presets pass paper")
     p.add_argument("--features", metavar="A,B,C",
                    help="table: the CSV columns that are the inputs X")
     p.add_argument("--objective", metavar="COLUMN", help="table: the CSV column that is f")
     p.add_argument("--minimise", action="store_true", default=None,
                    help="table: minimise the objective (default: maximise)")
+    p.add_argument("--bounds", metavar="LO:HI,LO:HI",
+                   help="table: each feature's public bounds (rows clipped to them); without "
+                        "them the preprocessing is fitted on the rows and not covered")
     _ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=positive,
                    help="make every reward eps-LDP with the CTL Laplace mechanism (Zhou & Tan)")
@@ -375,10 +380,11 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--ldp-row-budget", type=positive, metavar="E",
                    help="refuse a query whose LDP report would take its row past E in total")
     p.add_argument("--lift", choices=LIFT_MODES,
-                   help="Algorithm 1's sigma_min branch: paper (as published, not covered by "
-                        "the DP claim), always (lift unconditionally) or private (a noisy "
-                        f"sigma_min test, charged to the ledger; default {DEFAULT_LIFT}, "
-                        "paper with --authors-code)")
+                   help="the dataset release: gaussian (the Gaussian mechanism on the rows, "
+                        "then rotated; the default), jl ((X_c M + omega G)/sqrt(r), omega by "
+                        "the chi^2-mixture bound), private or always (PO-GP-UCB's lift at "
+                        "Blocki et al.'s constant, for comparison) or paper (Algorithm 1 as "
+                        f"published: not DP); default {DEFAULT_LIFT}, paper with --authors-code")
     p.add_argument("--lift-eps", type=positive, help="the private lift test's epsilon (default "
                                                   "0.1 x --eps)")
     p.add_argument("--lift-delta", type=probability, help="the private lift test's delta (default "
@@ -573,6 +579,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"pobo run: error: {exc}", file=sys.stderr)
         return 1
     print(summary(result))
+    from pobo.parties.statement import privacy_lines  # numpy: only once a run is done
+
+    print("\n".join(privacy_lines(result.get("privacy_unit"))))
     print(describe_ledger(result["ledger"]))
     released, refused = result["modeler"].get("release"), result["modeler"].get("release_error")
     if released:
@@ -588,10 +597,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def summary(result: dict) -> str:
     """One human line about a finished run."""
     sy = result.get("sigma_y") or result["sigma_f"] or 1.0
+    gaussian = result.get("lift") in ("gaussian", "jl")
     priv = ("non-private" if result["epsilon"] is None else
-            f"eps={result['epsilon']:.4g} delta={result['delta']:.3g} omega={result['omega']:.4g} "
-            f"sigma_min={result['sigma_min']:.4g} {'lifted' if result['lifted'] else 'not lifted'}"
-            f" (lift {result.get('lift')})")
+            f"eps={result['epsilon']:.4g} delta={result['delta']:.3g} "
+            + (f"{'sigma' if result['lift'] == 'gaussian' else 'omega'}={result['omega']:.4g} "
+               f"(lift {result['lift']})" if gaussian else
+               f"omega={result['omega']:.4g} sigma_min={result['sigma_min']:.4g} "
+               f"{'lifted' if result['lifted'] else 'not lifted'} (lift {result.get('lift')})"))
     head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
     head += " [--authors-code: the authors' lift and UCB]" if result.get("authors_code") else ""
     if not result["queries"]:
@@ -627,17 +639,20 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
     options = {**(preset.options if preset else {}),
                **{k: getattr(args, k) for k in SCENARIO_OPTIONS
                   if getattr(args, k, None) is not None}}
-    strategies = args.strategies or ("gp-ucb",)
+    strategies = args.strategies or (preset.strategies if preset else ("gp-ucb",))
     spec = SweepSpec(
         scenario, epsilons, tuple(args.r) if args.r else (preset.rs if preset else (None,)),
         seeds=args.seeds or (preset.seeds if preset else 10),
         T=args.T or (preset.T if preset else None),
         non_private=args.non_private or bool(preset and preset.non_private),
-        strategies=tuple(strategies), hyper=hyper_from_args(args), options=options,
+        strategies=tuple(strategies),
+        hyper=hyper_from_args(args), options=options,
         transcripts=args.transcripts, ldp_epsilons=tuple(args.ldp_eps or (None,)),
         beta_scales=tuple(args.beta_scales or (None,)),
         moma_ks=tuple(args.moma_k or (None,)),
-        lift=args.lift or ("paper" if preset or args.authors_code else DEFAULT_LIFT),
+        lift=args.lift or (preset.lifts[0] if preset else
+                           "paper" if args.authors_code else DEFAULT_LIFT),
+        lifts=() if args.lift or not preset else preset.lifts,
         authors_code=bool(args.authors_code))
     return spec, preset
 

@@ -7,9 +7,14 @@ emergency and inpatient visits, and diagnoses. Objective: f = 1 if `readmitted` 
 "<30" else 0 -- the outcome of the test the hospital can afford for T patients. With a
 0/1 objective simple regret is trivial, so the metric is hits (positives found), to be
 compared with random selection (expected T x base rate) and non-private GP-UCB.
-Inputs are standardised rather than ARD-scaled: a length-scale fit to a 0/1 outcome
-shrinks most columns to nothing, which the projection's lifting then undoes.
-Defaults (no paper values): r = 10, delta = 1e-6 < 1/n, T = 100, epsilon = 8.
+
+One row is one patient: the public file holds encounters (101,766 from 71,518 patients,
+up to 40 each), so the scenario keeps each patient's first encounter (lowest
+`encounter_id` of each `patient_nbr`), a public rule, and row-level privacy is then
+person-level privacy. Inputs are prepared from the public domain `DOMAIN` (declared
+caps, counts above them clipped and counted; length-scales a quarter of each range),
+not from the rows. Defaults (no paper values): r = 10, delta = 1e-6 < 1/n, T = 100,
+epsilon = 8.
 """
 from __future__ import annotations
 
@@ -18,11 +23,18 @@ import math
 import numpy as np
 
 from pobo.scenarios.loaders import read_columns
-from pobo.scenarios.problem import Problem, data_problem, rng_for
+from pobo.scenarios.problem import Problem, box_domain, data_problem, rng_for
 
 COUNTS = ("time_in_hospital", "num_lab_procedures", "num_procedures", "num_medications",
           "number_outpatient", "number_emergency", "number_inpatient", "number_diagnoses")
-EMBEDDED_N = 100_530  # distinct encounters in the public file
+EMBEDDED_N = 71_518  # patients in the public file (one row each)
+DOMAIN = box_domain(
+    ("age", *COUNTS), (0, 1, 0, 0, 0, 0, 0, 0, 1), (100, 14, 120, 6, 80, 10, 10, 10, 16),
+    ("years", "days", "tests", "procedures", "medications", "visits", "visits", "visits",
+     "diagnoses"),
+    "declared caps: ages 0-100 in decades, stays 1-14 days (the dataset's documented range), "
+    "visit counts capped at 10 a year, lab tests at 120, medications at 80, diagnoses 1-16; "
+    "rows beyond are clipped")
 AGE_MIDPOINTS = np.arange(5.0, 100.0, 10.0)
 AGE_SHARES = np.array([0.002, 0.007, 0.016, 0.037, 0.095, 0.17, 0.22, 0.256, 0.169, 0.028])
 
@@ -42,15 +54,26 @@ def build(seed: int | None, data: str | None = None, n: int | None = None) -> Pr
         X_raw, hit = generate(rng_for(seed, "hospital/data"), EMBEDDED_N)
         source, dropped = "embedded synthetic encounters", {}
     else:
-        table = read_columns(data, ["age", *COUNTS], ["readmitted"],
-                             converters={"age": age_midpoint})
-        c = table.columns
+        table = read_columns(data, ["encounter_id", "patient_nbr", "age", *COUNTS],
+                             ["readmitted"], converters={"age": age_midpoint})
+        c = first_per_patient(table.columns)
         X_raw = np.column_stack([c["age"], *(c[k] for k in COUNTS)])
         hit = (c["readmitted"] == "<30").astype(float)
-        source, dropped = table.describe(), table.dropped
+        later = table.n - len(hit)
+        source = f"{table.describe()}; kept the first encounter of each of {len(hit)} patients"
+        dropped = {**table.dropped, **({"later encounter of a patient": later} if later else {})}
     return data_problem("hospital", X_raw, hit, seed, n=n, source=source, dropped=dropped,
-                        scaling="standardise", metric="hits", epsilon=8.0, delta=1e-6, r=10,
-                        T=100, noise_var=0.0, B=1.0)
+                        domain=DOMAIN, metric="hits", epsilon=8.0, delta=1e-6, r=10,
+                        T=100, noise_var=0.0, B=1.0, row_unit="one patient (first encounter)")
+
+
+def first_per_patient(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The columns restricted to each patient's first encounter (lowest encounter_id per
+    patient_nbr), in encounter order: one row per person."""
+    order = np.argsort(columns["encounter_id"], kind="stable")
+    _, first = np.unique(columns["patient_nbr"][order], return_index=True)
+    keep = np.sort(order[first])
+    return {k: v[keep] for k, v in columns.items()}
 
 
 def generate(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ from pobo.protocol.errors import PoboError
 from pobo.protocol.ledger import describe_ledger
 from pobo.scenarios.auditing import audit_files, signing_keys
 from pobo.scenarios.presets import PRESETS, Preset
-from pobo.scenarios.report import _eps_label, markdown_table, strategy_label
+from pobo.scenarios.report import _eps_label, frontier, markdown_table, strategy_label
 
 REPORT_NAME = "report.html"
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
@@ -125,8 +125,16 @@ def _unit_html(unit: object) -> str:
     if not isinstance(unit, dict):
         return "<p>No privacy unit recorded in result.json.</p>"
     parts = []
+    if isinstance(unit.get("epsilon_by_distance"), list):
+        dataset = unit.get("dataset") or {}
+        parts.append(f"<p class='claim'>{_e(dataset.get('claim', ''))}</p>")
+        rows = [(f"{item.get('distance', 0):.3g}", item.get("what", ""),
+                 "no bound" if item.get("epsilon") is None else f"{item['epsilon']:.3g}")
+                for item in unit["epsilon_by_distance"]]
+        parts.append(_table(("move (preprocessed units)", "what it is",
+                             f"epsilon at delta {dataset.get('delta', 0):.3g}"), rows))
     for name, mechanism in unit.items():
-        if name == "not_covered":
+        if name in ("not_covered", "epsilon_by_distance", "epsilon_whole_row"):
             continue
         rows = (list(mechanism.items()) if isinstance(mechanism, dict)
                 else [("", mechanism)])
@@ -270,8 +278,24 @@ def sweep_report_html(folder: Path) -> str:
             markdown_html(table)]
     if dataset and not dataset.startswith("|"):
         body += ["<h3>The dataset</h3>", f"<pre>{_e(dataset)}</pre>"]
+    if len({r.get("lift") for r in rows if r.get("policy") == "private"}) > 1:
+        body += ["<h2 id='frontier'>Privacy-utility frontier</h2>", frontier_chart(rows)]
     body += ["<h2 id='regret'>Regret curves</h2>", sweep_figures(folder, rows)]
     return _page(f"pobo sweep: {title}", body)
+
+
+def frontier_chart(rows: list[dict]) -> str:
+    """One chart: the metric against epsilon (in order) for each release, random and
+    non-private dashed."""
+    lines = frontier(rows)
+    epsilons = sorted({e for points in lines.values() for e, _, _ in points})
+    curves = [Curve(name, tuple(m for _, m, _ in points),
+                    "6 4" if name in ("random", "non-private") else None)
+              for name, points in lines.items()]
+    hits = rows[0].get("metric") == "hits"
+    return svg_chart(curves, title="the metric against epsilon, per release", ident="frontier",
+                     xlabel="epsilon, in order: " + ", ".join(f"{e:.3g}" for e in epsilons),
+                     ylabel="hits" if hits else "S_T / σ_y")
 
 
 def sweep_parameters(rows: list[dict]) -> list[tuple[str, object]]:

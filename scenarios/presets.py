@@ -27,6 +27,8 @@ class Preset:
     paper: dict = field(default_factory=dict)  # r -> S_T reported by the paper
     caption: str = ""
     options: dict = field(default_factory=dict)  # scenario options (the data's preparation)
+    lifts: tuple[str, ...] = ("paper",)  # the dataset releases swept (the paper's own)
+    strategies: tuple[str, ...] = ("gp-ucb",)
 
     @property
     def epsilons(self) -> tuple[float, ...]:
@@ -35,10 +37,11 @@ class Preset:
 
 
 BANK = {"prep": "paper"}  # the paper's n, input scaling and a stable regret unit (scenarios.bank)
+PAPER_PREP = {"bank": BANK, "realestate": {"prep": "paper"}}  # the paper's own preprocessing
 # the random-search baseline of a scenario's tables: one sweep (arguments after `pobo sweep`)
 RANDOM_BASELINE = {"bank": "bank --prep paper --strategies random --log-eps 2.9 --r 15 "
                            "--lift paper",
-                   "realestate": "realestate --strategies random --log-eps 2.8 --r 15 "
+                   "realestate": "realestate --prep paper --strategies random --log-eps 2.8 --r 15 "
                                  "--lift paper"}
 
 
@@ -46,7 +49,7 @@ def _table(number: int, scenario: str, log_eps: float, rs: tuple[int, ...],
            paper: tuple[float, ...], T: int) -> Preset:
     return Preset(f"table{number}", scenario, (log_eps,), rs, T=T, paper=dict(zip(rs, paper)),
                   caption=f"Table {number}: {scenario}, eps = e^{log_eps}, S_{T} against r",
-                  options=dict(BANK) if scenario == "bank" else {})
+                  options=dict(PAPER_PREP.get(scenario, {})))
 
 
 _R1, _R2, _R3 = (3, 6, 8, 10, 15, 20), (3, 9, 12, 15, 20, 30), (5, 10, 15, 20, 30, 50)
@@ -65,5 +68,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
     Preset("fig2b", "bank", (1.0, 2.0, 2.9), (15,), T=50, non_private=True,
            caption="Fig. 2b: loans, r = 15, S_t against t per eps", options=dict(BANK)),
     Preset("fig2c", "realestate", (0.5, 1.0, 2.8), (15,), T=100, non_private=True,
-           caption="Fig. 2c: property prices, r = 15, S_t against t per eps"),
+           caption="Fig. 2c: property prices, r = 15, S_t against t per eps",
+           options=dict(PAPER_PREP["realestate"])),
+    # not the paper's: the privacy-utility frontier of the DP releases (pobo sweep
+    # --preset frontier [SCENARIO --data FILE]); random and non-private as reference lines
+    Preset("frontier", "synthetic", (math.log(0.5), 0.0, 1.1, 1.5, 2.0, 3.0), (None,),
+           seeds=10, non_private=True, lifts=("gaussian", "jl", "always"),
+           strategies=("gp-ucb", "random"),
+           caption="privacy-utility frontier: S_T (hits for hospital) against eps per "
+                   "release, with random and non-private"),
 )}

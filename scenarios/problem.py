@@ -7,6 +7,7 @@ from pobo.parties.kernels import squared_exponential
 from pobo.parties.likelihood import fit_hyperparameters
 from pobo.parties.preparation import fit_ard_lengthscales, rescale_by_lengthscales, scale_to_max_norm
 from pobo.parties.dataset import Problem  # noqa: F401  (scenarios build Problems)
+from pobo.parties.domain import PublicDomain, box_domain  # noqa: F401  (scenarios declare them)
 from pobo.parties.noise import rng_for  # noqa: F401
 from pobo.protocol.messages import KernelParams
 
@@ -44,10 +45,11 @@ def fit_signal_std(X: np.ndarray, f: np.ndarray, rng: np.random.Generator,
     return float(np.sqrt(fit.kernel.variance))
 
 
-def fitted_prior(kernel: str = "se") -> KernelParams:
+def fitted_prior(kernel: str = "se", lengthscale: float = 0.25 * MAX_NORM) -> KernelParams:
     """Declared starting values for a real-data scenario: the modeler fits its own
-    hyperparameters (status 'initial'); l = 0.25 x max norm as in the authors' code."""
-    return KernelParams(kernel, 0.25 * MAX_NORM, 1.0, 1e-2, "initial")
+    hyperparameters (status 'initial'); l = 0.25 x max norm as in the authors' code,
+    or the public domain's length-scale."""
+    return KernelParams(kernel, float(lengthscale), 1.0, 1e-2, "initial")
 
 
 def random_regret_expected(f: np.ndarray, T: int) -> float:
@@ -88,9 +90,14 @@ def subsample(arrays: tuple[np.ndarray, ...], n: int | None, seed: int | None,
 
 def data_problem(name: str, X_raw: np.ndarray, objective: np.ndarray, seed: int | None, *,
                  sense: str = "maximise", n: int | None = None, source: str,
-                 dropped: dict | None = None, scaling: str = "ard", **defaults) -> Problem:
-    """A Problem from raw inputs and the objective in its own sense, preprocessed as the
-    paper does (ARD rescaling, centring, max norm 25); f is negated for minimisation.
+                 dropped: dict | None = None, scaling: str = "public",
+                 domain: PublicDomain | None = None, **defaults) -> Problem:
+    """A Problem from raw inputs and the objective in its own sense; f is negated for
+    minimisation. scaling="public" (the default, needs `domain`) prepares the rows from
+    the scenario's public declaration alone (parties/domain.py), so the release's
+    neighbouring relation is in known units; "ard" and "standardise" are the paper's
+    data-dependent preprocessing (length-scales or standard deviations fitted on the
+    rows, centring, max norm 25), outside every privacy claim and said so.
 
     The preparation (the `n`-row subsample and the length-scale fit) is a property of
     the dataset, not of the run: it draws from PREPARATION_SEED whatever `seed` is, so
@@ -102,8 +109,26 @@ def data_problem(name: str, X_raw: np.ndarray, objective: np.ndarray, seed: int 
     X_raw, objective = subsample((np.asarray(X_raw, float), np.asarray(objective, float)), n,
                                  PREPARATION_SEED)
     f = objective if sense == "maximise" else -objective
-    X = prepare_inputs(X_raw, f, PREPARATION_SEED, scaling)
-    defaults.setdefault("kernel", fitted_prior())
+    clipped, preparation = 0, ""
+    if scaling == "public":
+        if domain is None:
+            raise ValueError(f"scenario {name} declares no public domain: give its bounds, "
+                             "or prepare with scaling='ard' (not covered by the privacy claim)")
+        X, clipped = domain.prepare(X_raw)
+        defaults.setdefault("kernel", fitted_prior(lengthscale=domain.kernel_lengthscale))
+    else:
+        X = prepare_inputs(X_raw, f, PREPARATION_SEED, scaling)
+        domain, preparation = None, DATA_DEPENDENT[scaling]
+        defaults.setdefault("kernel", fitted_prior())
     sigma_y = fit_signal_std(X, f, rng_for(PREPARATION_SEED, "signal-std"))
     return Problem(name, X, f, sense=sense, source=source, dropped=dict(dropped or {}),
-                   signal_std=sigma_y, signal_std_source=ML_SIGMA_Y, **defaults)
+                   signal_std=sigma_y, signal_std_source=ML_SIGMA_Y, domain=domain,
+                   clipped=clipped, preparation=preparation, **defaults)
+
+
+DATA_DEPENDENT = {
+    "ard": "ARD length-scales fitted on the curator's own rows, centring on their mean and "
+           "scaling by their largest norm to 25 (the paper's preprocessing)",
+    "standardise": "each column divided by its standard deviation over the curator's rows, "
+                   "centring on their mean and scaling by their largest norm to 25",
+}

@@ -21,6 +21,7 @@ from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, Pr
 from pobo.protocol.messages import Error, ReleaseRequest
 from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from pobo.protocol.transcript import Transcript
+from pobo.parties.statement import privacy_lines
 from pobo.scenarios.runspec import LISTENING  # noqa: F401  (re-exported)
 from pobo.scenarios.session import Signing, curate, open_channel, optimise
 from pobo.transport.security import CurveClient, CurveServer, start_authenticator
@@ -97,6 +98,8 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
             on_bound(hub.endpoint)
         if verbose:
             print(LISTENING + hub.endpoint, flush=True)
+            for line in privacy_lines(service.privacy_unit()):  # what the release protects
+                print("[curator] " + line, flush=True)
         while not slots.done.is_set():
             accepting = asyncio.ensure_future(hub.accept(accept_timeout))
             finished = asyncio.ensure_future(slots.done.wait())

@@ -73,8 +73,11 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
     cells: dict[tuple, list[float]] = defaultdict(list)
     raws: dict[tuple, list[float]] = defaultdict(list)
     lifted: dict[tuple, list[bool]] = defaultdict(list)
+    several = len({r.get("lift") for r in rows if r["policy"] == "private"}) > 1
     for row in rows:
-        key = (strategy_label(row), row.get("beta_scale"), row.get("ldp_epsilon"),
+        release = (f" [{row['lift']}]" if several and row["policy"] == "private"
+                   and row["strategy"] != "random" else "")
+        key = (strategy_label(row) + release, row.get("beta_scale"), row.get("ldp_epsilon"),
                row["epsilon"], row["r"] if row["epsilon"] is not None else None)
         cells[key].append(float(row[metric]))
         raws[key].append(float(row["simple_regret"]))
@@ -104,6 +107,46 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
                      f"{m:.4f} ± {se:.4f} |" + (f" {rm:.4f} ± {rse:.4f} |" if raw else "")
                      + f" {len(values)} | {admissible} |{extra}")
     return "\n".join(line for i, line in enumerate(lines) if line or i in (1, 4)).strip() + "\n"
+
+
+def frontier(rows: list[dict]) -> dict:
+    """The privacy-utility frontier of a sweep over releases: {line: [(eps, mean, se)]}
+    for GP-UCB under each release, and the random and non-private reference lines (their
+    one value repeated at every epsilon). The metric is hits for a hits scenario, else
+    S_T / sigma_y."""
+    column, _ = METRICS["hits" if rows and rows[0].get("metric") == "hits" else "simple_regret"]
+    epsilons = sorted({r["epsilon"] for r in rows if r["epsilon"] is not None})
+    lines: dict[str, list] = {}
+    for lift in sorted({r["lift"] for r in rows if r["policy"] == "private"}):
+        lines[lift] = [(e, *mean_se([r[column] for r in rows if r["lift"] == lift
+                                     and r["epsilon"] == e and r["strategy"] == "gp-ucb"
+                                     and r["policy"] == "private"])) for e in epsilons]
+    for name, pick in (("random", lambda r: r["strategy"] == "random"),
+                       ("non-private", lambda r: r["policy"] == "non-private"
+                        and r["strategy"] == "gp-ucb")):
+        values = [r[column] for r in rows if pick(r)]
+        if values:
+            lines[name] = [(e, *mean_se(values)) for e in epsilons]
+    return {k: [p for p in v if not math.isnan(p[1])] for k, v in lines.items()}
+
+
+def frontier_table(rows: list[dict]) -> str:
+    """The frontier as a markdown table: one row per epsilon, one column per line."""
+    lines = frontier(rows)
+    hits = rows[0].get("metric") == "hits"
+    epsilons = sorted({e for points in lines.values() for e, _, _ in points})
+    head = (f"### Privacy-utility frontier: {rows[0]['scenario']}, "
+            f"{'hits (more is better)' if hits else 'S_T / σ_y (less is better)'}, mean ± se "
+            f"over {len({r['seed'] for r in rows})} seeds, T = {rows[0]['T']}")
+    names = list(lines)
+    out = [head, "", "| eps | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for e in epsilons:
+        cells = []
+        for name in names:
+            found = [(m, se) for x, m, se in lines[name] if x == e]
+            cells.append(f"{found[0][0]:.3g} ± {found[0][1]:.2g}" if found else "—")
+        out.append(f"| {e:.4g} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
 
 
 def admissible_r(scenario: str, options: dict, epsilons, rs, seed: int = 0) -> str:
@@ -221,6 +264,8 @@ def write_report(rows: list[dict], out: Path | str, *, scenario: str, options: d
     out = Path(out)
     write_csv(rows, out / "runs.csv")
     table = markdown_table(rows, paper, title)
+    if len({r["lift"] for r in rows if r["policy"] == "private"}) > 1:
+        table += "\n" + frontier_table(rows)
     about = dataset if dataset is not None else admissible_r(scenario, options, epsilons, rs)
     (out / "table.md").write_text(table + "\n" + about + "\n")
     text = table + "\n" + ("" if dataset is not None else about + "\n")

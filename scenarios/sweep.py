@@ -45,17 +45,20 @@ class SweepSpec:
     lift: str = DEFAULT_LIFT  # the paper presets pin "paper" (Algorithm 1 as published)
     moma_ks: tuple[int | None, ...] = (None,)  # MoMA epoch lengths (moma-gp-ucb runs only)
     authors_code: bool = False  # reproduce the PO-GP-UCB authors' code (RunConfig.authors_code)
+    lifts: tuple[str, ...] = ()  # several releases to compare (the frontier); () = (lift,)
 
     def runs(self) -> list[tuple[str, RunConfig]]:
         """(run id, config) for every run, seed-major so that a seed's runs are adjacent.
 
         A scenario with public inputs (no projection) runs only its non-private release.
         """
+        lifts = self.lifts or (self.lift,)
         if public_inputs(self.scenario):
-            releases = [(None, None, True)]
+            releases = [(None, None, True, lifts[0])]
         else:
-            releases = [(e, r, False) for e in self.epsilons for r in self.rs]
-            releases += [(None, None, True)] if self.non_private else []
+            releases = [(e, r, False, lift) for lift in lifts for e in self.epsilons
+                        for r in self.rs]
+            releases += [(None, None, True, lifts[0])] if self.non_private else []
         out = []
         for seed in range(self.seeds):
             base = RunConfig(self.scenario, T=self.T, seed=seed, hyper=self.hyper,
@@ -66,16 +69,19 @@ class SweepSpec:
                 for k in ks:
                     for scale in self.beta_scales:
                         for ldp in self.ldp_epsilons:
-                            for eps, r, nonpriv in releases:
+                            # random search ignores Z: one private run per seed suffices
+                            todo = releases[:1] if strategy == "random" and len(lifts) > 1 else releases
+                            for eps, r, nonpriv, lift in todo:
                                 cfg = replace(base, epsilon=eps, r=r, non_private=nonpriv,
                                               strategy=strategy, ldp_epsilon=ldp,
-                                              beta_scale=scale, moma_k=k)
-                                out.append((run_id(cfg), cfg))
+                                              beta_scale=scale, moma_k=k, lift=lift)
+                                out.append((run_id(cfg, len(lifts) > 1), cfg))
         return out
 
 
-def run_id(cfg: RunConfig) -> str:
-    """A file-name-safe id naming a run's parameters."""
+def run_id(cfg: RunConfig, with_lift: bool = False) -> str:
+    """A file-name-safe id naming a run's parameters (and its release, when a sweep
+    compares several)."""
     privacy = ("nonprivate" if cfg.non_private else
                f"eps{'default' if cfg.epsilon is None else format(cfg.epsilon, '.6g')}"
                f"-r{'default' if cfg.r is None else cfg.r}")
@@ -83,6 +89,7 @@ def run_id(cfg: RunConfig) -> str:
     extra += "" if cfg.beta_scale is None else f"-S{cfg.beta_scale:.6g}"
     extra += "" if cfg.moma_k is None else f"-k{cfg.moma_k}"
     extra += "-authors" if cfg.authors_code else ""
+    extra += f"-{cfg.lift}" if with_lift and not cfg.non_private else ""
     return f"{cfg.scenario}-{cfg.strategy}-{privacy}{extra}-seed{cfg.seed}"
 
 

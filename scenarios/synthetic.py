@@ -7,10 +7,14 @@ import numpy as np
 
 from pobo.protocol.messages import KernelParams
 from pobo.parties.preparation import scale_to_max_norm
-from pobo.scenarios.problem import Problem, rng_for
+from pobo.scenarios.problem import Problem, PublicDomain, rng_for
 
 LENGTHSCALE = 6.25  # 0.25 x max norm, as in the authors' code (the paper's text says 1.25)
 SIGNAL_VAR = 1.0
+# the grid's public square [-1, 1]^2, length-scale 0.25 x 25 / (25 / sqrt 2) in its units
+DOMAIN = PublicDomain(("x1", "x2"), (-1.0, -1.0), (1.0, 1.0),
+                      (LENGTHSCALE * math.sqrt(2) / 25,) * 2, ("", ""),
+                      "the grid's square [-1, 1]^2 (public: the grid itself is public)")
 NOISE_VAR = 1e-5
 
 
@@ -45,4 +49,5 @@ def build(seed: int | None, grid: int = 100) -> Problem:
     f = sample_grid_gp(axis, LENGTHSCALE, SIGNAL_VAR, rng_for(seed, "synthetic/f"))
     return Problem("synthetic", X, f, KernelParams("se", LENGTHSCALE, SIGNAL_VAR, NOISE_VAR),
                    epsilon=math.exp(1.1), delta=1e-5, r=10, T=50, noise_var=NOISE_VAR, B=4.0,
-                   source=f"generated from the seed ({grid}x{grid} grid)")
+                   source=f"generated from the seed ({grid}x{grid} grid)", domain=DOMAIN,
+                   row_unit="one grid point")

@@ -3,8 +3,11 @@
 `pobo run table --data FILE.csv --features a,b,c --objective y [--minimise]` (and the
 same for `pobo curator`): the curator reads the named columns with the messy-CSV
 loader (missing cells, percent signs, thousands separators, duplicates: dropped and
-counted), prepares X as the paper does (length-scales fitted on its own rows, centring,
-max norm 25) and serves the objective column as a tabulated f. The objective is exact
+counted) and serves the objective column as a tabulated f. With `--bounds LO:HI,...`
+(one pair per feature, public) X is prepared from them alone (rows clipped to the box,
+length-scales a quarter of each range: parties/domain.py); without them, as the paper
+does (length-scales fitted on the rows, centring, max norm 25), which the privacy unit
+lists as not covered. The objective is exact
 (noise 0); the modeler fits its kernel (declared as initial values only). No bound B on
 |f| is computed from the data: LDP rewards need `--reward-bound B`.
 """
@@ -13,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from pobo.scenarios.loaders import read_columns
-from pobo.scenarios.problem import Problem, data_problem
+from pobo.scenarios.problem import Problem, box_domain, data_problem
 
 
 def columns(names: str | list[str] | tuple[str, ...]) -> list[str]:
@@ -27,7 +30,7 @@ def columns(names: str | list[str] | tuple[str, ...]) -> list[str]:
 
 def build(seed: int | None, data: str | None = None, features: str | None = None,
           objective: str | None = None, minimise: bool = False,
-          n: int | None = None) -> Problem:
+          n: int | None = None, bounds: str | None = None) -> Problem:
     """The Problem of a CSV file's `features` columns and its `objective` column."""
     if data is None or features is None or objective is None:
         raise ValueError("the table scenario needs --data FILE.csv, --features a,b,c and "
@@ -39,8 +42,23 @@ def build(seed: int | None, data: str | None = None, features: str | None = None
     if table.n < 2:
         raise ValueError(f"{data}: fewer than 2 usable rows ({table.describe()})")
     c = table.columns
+    domain = None if bounds is None else declared_domain(names, bounds)
     return data_problem("table", np.column_stack([c[name] for name in names]), c[objective], seed,
-                        sense="minimise" if minimise else "maximise", n=n,
+                        sense="minimise" if minimise else "maximise", n=n, domain=domain,
+                        scaling="ard" if domain is None else "public",
                         source=f"{table.describe()}; features {names}, objective {objective!r}",
                         dropped=table.dropped, epsilon=1.0, delta=min(1e-5, 0.1 / table.n),
                         r=10, T=50, noise_var=0.0, B=None)
+
+
+def declared_domain(names: list[str], bounds: str):
+    """The public domain of `--bounds LO:HI,LO:HI,...`, one pair per feature."""
+    pairs = [part.strip() for part in bounds.split(",") if part.strip()]
+    if len(pairs) != len(names):
+        raise ValueError(f"--bounds gives {len(pairs)} pairs for {len(names)} features")
+    try:
+        lo, hi = zip(*((float(a), float(b)) for a, b in (p.split(":") for p in pairs)))
+    except ValueError:
+        raise ValueError(f"--bounds must be LO:HI pairs separated by commas, got {bounds!r}"
+                         ) from None
+    return box_domain(names, lo, hi, ("",) * len(names), f"declared --bounds {bounds}")

@@ -62,7 +62,7 @@ def test_a_second_session_gets_the_same_projection_and_no_new_charge():
     assert first.session_id != second.session_id and len(first.session_id) == 32
     assert np.array_equal(first.release.Z, second.release.Z)
     charged = service.journal.central_entries()
-    assert [e["mechanism"] for e in charged] == ["po-gp-ucb-projection"]
+    assert [e["mechanism"] for e in charged] == ["gaussian-rows"]
     for _ in range(50):
         service.new_session()
     assert service.journal.central_entries() == charged
@@ -258,7 +258,7 @@ def test_pobo_ledger_prints_the_dataset_ledger_as_json(tmp_path):
     assert data["central"]["budget_epsilon"] == 20.0
     assert data["local"]["max_row_epsilon"] == pytest.approx(1.0)
     assert data["local"]["rows"] == 2 and data["local"]["reports"] == 3
-    assert [e["mechanism"] for e in data["entries"]] == ["po-gp-ucb-projection"]
+    assert [e["mechanism"] for e in data["entries"]] == ["gaussian-rows"]
     assert len(data["sessions"]) == 3 and data["dataset"] == dataset_digest(service.problem)
     text = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True).stdout
     assert "worst-off row 1" in text and "of budget (20" in text

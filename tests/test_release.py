@@ -142,7 +142,7 @@ def test_run_ledger_with_projection_ldp_and_release(tmp_path):
     result = asyncio.run(run_inproc(cfg, tmp_path))
     ledger = result["ledger"]
     assert [e["mechanism"] for e in ledger["entries"]] == [
-        "po-gp-ucb-projection", "release:noisy"]
+        "gaussian-rows", "release:noisy"]
     assert ledger["central"]["epsilon"] == pytest.approx(math.exp(1.1) + 2 * 0.5)
     assert ledger["central"]["delta"] == pytest.approx(1e-5 + 2e-3)
     assert ledger["local"]["reports"] == 6
@@ -159,7 +159,7 @@ def test_budget_refuses_a_release_before_noise_and_a_session_that_cannot_start(t
     cfg = RunConfig(T=4, options={"grid": 10}, release="noisy", budget_epsilon=3.5)
     result = asyncio.run(run_inproc(cfg, tmp_path))
     assert result["release"] is None and "privacy_budget" in result["modeler"]["release_error"]
-    assert [e["mechanism"] for e in result["ledger"]["entries"]] == ["po-gp-ucb-projection"]
+    assert [e["mechanism"] for e in result["ledger"]["entries"]] == ["gaussian-rows"]
     with pytest.raises(PrivacyBudgetExceeded):
         prepare_curator(RunConfig(T=4, options={"grid": 10}, budget_epsilon=1.0))
 

@@ -135,7 +135,7 @@ def test_real_public_files_load(name):
     if not path.exists():
         pytest.skip(f"{path} is not present (the project must work without it)")
     problem = build_problem(name, 0, data=str(path))
-    expected_n = {"hospital": 100_530, "bank": 4_703, "realestate": 2_362}[name]
+    expected_n = {"hospital": 71_518, "bank": 4_703, "realestate": 2_362}[name]
     assert problem.X.shape[0] == expected_n and str(path) in problem.source
     if name == "hospital":
         assert problem.f.mean() == pytest.approx(0.113, abs=0.002)

@@ -1,0 +1,94 @@
+"""The dataset release's privacy statement at the scales people care about.
+
+"(eps, delta)-DP for one row moved by at most 1" says little until one knows what 1 is.
+The Gaussian releases' profiles depend on the neighbouring pair only through the size of
+the move (parties/gaussian.py), so one release has an epsilon at every distance: here at
+one preprocessed unit (with what that is in each feature's own units), at one declared
+kernel length-scale (a move the optimiser can see), and at the public domain's diameter
+(replacing a whole row by any other row of the domain).
+"""
+from __future__ import annotations
+
+import math
+
+from pobo.parties.dataset import Problem
+from pobo.parties.domain import MAX_NORM
+from pobo.parties.gaussian import gaussian_epsilon, sketch_epsilon
+from pobo.protocol.messages import ProjectedDataset
+from pobo.protocol.policy import DP_PROJECTION, GAUSSIAN_ROWS, GAUSSIAN_SKETCH
+
+SEEDED_CLAIM = ("simulation, seeded: no DP claim (whoever knows the seed recomputes the "
+                "noise); the figures say what the same release would give from the OS CSPRNG")
+
+
+def epsilon_at(release: ProjectedDataset, n: int, distance: float) -> float | None:
+    """The release's epsilon at its own delta for one row moved by `distance` preprocessed
+    units (None where no analysis gives one): exact for the Gaussian rows, the
+    chi^2-mixture bound for every fully lifted sketch (also Blocki's constant)."""
+    move = distance * math.sqrt(1.0 - 1.0 / n)  # what centring leaves of the move
+    if release.mechanism == GAUSSIAN_ROWS:
+        return gaussian_epsilon(release.delta, move / release.omega)
+    lifted_sketch = release.mechanism == DP_PROJECTION and release.noise_std > 0 and release.dp
+    if release.mechanism == GAUSSIAN_SKETCH or lifted_sketch:
+        return sketch_epsilon(release.delta, release.omega, release.Z.shape[1], move)
+    if release.mechanism == DP_PROJECTION and release.dp and distance <= 1:
+        return release.epsilon  # the unlifted sketch after a passed test: BT3.1 at |v| <= 1
+    return None
+
+
+def distances(problem: Problem) -> list[tuple[float, str]]:
+    """(distance, what it is): one unit, one declared length-scale, a whole row."""
+    out = [(1.0, "one preprocessed unit" + (
+        ": " + "; ".join(problem.domain.unit_in_features()) if problem.domain else ""))]
+    ls = problem.kernel.lengthscale
+    if isinstance(ls, (int, float)) and ls > 0:
+        out.append((float(ls), "one kernel length-scale (declared)"))
+    diameter = problem.domain.diameter if problem.domain else 2 * MAX_NORM
+    out.append((diameter, "replacing a whole row by any other row of the "
+                + ("public domain" if problem.domain else "radius-25 ball")))
+    return out
+
+
+def release_statement(release: ProjectedDataset, problem: Problem, seeded: bool) -> dict:
+    """The statement of the dataset release: mechanism, (eps, delta), whether a DP claim
+    is made, and epsilon by distance, including `epsilon_whole_row`."""
+    n = release.Z.shape[0]
+    by_distance = [{"distance": d, "what": what, "epsilon": epsilon_at(release, n, d)}
+                   for d, what in distances(problem)]
+    dp = bool(release.dp) and not seeded
+    claim = ("not DP: " + NOT_DP if not release.dp else SEEDED_CLAIM if seeded else
+             f"({release.epsilon:.4g}, {release.delta:.3g})-DP for {problem.row_unit} moved "
+             "by at most 1 preprocessed unit")
+    return {"dp": dp, "claim": claim, "mechanism": release.mechanism,
+            "epsilon": release.epsilon, "delta": release.delta, "noise_std": release.noise_std,
+            "row": problem.row_unit, "epsilon_by_distance": by_distance,
+            "epsilon_whole_row": by_distance[-1]["epsilon"],
+            "preprocessing": ({"public": True, **problem.domain.to_dict()} if problem.domain
+                              else {"public": False, "how": problem.preparation or
+                                    "the scenario's rows as given"})}
+
+
+NOT_DP = ("Algorithm 1 as published: for n - 1 > d neither branch is DP (every column of Z "
+          "lies in the column space of X_c), and its branch reads the exact sigma_min")
+
+
+def statement_lines(statement: dict) -> list[str]:
+    """The statement as a few plain lines, for the curator's start and the run summary."""
+    lines = [f"privacy: {statement['mechanism']}: {statement['claim']}"]
+    for item in statement["epsilon_by_distance"]:
+        eps = item["epsilon"]
+        shown = "no bound" if eps is None else "unbounded" if math.isinf(eps) else f"{eps:.3g}"
+        lines.append(f"  eps at delta {statement['delta']:.3g} for a move of "
+                     f"{item['distance']:.3g}: {shown}  ({item['what']})")
+    if not statement["preprocessing"]["public"]:
+        lines.append("  preprocessing is data-dependent: " + statement["preprocessing"]["how"]
+                     + " (not covered)")
+    return lines
+
+
+def privacy_lines(unit: dict | None) -> list[str]:
+    """The lines of a privacy unit's dataset statement (a run's, or a service's)."""
+    dataset = (unit or {}).get("dataset") or {}
+    if "epsilon_by_distance" not in dataset:
+        return [f"privacy: {dataset.get('claim', 'the non-private baseline: no DP claim')}"]
+    return statement_lines(dataset)
