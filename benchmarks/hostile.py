@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import subprocess
 import sys
@@ -152,6 +153,19 @@ async def flood(endpoint: str, args, n: int) -> tuple[list[float], list[float], 
         ctx.destroy(linger=0)  # closes any socket an interrupted coroutine left open
 
 
+def start_curator(cmd: list[str], home: str) -> tuple[subprocess.Popen, str]:
+    """Start a curator command, its key store in `home` (not the user's); (the process,
+    the endpoint it listens on), its further output drained in a thread."""
+    curator = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True, env={**os.environ, "POBO_HOME": home})
+    line = curator.stdout.readline()
+    if not line.startswith(LISTENING):
+        curator.kill()
+        raise SystemExit(f"the curator did not start: {line!r}")
+    threading.Thread(target=lambda: [None for _ in curator.stdout], daemon=True).start()
+    return curator, line[len(LISTENING):].strip()
+
+
 def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # many short-lived peers
@@ -165,14 +179,8 @@ def main() -> None:
         cmd = [sys.executable, "-m", "pobo", "curator", args.scenario, "--seed", "0",
                "--bind", "tcp://127.0.0.1:0", "--sessions", "0", "--T", str(args.T),
                "--timeout", "30", "--out", out]
-        curator = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                   text=True)
+        curator, endpoint = start_curator(cmd, str(Path(out) / "home"))
         try:
-            line = curator.stdout.readline()
-            if not line.startswith(LISTENING):
-                raise SystemExit(f"the curator did not start: {line!r}")
-            endpoint = line[len(LISTENING):].strip()
-            threading.Thread(target=lambda: [None for _ in curator.stdout], daemon=True).start()
             time.sleep(1.0)
             base = rss_mb(curator.pid)
             sampler = Sampler(curator.pid)

@@ -29,7 +29,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,15 +91,22 @@ async def _serve_async(mode: str) -> None:
         tasks.append(asyncio.ensure_future(echo(await hub.accept(3600))))
 
 
-def start(argv: list[str]) -> tuple[subprocess.Popen, str]:
-    """A server process and the endpoint it prints first; its later output is drained."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith(LISTENING):
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
-    return proc, line[len(LISTENING):].strip()
+def start(argv: list[str], log: Path) -> tuple[subprocess.Popen, str]:
+    """A server process and the endpoint it prints first. Its output goes to the file
+    `log`, read here only until that line: a thread of this process draining a pipe of
+    per-answer lines would take this process's GIL, and so time, from the client."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line, newline, _ = log.read_text().partition("\n")
+        if newline or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if line.startswith(LISTENING):
+        return proc, line[len(LISTENING):].strip()
+    proc.kill()
+    raise RuntimeError(f"server did not start: {log.read_text()[:200]!r}")
 
 
 # ---- the clients: one round trip each ------------------------------------------------
@@ -190,8 +196,9 @@ async def channel_alone(opening: tuple[Welcome, Dataset], rounds: int,
     return times
 
 
-def journal_commits(where: Path, rounds: int, reps: int) -> dict[str, list[float]]:
-    """Seconds per committed answer (with one ledger entry), normal and full interleaved."""
+async def journal_commits(where: Path, rounds: int, reps: int) -> dict[str, list[float]]:
+    """Seconds per committed answer (with one ledger entry), normal and full interleaved:
+    staged and group-committed as the curator does it (`committed()` awaited)."""
     journals = {d: Journal(where / f"commit-{d}.db", durability=d) for d in ("normal", "full")}
     budget, times = Budget(), {d: [] for d in journals}
     seq = 0
@@ -203,6 +210,7 @@ def journal_commits(where: Path, rounds: int, reps: int) -> dict[str, list[float
                 journal.record_answer("s", None, seq, seq % 97,
                                       [Entry("gaussian", 0.01, 0.0, "central", -1)], budget,
                                       lambda: (0.5, 0.5))
+                await journal.committed()
                 times[d].append(time.perf_counter() - start_)
     for journal in journals.values():
         journal.close()
@@ -227,11 +235,12 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
     make_signing_keys(keys)
     T = args.reps * args.block + 100
     me = [sys.executable, __file__, "--serve"]
-    servers = {name: start([*me, name]) for name in ("rep", "router", "hub")}
+    servers = {name: start([*me, name], out / f"{name}.log") for name in ("rep", "router", "hub")}
     curators = {
-        "normal": start(curator_argv(out / "normal", "normal", keys, T)),
-        "full": start(curator_argv(out / "full", "full", keys, T)),
-        "unsigned": start(curator_argv(out / "unsigned", "normal", None, T)),
+        "normal": start(curator_argv(out / "normal", "normal", keys, T), out / "normal.log"),
+        "full": start(curator_argv(out / "full", "full", keys, T), out / "full.log"),
+        "unsigned": start(curator_argv(out / "unsigned", "normal", None, T),
+                          out / "unsigned.log"),
     }
     ctx = zmq.asyncio.Context()
     sync_ctx = zmq.Context()
@@ -308,7 +317,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
 
     sign_us, verify_us = ed25519_costs()
     alone = await channel_alone(opening, args.reps * args.block, out)
-    commits = journal_commits(out, args.block, args.reps)
+    commits = await journal_commits(out, args.block, args.reps)
     print("pieces, measured in this process:")
     print(f"  Ed25519: seal+sign a Reward frame {sign_us:.1f} us, open+verify {verify_us:.1f} us;"
           f" a round trip signs twice and verifies twice: {2 * (sign_us + verify_us) / 1e3:.3f} ms")

@@ -198,6 +198,12 @@ class Curator:
         self._keep(seq, index, measured, value)
         return value
 
+    async def committed(self) -> None:
+        """Return once every answer and reservation made so far is committed to the
+        journal (group commit: several sessions' answers share one COMMIT); raises
+        JournalFault once a journal write has failed."""
+        await self.ledger.journal.committed()
+
     def _keep(self, seq: int, index: int, measured: float, value: float) -> None:
         """Record an answer, keeping the lists in query order (batches answer out of it)."""
         at = bisect.bisect(self._seqs, seq)

@@ -1,8 +1,9 @@
 """The curator's journal: one SQLite database holding all of its durable state.
 
 The prepared dataset's digest (a journal serves one dataset), the projections served
-(each stored once, content-addressed by its parameters, and referenced by every session
-that uses it), every session (its configuration, welcome frame, projection key, status
+(each stored once, keyed by its parameters, and referenced by every session that uses
+it; on disk Z itself is a content-addressed `.npy` file beside the journal, named by its
+SHA-256 in the row, memory-mapped and verified on load), every session (its configuration, welcome frame, projection key, status
 and release), every answered query (committed in the same transaction as its ledger
 entry, before the reward is sent: an answer the modeler saw is never lost and never
 evaluated twice), and the dataset's privacy ledger across all sessions and restarts
@@ -18,11 +19,14 @@ committed answer survives a power loss or an OS crash; "normal" (`synchronous=NO
 leaves the fsync to checkpoints, so a committed answer survives the curator process being
 killed (the log is written to the OS before the commit returns) but the last commits may
 be lost with the machine, and with them ledger charges of rewards the modeler already saw.
-sqlite3 from the standard library: no hand-rolled file format for state that must
-survive a crash.
+Answers and reservations made from a running event loop are group-committed: each in a
+savepoint of the loop turn's one transaction, committed once at the end of the turn
+(`committed()` waits for it; a reward is sent only after). sqlite3 from the standard
+library: no hand-rolled file format for state that must survive a crash.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -35,6 +39,7 @@ from pathlib import Path
 
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.ledger import CENTRAL, LOCAL, Budget, Entry, PrivacyBudgetExceeded, local_summary
+from pobo.protocol.transcript import file_digest
 
 log = logging.getLogger("pobo.journal")
 SCHEMA_VERSION = 3  # 3: evaluations pending (schema 2 journals gain the table on open)
@@ -67,6 +72,7 @@ CREATE TABLE IF NOT EXISTS pending (
 
 
 from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY  # noqa: E402,F401
+NPY_REF = b"pobo-npy-ref\x00"  # a projections.frame naming a .npy file (then JSON) instead of Z
 RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose peer vanished
 FINISHED = ("ok", "failed")
 
@@ -134,7 +140,7 @@ class Journal:
     """A curator's journal; one per curator process, shared by all of its sessions."""
 
     def __init__(self, path: str | Path = ":memory:", busy_timeout: float = 5.0,
-                 durability: str = DEFAULT_DURABILITY) -> None:
+                 durability: str = DEFAULT_DURABILITY, group_commit: bool = True) -> None:
         if durability not in DURABILITY:
             raise ValueError(f"durability {durability!r}: expected one of {', '.join(DURABILITY)}")
         self.path = str(path)
@@ -143,6 +149,9 @@ class Journal:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self.fault: str | None = None  # the cause of the first failed write, if any
+        self.group_commit = group_commit
+        self._group: asyncio.Future | None = None  # the open group transaction's commit
+        self.commits = 0  # transactions committed (COMMITs: fsyncs at durability full)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=busy_timeout)  # how long to wait for another writer
         (version,) = self._db.execute("PRAGMA user_version").fetchone()
@@ -160,47 +169,130 @@ class Journal:
 
     def _transaction(self, statements: list[tuple[str, tuple]] | Callable[[], list],
                      session: str = "", entries: list[Entry] = (),
-                     budget: Budget | None = None, generation: int | None = None) -> None:
+                     budget: Budget | None = None, generation: int | None = None,
+                     grouped: bool = False) -> None:
         """Run `statements` and charge `entries` in one transaction; with a `budget`,
         check every entry against what is spent inside the transaction first; with a
         `generation`, refuse (Superseded) unless it is still the session's current one.
-        `statements` may be a callable, called only once every check has passed."""
+        `statements` may be a callable, called only once every check has passed.
+
+        `grouped` (an answer's write, called from a running event loop): the write joins
+        the group transaction of this loop turn, in a SAVEPOINT of its own (a refused
+        write is rolled back alone, and each one's checks see the writes before it), and
+        the group is committed once, by a callback at the end of the turn: one COMMIT,
+        one fsync at durability full, for every answer staged meanwhile (group commit).
+        The caller awaits `committed()` before it sends what it wrote."""
+        loop = _running_loop() if grouped and self.group_commit else None
         with self._lock:
+            if loop is None:
+                self._commit_group()  # an immediate write never overtakes a staged one
+            joining = loop is not None and self._group is not None  # in a SAVEPOINT
             cur = self._db.cursor()
             try:
-                cur.execute("BEGIN IMMEDIATE")  # waits up to busy_timeout for another writer
-                if generation is not None and self._generation(cur, session) != generation:
-                    raise Superseded(session)
-                now = time.time()
-                for e in entries:
-                    if budget is not None:
-                        why = budget.refusal(e, self._spent(cur, e))
-                        if why is not None:
-                            raise PrivacyBudgetExceeded(why)
-                    cur.execute("INSERT INTO ledger (session, mechanism, epsilon, delta, scope, "
-                                "row, time) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                (session, e.mechanism, e.epsilon, e.delta, e.scope, e.row, now))
-                    if e.scope == LOCAL:
-                        cur.execute("INSERT INTO row_ledger VALUES (?, ?, ?, 1) ON CONFLICT(row) "
-                                    "DO UPDATE SET epsilon = epsilon + excluded.epsilon, "
-                                    "delta = delta + excluded.delta, reports = reports + 1",
-                                    (e.row, e.epsilon, e.delta))
-                for sql, args in (statements() if callable(statements) else statements):
-                    cur.execute(sql, args)
-                cur.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback(cur)
-                if isinstance(exc, sqlite3.IntegrityError):
+                if loop is None:
+                    cur.execute("BEGIN IMMEDIATE")  # waits up to busy_timeout for another writer
+                elif joining:
+                    cur.execute("SAVEPOINT answer")
+                else:  # the group's first write: the transaction is its own
+                    self._open_group(cur, loop)
+                try:
+                    self._apply(cur, statements, session, entries, budget, generation)
+                except BaseException:
+                    if joining:
+                        cur.execute("ROLLBACK TO answer")
+                        cur.execute("RELEASE answer")
                     raise
-                if "locked" in str(exc) or "busy" in str(exc):  # another process writes
-                    raise ProtocolError(f"the curator's journal is busy ({exc}): try again",
-                                        ErrorCode.BUSY) from exc
-                self.fault = self.fault or f"{type(exc).__name__}: {exc}"
-                log.error("journal %s: write failed: %s", self.path, self.fault)
-                raise JournalFault(self.fault) from exc
+                if loop is None:
+                    cur.execute("COMMIT")
+                    self.commits += 1
+                elif joining:
+                    cur.execute("RELEASE answer")
+            except sqlite3.Error as exc:
+                if not joining:
+                    self._abandon(cur)
+                self._raise_failed(exc)
             except BaseException:
-                self._rollback(cur)
+                if not joining:
+                    self._abandon(cur)
                 raise
+
+    def _abandon(self, cur: sqlite3.Cursor) -> None:
+        """Roll back a failed transaction of one write (its own, or a group it opened:
+        nothing else is in that group yet, and the group is dropped)."""
+        self._rollback(cur)
+        group, self._group = self._group, None
+        if group is not None and not group.done():
+            group.set_result(None)
+
+    def _apply(self, cur: sqlite3.Cursor, statements, session: str, entries: list[Entry],
+               budget: Budget | None, generation: int | None) -> None:
+        """The checks and writes of one transaction (see `_transaction`)."""
+        if generation is not None and self._generation(cur, session) != generation:
+            raise Superseded(session)
+        now = time.time()
+        for e in entries:
+            if budget is not None:
+                why = budget.refusal(e, self._spent(cur, e))
+                if why is not None:
+                    raise PrivacyBudgetExceeded(why)
+            cur.execute("INSERT INTO ledger (session, mechanism, epsilon, delta, scope, "
+                        "row, time) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (session, e.mechanism, e.epsilon, e.delta, e.scope, e.row, now))
+            if e.scope == LOCAL:
+                cur.execute("INSERT INTO row_ledger VALUES (?, ?, ?, 1) ON CONFLICT(row) "
+                            "DO UPDATE SET epsilon = epsilon + excluded.epsilon, "
+                            "delta = delta + excluded.delta, reports = reports + 1",
+                            (e.row, e.epsilon, e.delta))
+        for sql, args in (statements() if callable(statements) else statements):
+            cur.execute(sql, args)
+
+    def _raise_failed(self, exc: sqlite3.Error):
+        """Raise what a failed SQLite statement means: the IntegrityError itself, BUSY
+        for another process holding the lock, else a JournalFault (sticky)."""
+        if isinstance(exc, sqlite3.IntegrityError):
+            raise exc
+        if "locked" in str(exc) or "busy" in str(exc):  # another process writes
+            raise ProtocolError(f"the curator's journal is busy ({exc}): try again",
+                                ErrorCode.BUSY) from exc
+        self.fault = self.fault or f"{type(exc).__name__}: {exc}"
+        log.error("journal %s: write failed: %s", self.path, self.fault)
+        raise JournalFault(self.fault) from exc
+
+    def _open_group(self, cur: sqlite3.Cursor, loop: asyncio.AbstractEventLoop) -> None:
+        """Begin this loop turn's group transaction unless it is open; its COMMIT is
+        scheduled for the end of the turn."""
+        if self._group is not None:
+            return
+        cur.execute("BEGIN IMMEDIATE")
+        self._group = loop.create_future()
+        loop.call_soon(self._commit_group)
+
+    def _commit_group(self) -> None:
+        """Commit the open group transaction (if any) and wake everyone waiting for it;
+        a failed COMMIT sets the journal's fault: a JournalFault for all of them."""
+        with self._lock:
+            group, self._group = self._group, None
+            if group is None:
+                return
+            try:
+                self._db.execute("COMMIT")
+                self.commits += 1
+            except sqlite3.Error as exc:  # whatever it was, the staged answers are gone:
+                self._rollback(self._db.cursor())  # the sticky fault `committed` raises
+                self.fault = self.fault or f"{type(exc).__name__}: {exc}"
+                log.error("journal %s: group commit failed: %s", self.path, self.fault)
+            finally:
+                if not group.done():
+                    group.set_result(None)
+
+    async def committed(self) -> None:
+        """Return once every write staged so far is committed; JournalFault once any
+        write has failed (no reward is sent after that, not even a recorded one)."""
+        group = self._group
+        if group is not None:
+            await asyncio.shield(group)
+        if self.fault is not None:
+            raise JournalFault(self.fault)
 
     @staticmethod
     def _rollback(cur: sqlite3.Cursor) -> None:
@@ -228,6 +320,7 @@ class Journal:
     def bind(self, key: str, value: str) -> str:
         """Record meta `key` = `value` unless set; return the value the journal holds."""
         with self._lock:
+            self._commit_group()  # an autocommit write: never inside a staged group
             self._db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (key, value))
             return self.meta(key)
 
@@ -239,20 +332,105 @@ class Journal:
     def set_meta(self, key: str, value: str) -> None:
         """Set a meta value (e.g. the budget last configured)."""
         with self._lock:
+            self._commit_group()  # an autocommit write: never inside a staged group
             self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
-    def projection(self, key: str) -> tuple[bytes, dict] | None:
-        """(dataset frame, curator-private report) of a stored projection, or None."""
+    def projection(self, key: str):
+        """(the stored ProjectedDataset, curator-private report), or None. A projection
+        kept in a .npy file comes back memory-mapped, after its file was checked against
+        the digest the journal holds (JournalError if it is missing or altered)."""
         row = self._db.execute("SELECT frame, report FROM projections WHERE key = ?",
                                (key,)).fetchone()
-        return None if row is None else (row[0], json.loads(row[1]))
+        if row is None:
+            return None
+        frame, report = row
+        from pobo.protocol.codec import decode
 
-    def store_projection(self, key: str, frame: bytes, report: dict, entries: list[Entry],
+        if not frame.startswith(NPY_REF):  # Z held in the row itself (":memory:", older)
+            return decode(frame).release, json.loads(report)
+        ref = json.loads(frame[len(NPY_REF):])
+        Z = self._load_npy(ref["npy"], tuple(ref["shape"]))
+        head = decode(bytes.fromhex(ref["dataset"])).release
+        from dataclasses import replace
+
+        return replace(head, Z=Z), json.loads(report)
+
+    def store_projection(self, key: str, release, report: dict, entries: list[Entry],
                          budget: Budget) -> None:
-        """Store a projection and charge its entries atomically (refused past the budget)."""
+        """Store a projection and charge its entries atomically (refused past the budget).
+        On disk Z goes to a content-addressed .npy file (`projection_dir`), written and
+        fsynced before the row that names it by SHA-256 (no SQLite blob: those stop at
+        1 GB); an in-memory journal keeps the whole Dataset frame in the row."""
+        from dataclasses import replace
+
+        import numpy as np
+
+        from pobo.protocol.codec import encode
+        from pobo.protocol.messages import Dataset
+
+        if self.path == ":memory:":
+            frame = encode(Dataset(release))
+        else:
+            Z = np.ascontiguousarray(release.Z)
+            head = encode(Dataset(replace(release, Z=np.empty((0, Z.shape[1]), Z.dtype))))
+            frame = NPY_REF + json.dumps({"npy": self._save_npy(Z), "shape": list(Z.shape),
+                                          "dataset": head.hex()}).encode()
         self._transaction([("INSERT INTO projections VALUES (?, ?, ?, ?)",
                             (key, frame, json.dumps(report), time.time()))],
                           "", entries, budget)
+
+    @property
+    def projection_dir(self) -> Path:
+        """Where an on-disk journal keeps its projections: `<journal>.projections/`."""
+        return Path(self.path + ".projections")
+
+    def _save_npy(self, Z) -> str:
+        """Write Z as `<sha256 of the file>.npy` (atomically: a temporary file, fsynced,
+        renamed; an existing verified copy is kept); returns the digest."""
+        import os
+        import secrets
+
+        import numpy as np
+
+        folder = self.projection_dir
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{os.getpid()}.{secrets.token_hex(4)}.npy.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                np.save(f, Z, allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())
+            digest = file_digest(tmp)
+            path = folder / f"{digest}.npy"
+            if path.is_file() and file_digest(path) == digest:
+                return digest
+            os.replace(tmp, path)
+            dir_fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)  # the rename itself is durable before the row names it
+            finally:
+                os.close(dir_fd)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return digest
+
+    def _load_npy(self, digest: str, shape: tuple[int, ...]):
+        """The Z of `<digest>.npy`, memory-mapped read-only, once the file hashes to
+        `digest` and holds an array of `shape`; JournalError otherwise."""
+        import numpy as np
+
+        path = self.projection_dir / f"{digest}.npy"
+        if not path.is_file():
+            raise JournalError(f"the journal's projection file {path} is missing")
+        actual = file_digest(path)
+        if actual != digest:
+            raise JournalError(f"the journal's projection file {path} is corrupt: it hashes "
+                               f"to {actual}, the journal holds {digest}")
+        Z = np.load(path, mmap_mode="r", allow_pickle=False)
+        if Z.shape != shape:
+            raise JournalError(f"the journal's projection file {path} holds an array of "
+                               f"shape {Z.shape}, not {shape}")
+        return Z
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -312,7 +490,7 @@ class Journal:
             done.append(evaluate())
             return [("INSERT INTO answers VALUES (?, ?, ?, ?, ?)", (session, seq, row, *done[0]))]
 
-        self._transaction(insert, session, entries, budget, generation)
+        self._transaction(insert, session, entries, budget, generation, grouped=True)
         return done[0]
 
     def reserve(self, session: str, generation: int | None, seq: int, row: int,
@@ -339,7 +517,7 @@ class Journal:
                      (session, seq, row, when[0]))]
 
         try:
-            self._transaction(insert, session, entries, budget, generation)
+            self._transaction(insert, session, entries, budget, generation, grouped=True)
         except _Held as found:  # reserved by a racing connection in between
             return self._held(seq, row, found.row, found.requested)
         return when[0]
@@ -410,7 +588,7 @@ class Journal:
         self._transaction([("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
                             (session, seq, row, measured, value)),
                            ("DELETE FROM pending WHERE session = ? AND seq = ?",
-                            (session, seq))], session, generation=generation)
+                            (session, seq))], session, generation=generation, grouped=True)
 
     def pending(self, session: str | None = None, live: bool = False) -> list[PendingEvaluation]:
         """Pending evaluations, oldest first: all, or one session's; with `live`, only
@@ -473,6 +651,14 @@ class Journal:
             args = [v for _, v in where]
         return [Entry(*r) for r in self._db.execute(sql + " ORDER BY n", args)]
 
+    def ledger_rows(self, after: int = 0, limit: int = -1) -> list[tuple]:
+        """The ledger entries numbered past `after` (at most `limit`; -1: all), in journal
+        order, as (n, session, mechanism, epsilon, delta, scope, row, time): what the
+        ledger's hash chain covers."""
+        return [tuple(r) for r in self._db.execute(
+            "SELECT n, session, mechanism, epsilon, delta, scope, row, time FROM ledger "
+            "WHERE n > ? ORDER BY n LIMIT ?", (after, limit))]
+
     def central_entries(self) -> list[dict]:
         """Every central entry with its session and time, oldest first."""
         return [{"mechanism": m, "epsilon": e, "delta": d, "scope": CENTRAL, "session": s,
@@ -493,6 +679,16 @@ class Journal:
         return local_summary(reports, rows, worst)
 
     def close(self) -> None:
-        """Close the database."""
+        """Commit what is staged and close the database."""
         with self._lock:
+            self._commit_group()
             self._db.close()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None (a synchronous caller)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+

@@ -97,6 +97,7 @@ class Modeler:
         self.fits: list[Fit] = []
         self.release: Release | None = None
         self.release_error: str | None = None
+        self.ledger_head = None  # the curator's closing checkpoint (protocol.checkpoint)
         self.queries: list[int] = []
         self.rewards: list[float] = []
         self._design = (rng.permutation(self.gp.n)[:hyper.n_init]

@@ -1,6 +1,6 @@
 """Randomness that protects privacy: a CSPRNG or a seeded Generator, and lattice Laplace noise.
 
-`NoiseSource` draws from the operating system's CSPRNG (`secrets`, deployment) or
+`NoiseSource` draws from the operating system's CSPRNG (os.urandom, deployment) or
 from a seeded `numpy.random.Generator` (simulation, reproducible); results record
 which. Laplace noise is sampled on a power-of-two lattice with the exact discrete
 Laplace sampler of Canonne, Kamath & Steinke (2020, Algorithm 2), which uses only
@@ -13,7 +13,8 @@ lattice whatever y was. Google's DP library and OpenDP take the same approach.
 from __future__ import annotations
 
 import math
-import secrets
+import os
+import threading
 import zlib
 from fractions import Fraction
 
@@ -21,6 +22,8 @@ import numpy as np
 
 SECURE, SEEDED = "os-csprng", "seeded"
 LATTICE_BITS = 30  # the lattice step is about scale / 2^30
+POOL_BYTES = 4096  # CSPRNG bytes read at once for randbelow
+NORMAL_CHUNK = 1 << 20  # CSPRNG normals drawn per os.urandom read (16 MB of scratch)
 
 
 def rng_for(seed: int | None, stream: str) -> np.random.Generator:
@@ -31,44 +34,82 @@ def rng_for(seed: int | None, stream: str) -> np.random.Generator:
 
 
 class NoiseSource:
-    """Uniform integers and normals from the OS CSPRNG (rng=None) or a seeded Generator."""
+    """Uniform integers and normals from the OS CSPRNG (rng=None) or a seeded Generator.
+
+    The CSPRNG is read in bulk: one os.urandom call per array (`uniform`, and
+    `standard_normal` per chunk of NORMAL_CHUNK draws), and `randbelow` takes its bytes
+    from a POOL_BYTES pool refilled by one os.urandom call. The pool is behind a lock
+    (no two draws share a byte) and is dropped in a forked child (a parent and its child
+    never draw the same bytes). Exactness is unchanged: `randbelow` is rejection
+    sampling on whole random bytes, and `uniform` returns k / 2^53 for k exactly uniform
+    on 1..2^53 - 1 (53 uniform bits, zeros redrawn).
+    """
 
     def __init__(self, rng: np.random.Generator | None = None) -> None:
         self._rng = rng
+        self._pool, self._at, self._pid = b"", 0, os.getpid()
+        self._lock = threading.Lock()
 
     @property
     def mode(self) -> str:
         """'os-csprng' (deployment) or 'seeded' (simulation)."""
         return SECURE if self._rng is None else SEEDED
 
+    def random_bytes(self, count: int) -> bytes:
+        """`count` uniform random bytes: the seeded Generator's, or the OS CSPRNG's."""
+        if self._rng is not None:
+            return self._rng.bytes(count)
+        if count > POOL_BYTES:
+            return os.urandom(count)
+        with self._lock:
+            if self._pid != os.getpid() or self._at + count > len(self._pool):
+                self._pool, self._at, self._pid = os.urandom(POOL_BYTES), 0, os.getpid()
+            start, self._at = self._at, self._at + count
+            return self._pool[start:self._at]
+
     def randbelow(self, n: int) -> int:
         """A uniform integer in [0, n), exactly, for any positive Python int n."""
         if n <= 0:
             raise ValueError(f"randbelow needs n > 0, got {n}")
-        if self._rng is None:
-            return secrets.randbelow(n)
         bits = (n - 1).bit_length() or 1
         nbytes = (bits + 7) // 8
         while True:  # rejection sampling on whole bytes, masked to `bits`
-            value = int.from_bytes(self._rng.bytes(nbytes), "little") & ((1 << bits) - 1)
+            value = int.from_bytes(self.random_bytes(nbytes), "little") & ((1 << bits) - 1)
             if value < n:
                 return value
 
     def uniform(self, size: int) -> np.ndarray:
-        """Uniform doubles in (0, 1) with 53 random bits each."""
+        """Uniform doubles in (0, 1) on the grid k / 2^53 (the seeded Generator's: [0, 1))."""
         if self._rng is not None:
             return self._rng.random(size)
-        ints = np.array([self.randbelow(1 << 53) for _ in range(size)], dtype=np.float64)
-        return (ints + 0.5) / float(1 << 53)
+        k = self._uint53(size)
+        while (zero := np.flatnonzero(k == 0)).size:  # P = 2^-53 each: redrawn, not nudged
+            k[zero] = self._uint53(zero.size)
+        u = k.view(np.int64).astype(np.float64)  # exact: k < 2^53 (int64: numpy's fast cast)
+        u *= 1.0 / (1 << 53)  # exact: a power-of-two factor
+        return u
+
+    def _uint53(self, size: int) -> np.ndarray:
+        """`size` integers uniform on [0, 2^53): the top 53 bits of 8 CSPRNG bytes each."""
+        return np.frombuffer(self.random_bytes(8 * size), dtype=np.uint64) >> np.uint64(11)
 
     def standard_normal(self, size) -> np.ndarray:
-        """Standard normal draws (Box-Muller on `uniform`), e.g. a projection matrix."""
+        """Standard normal draws (Box-Muller on `uniform`, both of each pair), e.g. a
+        projection matrix; drawn NORMAL_CHUNK at a time so the scratch stays small."""
         shape = (size,) if isinstance(size, int) else tuple(size)
         if self._rng is not None:
             return self._rng.standard_normal(shape)
         count = math.prod(shape)
-        u1, u2 = self.uniform(count), self.uniform(count)
-        return (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)).reshape(shape)
+        out = np.empty(count)
+        for start in range(0, count, NORMAL_CHUNK):
+            m = min(NORMAL_CHUNK, count - start)
+            pairs = (m + 1) // 2
+            u = self.uniform(2 * pairs)
+            radius = np.sqrt(-2.0 * np.log(u[:pairs]))
+            angle = (2.0 * math.pi) * u[pairs:]
+            out[start:start + pairs] = radius * np.cos(angle)
+            out[start + pairs:start + m] = (radius * np.sin(angle))[:m - pairs]
+        return out.reshape(shape)
 
 
 def bernoulli(p: Fraction, source: NoiseSource) -> bool:

@@ -231,9 +231,15 @@ class DeferredObjective:
             await asyncio.sleep(self.poll)
 
 
+def complete_lines(text: str) -> list[str]:
+    """The lines of `text` that end with a newline: a last line still being written
+    (`12` of what becomes `123.456`) is left for the next read."""
+    return text.split("\n")[:-1]
+
+
 def ingest_results(path: str | Path, journal: Journal) -> int:
-    """Enter every line `SESSION SEQ VALUE` (whitespace or commas; '#' comments) of a
-    results file whose query is pending in `journal` and has no value yet; returns how
+    """Enter every complete (newline-terminated) line `SESSION SEQ VALUE` (whitespace or
+    commas; '#' comments) of a results file whose query is pending in `journal` and has no value yet; returns how
     many were entered. A line for another journal's session, an answered query or a
     malformed line is skipped (logged): the file may hold every session's results."""
     try:
@@ -244,7 +250,7 @@ def ingest_results(path: str | Path, journal: Journal) -> int:
         return 0
     waiting = {(p.session, p.seq) for p in journal.pending(live=True) if p.measured is None}
     entered = 0
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(complete_lines(text), 1):
         words = line.split("#", 1)[0].replace(",", " ").split()
         if not words:
             continue

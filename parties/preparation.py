@@ -24,8 +24,9 @@ def fit_ard_lengthscales(X: np.ndarray, y: np.ndarray, rng: np.random.Generator,
     vy = float(np.var(ys)) or 1.0
     start = (ard_squared_exponential(spread / 2, vy) if X.shape[1] > 1
              else squared_exponential(float(spread[0] / 2), vy))
-    fit = fit_hyperparameters(start, 0.1 * vy, Xs, ys, rng, restarts)
+    fit = fit_hyperparameters(start, 0.1 * vy, Xs, ys, rng, restarts)  # on one BLAS thread
     return np.asarray(fit.kernel.lengthscales * (X.shape[1] if not fit.kernel.ard else 1))
+
 
 
 def rescale_by_lengthscales(X: np.ndarray, lengthscales: np.ndarray) -> np.ndarray:

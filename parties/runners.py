@@ -14,15 +14,18 @@ import numpy as np
 from pobo.parties.curator import Curator
 from pobo.parties.modeler import HyperFit, Modeler
 from pobo.parties.objective import EvaluationFailed
-from pobo.parties.strategies import KusnerUCB, Robust, Strategy, declaration, for_release
-from pobo.protocol.channel import Channel
+from pobo.parties.strategies import (
+    KusnerUCB, Robust, Strategy, declaration, for_release, under_rules,
+)
+from pobo.protocol.channel import Channel, before_handshake
+from pobo.protocol.policy import CURATOR
 from pobo.protocol.codec import decode
-from pobo.protocol.signing import body_of
+from pobo.protocol.signing import SharedBody, body_of
 from pobo.protocol.transcript import read_transcript
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import (
-    PROTOCOL_VERSION, Dataset, End, Error, Hello, Pending, ProjectedDataset, Query, Release,
-    ReleaseRequest, Reward, SessionParams, Welcome,
+    NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, LedgerHead, Pending,
+    ProjectedDataset, Query, Release, ReleaseRequest, Reward, SessionParams, Welcome, new_nonce,
 )
 
 log = logging.getLogger("pobo.session")
@@ -39,7 +42,9 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         hello: Hello | None = None, asked: dict[int, int] | None = None,
                         max_refusals: int = 10_000, measure: Measure | None = None,
                         on_evaluate: StepCallback | None = None,
-                        on_measured: Callable[[int], None] | None = None) -> str:
+                        on_measured: Callable[[int], None] | None = None,
+                        checkpoint: Callable[[], LedgerHead] | None = None,
+                        dataset: SharedBody | None = None) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
     Every answer is committed to the dataset's journal by `curator` before its reward is
@@ -53,12 +58,22 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     mismatch ends it. A release request goes to `on_release`, which computes it from
     the curator's own record (a refusal, e.g. past the privacy budget, is a typed Error).
     `on_evaluate(seq, row, seconds waited)` is called when an evaluation starts and
-    `on_measured(seq)` when its answer is committed.
+    `on_measured(seq)` when its answer is committed. With `checkpoint` (the dataset
+    ledger's head now) the Welcome carries the head, and the modeler's End is answered
+    with an End carrying it again (protocol.checkpoint). `dataset`: the Dataset message
+    of `release` encoded once for every session (its bytes are then never copied per
+    session).
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
         await receive_hello(channel)
-    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key))
-    await channel.send(Dataset(release))
+    try:
+        head = checkpoint() if checkpoint is not None else NO_LEDGER_HEAD
+    except OSError as exc:  # no session without a head kept: refused, typed, nothing spent
+        await _send_error(channel, ErrorCode.INTERNAL, "the curator cannot keep its ledger "
+                          f"head ({type(exc).__name__}): no session now")
+        raise
+    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key, head))
+    await channel.send(Dataset(release), shared=dataset)
     if asked:
         channel.boundary.restore_queries(asked)
     evaluations: dict[int, asyncio.Task] = {}
@@ -66,6 +81,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     async def evaluate(seq: int, index: int) -> None:
         try:
             value = curator.complete(seq, await measure(seq, index))
+            await curator.committed()  # the answer's group commit, before its reward
         except Exception as exc:  # a failure is answered, never left pending forever
             if not isinstance(exc, ProtocolError):
                 log.error("session %s: query %d (row %d): %s: %s", session_id[:12], seq,
@@ -89,6 +105,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
             fresh = seq not in curator.answered
             try:
                 value = curator.start(seq, index)
+                await curator.committed()  # answered or reserved: durable before any reply
             except ProtocolError as exc:
                 await _send_error(channel, exc.code, str(exc), seq)
                 return
@@ -111,10 +128,9 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                 message = await channel.recv()
             except ProtocolError as exc:
                 refusals += 1
+                await _send_error(channel, exc.code, str(exc), exc.seq)
                 if not exc.recoverable or refusals > max_refusals:
-                    await _send_error(channel, exc.code, str(exc))
                     raise
-                await _send_error(channel, exc.code, str(exc))
                 continue
             if isinstance(message, Query):
                 await on_query(message)
@@ -128,6 +144,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                     continue
                 await channel.send(reply)
             elif isinstance(message, End):
+                if checkpoint is not None:
+                    await _send_closing_end(channel, checkpoint, session_id)
                 return message.reason
             elif isinstance(message, Error):
                 raise PeerError(message.code, message.message)
@@ -138,6 +156,21 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
         for task in evaluations.values():
             task.cancel()
         await asyncio.gather(*evaluations.values(), return_exceptions=True)
+
+
+async def _send_closing_end(channel: Channel, checkpoint: Callable[[], LedgerHead],
+                            session_id: str) -> None:
+    """Answer the modeler's End with the ledger's head. The modeler may be gone already,
+    and a head that cannot be kept (its file unwritable: a full disk) is not sent, the
+    End goes without it: either way the session is over and nothing of it is lost."""
+    try:
+        head = checkpoint()
+    except OSError as exc:
+        log.error("session %s: the ledger head could not be kept (%s): the closing End "
+                  "carries none", session_id[:12], exc)
+        head = NO_LEDGER_HEAD
+    with contextlib.suppress(PeerGone, PeerTimeout):
+        await channel.send(End("closed", head))
 
 
 async def _logged(work) -> None:
@@ -156,11 +189,11 @@ async def receive_hello(channel: Channel) -> Hello:
     try:
         message = await channel.recv()
     except ProtocolError as exc:
-        await _send_error(channel, exc.code, str(exc))
+        await _send_error(channel, exc.code, str(exc), exc.seq)
         raise
     if not isinstance(message, Hello):
-        exc = ProtocolError(f"expected hello, got {type(message).__name__}", ErrorCode.SEQUENCE)
-        await _send_error(channel, exc.code, str(exc))
+        exc = before_handshake(message, CURATOR)
+        await _send_error(channel, exc.code, str(exc), exc.seq)
         raise exc
     return message
 
@@ -196,10 +229,11 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                             else "") + " chooses one query at a time (its proof is sequential)")
     declared, release_delta = declaration(strategy)
     await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else "",
-                             declared, release_delta, channel.sign_key, batch))
+                             declared, release_delta, channel.sign_key, batch, new_nonce()))
     welcome = expect(await channel.recv(), Welcome)
     dataset = expect(await channel.recv(), Dataset)
-    modeler = Modeler(welcome.params, dataset.release, strategy, rng, hyper)
+    modeler = Modeler(welcome.params, dataset.release, under_rules(strategy, welcome.params),
+                      rng, hyper)
     window = QueryWindow(channel, retries, retry_delay, on_pending)
     q = max(1, min(batch, welcome.params.batch))
     next_seq = 1
@@ -242,7 +276,31 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         else:
             modeler.release = expect(reply, Release)
     await channel.send(End("done"))
+    if welcome.ledger != NO_LEDGER_HEAD:
+        modeler.ledger_head = await closing_head(channel)
     return modeler
+
+
+async def closing_head(channel: Channel) -> LedgerHead | None:
+    """The ledger head of the curator's End answering ours (recorded in the transcript),
+    skipping late duplicates; None when it does not come within the timeout (the session
+    is over either way: the Welcome's head is the last commitment then)."""
+    while True:
+        try:
+            message = await channel.recv()
+        except ProtocolError as exc:
+            if exc.code is ErrorCode.DUPLICATE:
+                continue
+            log.warning("the curator's closing End was refused: %s", exc)
+            return None
+        except (PeerTimeout, PeerGone):
+            log.warning("the curator's closing End did not come: its ledger head is not recorded")
+            return None
+        if isinstance(message, End):
+            return None if message.ledger == NO_LEDGER_HEAD else message.ledger
+        if not isinstance(message, (Pending, Reward)):  # a late answer to a retry: skipped
+            log.warning("expected the curator's End, got %s", type(message).__name__)
+            return None
 
 
 # what a curator answers one query with when it may be retried: its evaluation failed,
@@ -327,6 +385,7 @@ class ResumeState:
     answered: list[tuple[int, int, float]]  # (seq, row, reward) in query order
     asked: dict[int, int]  # every query sent: seq -> row
     pending: frozenset[int] = frozenset()  # unanswered queries the curator reported pending
+    ended: bool = False  # the transcript records an End: nothing is left to resume
 
     def check(self, welcome: Welcome, dataset: Dataset) -> None:
         """Refuse to resume against a different session or a different dataset."""
@@ -346,7 +405,9 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     asked: dict[int, int] = {}
     answered: dict[int, tuple[int, float]] = {}
     pending: set[int] = set()
+    ended = False
     for record in read_transcript(transcript, blobs):
+        ended = ended or record.kind == "end"
         if record.kind not in ("welcome", "dataset", "query", "reward", "pending"):
             continue
         message = decode(body_of(record.frame))
@@ -368,7 +429,7 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     if any(asked.get(seq) != row for seq, row, _ in done):
         raise ValueError(f"{transcript}: a reward answers a query never sent")
     return ResumeState(welcome.session, welcome.params, dataset.release.Z, done, asked,
-                       frozenset(pending - set(answered)))
+                       frozenset(pending - set(answered)), ended)
 
 
 async def ask(channel: Channel, query: Query, retries: int,

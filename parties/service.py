@@ -16,11 +16,13 @@ import json
 import math
 import secrets
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
 from pobo.parties.choices import DEFAULT_LIFT, LIFT_MODES  # noqa: F401  (re-exported)
 from pobo.parties.budget import DatasetLedger, session_ledger
+from pobo.parties.checkpoints import HeadFile, LedgerChain, check_not_behind
 from pobo.parties.curator import Curator, Oracle
 from pobo.parties.dataset import Problem, dataset_digest
 from pobo.parties.journal import (
@@ -35,13 +37,15 @@ from pobo.parties.projection import (
     choose_projection, identity_release, lift_test_needed, release_mechanism, singular_values,
 )
 from pobo.parties.statement import release_statement
+from pobo.protocol.checkpoint import ledger_head
 from pobo.protocol.codec import decode, encode
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
 from pobo.protocol.messages import (
-    PROTOCOL_VERSION, Dataset, Mechanism, ProjectedDataset, SessionParams, Welcome,
+    PROTOCOL_VERSION, Dataset, LedgerHead, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
+from pobo.protocol.signing import SharedBody
 
 MAX_FAILURES = 5  # failed evaluations of one query before it is evaluated no more
 LDP_DELTA = 1e-6  # the (eps, delta)-LDP delta when unbounded noise is clipped
@@ -73,6 +77,7 @@ class CuratorSettings:
     reward_bound: float | None = None
     noise_bound: float | None = None
     additive_lift: bool = False
+    distinct: bool = False  # the scenario's rule, announced in the Welcome: no row twice
 
     def __post_init__(self) -> None:
         if self.lift not in LIFT_MODES:
@@ -97,6 +102,14 @@ class CuratorSettings:
             return 0.0, 0.0
         return (0.1 * self.epsilon if self.lift_epsilon is None else float(self.lift_epsilon),
                 self.delta if self.lift_delta is None else float(self.lift_delta))
+
+
+def release_is_dp(settings: CuratorSettings) -> bool:
+    """Whether a release under `settings` can carry a DP claim: not the non-private
+    baseline (X itself), not the paper's lift (it branches on the exact sigma_min), and
+    not seeded randomness (whoever knows the seed recomputes the noise). What the Dataset
+    says as `dp`, result.json at its top and `pobo audit` as "not DP"."""
+    return not (settings.non_private or settings.lift == "paper" or settings.seed is not None)
 
 
 @dataclass(frozen=True)
@@ -213,11 +226,16 @@ class CuratorSession:
 
 
 class CuratorService:
-    """A curator serving one prepared dataset to any number of sessions."""
+    """A curator serving one prepared dataset to any number of sessions.
+
+    With a `head_file` (a path outside the journal) it keeps there the last ledger head
+    it committed to in a Welcome or an End, and refuses (LedgerBehind) to start on a
+    journal whose ledger does not hold that head (protocol.checkpoint)."""
 
     def __init__(self, problem: Problem, settings: CuratorSettings,
                  journal: Journal | None = None, config: dict | None = None,
-                 objective: Objective | None = None, max_batch: int = 1) -> None:
+                 objective: Objective | None = None, max_batch: int = 1,
+                 head_file: str | Path | None = None) -> None:
         if not 1 <= max_batch <= MAX_BATCH:
             raise ValueError(f"--max-batch must lie in [1, {MAX_BATCH}], got {max_batch}")
         if objective is None and problem.f is None:
@@ -241,11 +259,19 @@ class CuratorService:
                                f"{self.digest[:16]}...): each dataset keeps its own journal "
                                "(a dataset generated from the seed needs the same --seed; a "
                                "file, the same --data)")
+        self.chain = LedgerChain(self.journal)
+        self.head_file = None if head_file is None else HeadFile(Path(head_file), self.digest)
+        self._committed = self.head_file.read() if self.head_file is not None else None
+        if self._committed is not None:  # before anything is charged: refused, not spent
+            check_not_behind(self.chain, self._committed, self.head_file.path)
         self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))
         self.ledger = DatasetLedger(self.journal, settings.budget)
         self.ldp = ldp_mechanism(problem, settings)
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
+        # the Dataset every session sends: encoded, hashed and kept once (memory under a
+        # flood of Hellos is one copy, not one per session)
+        self.dataset_body = SharedBody.of(encode(Dataset(self.release)))
         self.params = self._session_params()
         if not settings.non_private:  # `pobo ledger` shows what the release protects
             self.journal.set_meta("privacy_statement", json.dumps(self.privacy_unit()["dataset"]))
@@ -275,8 +301,8 @@ class CuratorService:
                          sort_keys=True)
         stored = self.journal.projection(key)
         if stored is not None:
-            frame, report = stored
-            return key, decode(frame).release, report
+            release, report = stored
+            return key, release, report
         if s.non_private:
             if math.isfinite(s.budget.epsilon):
                 raise PrivacyBudgetExceeded("the non-private baseline releases X itself, which "
@@ -298,8 +324,8 @@ class CuratorService:
                 test_source=NoiseSource(None if seed is None else rng_for(seed, "lift-test")),
                 r_fallback=self.problem.r, additive_lift=s.additive_lift)
             report = asdict(rep)
-        self.journal.store_projection(key, encode(Dataset(release)), report, entries,
-                                      s.budget)
+        release = replace(release, dp=release.dp and release_is_dp(s))
+        self.journal.store_projection(key, release, report, entries, s.budget)
         return key, release, report
 
     def _session_params(self) -> SessionParams:
@@ -319,7 +345,8 @@ class CuratorService:
             reward_bound=declared_bound(problem, s), noise_bound=noise_bound(problem, s,
                                                                              self.ldp),
             noise=problem.noise, budget_epsilon=budget["budget_epsilon"] or 0.0,
-            budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0)
+            budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0,
+            distinct=bool(s.distinct))
 
     def new_session(self, security: str = "in-process", owner: str = "in-process",
                     batch: int = 1) -> CuratorSession:
@@ -349,7 +376,19 @@ class CuratorService:
             raise ProtocolError("the journal lost the session's projection", ErrorCode.INTERNAL)
         welcome = decode(saved.welcome)
         return CuratorSession(self, session_id, saved.ordinal, welcome.params,
-                              decode(stored[0]).release, owner, generation, saved)
+                              stored[0], owner, generation, saved)
+
+    def checkpoint(self) -> LedgerHead:
+        """The dataset ledger's head now, for a Welcome or an End: kept in the head file
+        (when there is one) before it is returned, so no frame commits to a head the
+        file does not hold or extend."""
+        entries, chain = self.chain.current()
+        head = ledger_head(entries, chain, self.ledger.to_dict())
+        if self.head_file is not None and (self._committed is None
+                                           or head.entries > self._committed.entries):
+            self.head_file.write(head)
+            self._committed = head
+        return head
 
     def _check_journal(self) -> None:
         """Refuse new work once a journal write has failed (disk full, I/O error)."""
@@ -414,6 +453,10 @@ def ldp_mechanism(problem: Problem, s: CuratorSettings) -> ConvertToLaplace | No
 NOT_COVERED = (
     "the number of rows n and the dimension d are public",
     "the objective's declared bounds B and R are public constants, not computed from f",
+    "the ledger's rollback protection: a curator refuses a journal behind the ledger head "
+    "it keeps outside it, and every Welcome and End carries a signed head; an operator who "
+    "restores or deletes both the journal and the head file can spend a row's budget again, "
+    "which only an audit of the modelers' transcripts (a fork) then shows",
 )
 FLOAT_GAP = ("the release's Gaussian noise is drawn as floating-point normals (Box-Muller "
              "on 53-bit CSPRNG uniforms): the floating-point attack on textbook samplers "

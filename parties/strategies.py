@@ -111,6 +111,16 @@ class RandomChoice:
         return int(rng.integers(gp.n))
 
 
+def under_rules(strategy, params) -> object:
+    """`strategy` as the session's public rules require: restricted to rows not queried
+    yet when the Welcome says `distinct` (the scenario's rule, e.g. a patient is tested
+    once), for the strategies that choose rows freely (GP-UCB, random); unchanged
+    otherwise."""
+    if getattr(params, "distinct", False) and isinstance(strategy, (GPUCB, RandomChoice)):
+        return Distinct(strategy)
+    return strategy
+
+
 @dataclass(frozen=True)
 class Distinct:
     """`inner` restricted to rows not queried yet: for a tabulated, noise-free outcome

@@ -53,7 +53,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -61,14 +61,20 @@ import numpy as np
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
-from pobo.protocol.messages import Dataset, End, Error, Hello, Release, Reward, Welcome
+from pobo.protocol.checkpoint import Checkpoint, forks
+from pobo.protocol.messages import (
+    NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, Release, Reward, Welcome,
+)
 from pobo.protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
-from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, POLICIES, Boundary
+from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, NON_PRIVATE, POLICIES, Boundary
 from pobo.protocol.transcript import (
     GENESIS, REFUSED, REFUSED_SUMMARY, Record, TranscriptError, blob_dirs, raw_records, resolve,
 )
 
 RELEASE_COST = {"noisy": 2, "noise-free": 1, "lipschitz": 1}
+# transcripts of these protocol versions are audited (version 4 only added rules a
+# version-3 session never needed, PROTOCOL.md: a transcript kept from before still audits)
+AUDITED_VERSIONS = frozenset(range(3, PROTOCOL_VERSION + 1))
 
 
 @dataclass
@@ -86,6 +92,8 @@ class AuditReport:
     unacknowledged: dict | None = None  # paired audit: frames sent, never received
     signatures: str = "unsigned"  # verified | unsigned | unverified (...) | FAILED at record N (...)
     complete: bool = True  # False when the transcript holds no End (cut, or still running)
+    checkpoints: list[Checkpoint] = field(default_factory=list)  # the curator's ledger heads
+    dp: bool | None = None  # what the Dataset says (False: "not DP"); None without one
 
     @property
     def ok(self) -> bool:
@@ -98,15 +106,24 @@ class AuditReport:
                 "session": self.session, "violations": self.violations, "notes": self.notes,
                 "ledger": self.ledger, "refused": self.refused,
                 "unacknowledged": self.unacknowledged, "signatures": self.signatures,
-                "complete": self.complete}
+                "complete": self.complete, "dp": self.dp,
+                "ledger_heads": [{"kind": c.kind, "record": c.record, **asdict(c.head)}
+                                 for c in self.checkpoints]}
 
     def text(self) -> str:
         """The human report."""
         lines = [f"{self.path}: {self.role} transcript, {self.records} records, session "
                  f"{self.session}: {'OK' if self.ok else 'VIOLATIONS'}"]
         lines.append(f"  signatures: {self.signatures}")
+        if self.dp is False:
+            lines.append("  not DP: the release carries no differential-privacy claim "
+                         "(dp: false: non-private, lift paper or seeded randomness)")
         lines += [f"  violation: {v}" for v in self.violations]
         lines += [f"  note: {n}" for n in self.notes]
+        if self.checkpoints:
+            last = self.checkpoints[-1].head
+            lines.append(f"  ledger heads: {len(self.checkpoints)} in the curator's Welcome "
+                         f"and End frames; the last commits to {last.entries} entries (head {last.chain[:16]}...)")
         if self.ledger is not None:
             c = self.ledger["central"]
             loc = self.ledger["local"]
@@ -114,6 +131,16 @@ class AuditReport:
                          f"{c['delta']:.3g}; local reports {loc['reports']} on {loc['rows']} rows,"
                          f" worst-off row eps = {loc['max_row_epsilon']:.6g}")
         return "\n".join(lines)
+
+
+def dataset_is_dp(messages: list, welcome: Welcome) -> bool | None:
+    """What the session's Dataset says of its release (`dp`), False for the
+    non-private policy or seeded randomness whatever it says; None without a Dataset."""
+    data = next((m for _, m in messages if isinstance(m, Dataset)), None)
+    if data is None:
+        return None
+    return bool(data.release.dp and welcome.params.policy != NON_PRIVATE.name
+                and welcome.params.randomness != "seeded")
 
 
 def chain(path: str | Path, report: AuditReport, anchor: dict | None = None) -> list[Record]:
@@ -183,11 +210,12 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
         report.violations.append("no welcome: no session parameters to audit against")
         return report
     report.session = welcome.session
+    report.dp = dataset_is_dp(messages, welcome)
     policy = POLICIES.get(welcome.params.policy)
     if policy is None:
         report.violations.append(f"unknown policy {welcome.params.policy!r} in the welcome")
         return report
-    _replay(messages, Boundary(policy, role), report)
+    _replay(messages, Boundary(policy, role, versions=AUDITED_VERSIONS), report)
     if not any(isinstance(m, End) for _, m in messages):
         last = messages[-1][0] if messages else None
         report.notes.append("session incomplete: no End in this transcript" + (
@@ -195,9 +223,26 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
             + "; whatever it does not hold (a later release, say) the audit cannot see")
         report.complete = False
     report.ledger = recompute_ledger(messages, welcome).to_dict()
+    report.checkpoints = checkpoints(messages, role, str(path))
+    report.violations += [why for _, why in forks(report.checkpoints)]
     if X is not None:
         _check_data(messages, welcome, np.asarray(X, float), f, report)
     return report
+
+
+def checkpoints(messages: list, role: str, path: str) -> list[Checkpoint]:
+    """The ledger heads the curator's Welcomes and Ends carry in a transcript, in order."""
+    by_curator = "sent" if role == CURATOR else "recv"
+    session, opened, out = "", 0.0, []
+    for r, m in messages:
+        if r.kind == "hello":  # a connection opens: the heads it carries are computed later
+            opened = r.time
+        if isinstance(m, Welcome):
+            session = m.session
+        if (isinstance(m, (Welcome, End)) and r.dir == by_curator
+                and m.ledger != NO_LEDGER_HEAD):
+            out.append(Checkpoint(session, r.kind, r.time, m.ledger, path, r.seq, opened))
+    return out
 
 
 def _role(messages: list) -> str:
@@ -273,7 +318,7 @@ def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
             # a resumed connection: a fresh handshake, then the queries asked before count
             report.notes.append(f"record {r.seq}: session resumed")
             carried = dict(boundary.asked)
-            boundary = Boundary(boundary.policy, boundary.role)
+            boundary = Boundary(boundary.policy, boundary.role, versions=AUDITED_VERSIONS)
         try:
             (boundary.outgoing if r.dir == "sent" else boundary.incoming)(m)
         except ProtocolError as exc:
@@ -704,7 +749,11 @@ def check_signatures(messages: list, role: str, keys: dict[str, str] | None,
             if not verify(env, vks[who]):
                 failures.append((r.seq, f"the {who}'s signature on the {r.kind} {r.dir} "
                                  "does not verify with its key"))
-        if link.session != session:
+        # an Error received from a peer connection with no session (PROTOCOL.md 3): its
+        # link names no session and counts from 0 on that connection
+        sessionless = (r.dir == "recv" and isinstance(m, Error) and link.session == ""
+                       and (m.code == ErrorCode.SESSION_LOST.value or peer_seq < 0))
+        if link.session != session and not sessionless:
             failures.append((r.seq, f"the {r.kind} {r.dir} is linked to session "
                              f"{link.session[:40]!r}, not {session[:40]!r}"))
         if r.dir == "sent":
@@ -718,11 +767,14 @@ def check_signatures(messages: list, role: str, keys: dict[str, str] | None,
                                  "the last one this transcript records receiving"))
             sent[hashlib.sha256(r.frame).hexdigest()] = len(sent)
             continue
-        if link.seq < peer_seq or peer_prev.get(link.seq, link.prev) != link.prev:
+        if sessionless:
+            pass  # another connection's numbering: neither going back nor a second prev
+        elif link.seq < peer_seq or peer_prev.get(link.seq, link.prev) != link.prev:
             failures.append((r.seq, f"the {peer_role}'s signed record number {link.seq} "
                              f"goes back (after {peer_seq}) or names two previous records"))
-        peer_seq = max(peer_seq, link.seq)
-        peer_prev[link.seq] = link.prev
+        else:
+            peer_seq = max(peer_seq, link.seq)
+            peer_prev[link.seq] = link.prev
         if link.peer != ZERO:
             at = sent.get(link.peer.hex())
             if at is None:
@@ -738,7 +790,7 @@ def check_signatures(messages: list, role: str, keys: dict[str, str] | None,
                                  "before"))
             else:
                 acked = at
-        elif acked >= 0:
+        elif acked >= 0 and not sessionless:
             failures.append((r.seq, f"the {peer_role} acknowledges nothing after it "
                              "acknowledged a frame"))
         last_recv = hashlib.sha256(r.frame).digest()

@@ -15,12 +15,26 @@ from typing import Protocol
 
 from pobo.protocol.codec import DEFAULT_MAX_FRAME, decode, encode
 from pobo.protocol.errors import ErrorCode, ProtocolError
-from pobo.protocol.messages import PROTOCOL_VERSION, Error, Hello, Message, Welcome, kind_of
+from pobo.protocol.messages import Error, Hello, Message, Query, Welcome, kind_of
 from pobo.protocol.signing import (
-    SIGNED, UNSIGNED, ZERO, Link, Signer, key_id, open_frame, seal, verify, verify_key,
+    SIGNED, UNSIGNED, ZERO, Link, SharedBody, Signer, key_id, link_map, open_frame, seal,
+    verify, verify_key,
 )
-from pobo.protocol.policy import Boundary
+from pobo.protocol.policy import CURATOR, Boundary
 from pobo.protocol.transcript import Transcript
+
+
+def before_handshake(message: Message, role: str) -> ProtocolError:
+    """The refusal of a message other than the opening one on a connection: to the curator,
+    `session_lost` (this connection has no session: a new one, or one the modeler's
+    DEALER re-opened after the curator dropped it; resume the session), naming the query;
+    to the modeler, `sequence`."""
+    seq = getattr(message, "seq", 0) if isinstance(message, Query) else 0
+    if role == CURATOR:
+        return ProtocolError(f"a {kind_of(message)} on a connection with no session (resume "
+                             "the session with a Hello)", ErrorCode.SESSION_LOST, seq)
+    return ProtocolError(f"a {kind_of(message)} before the peer's handshake",
+                         ErrorCode.SEQUENCE, seq)
 
 
 class FramePipe(Protocol):
@@ -46,7 +60,9 @@ class Channel:
     be in `peer_keys` when that is given: '' = unsigned is then refused too) and its links
     checked (the session; a receipt only for a frame this side sent, never going back)
     BEFORE the policy sees it; a frame that fails is refused with a typed ProtocolError
-    (bad_signature, wrong_key) and recorded as refused. A peer whose first frame is bare
+    (bad_signature, wrong_key) and recorded as refused. Verification is always on the hot path,
+    CURVE or not: a curator verifies a query before f is evaluated, a modeler a reward
+    before it uses it. A peer whose first frame is bare
     (no envelope: version-1 framing) is answered bare, and only if it need not sign.
     """
 
@@ -96,11 +112,36 @@ class Channel:
             body = open_frame(self.last_frame).body
             transcript.append("recv", kind_of(decode(body, self.max_frame)), self.last_frame)
 
-    async def send(self, message: Message) -> None:
+    async def send(self, message: Message, shared: SharedBody | None = None) -> None:
         """Check `message` against the policy, encode, seal, record and send it (several
-        tasks may send on one channel: their frames go out one at a time, in order)."""
+        tasks may send on one channel: their frames go out one at a time, in order).
+        `shared`: `message` already encoded once for every session (SharedBody.of(
+        encode(message))): sealed and recorded without copying or hashing the body again,
+        and sent as parts the pipe may pass on without a copy (`send_parts`)."""
         async with self._sending:
-            await self._send(message)
+            if shared is not None and self.bare is not True and not (
+                    self.bare is None and self._last_bare):
+                await self._send_shared(message, shared)
+            else:
+                await self._send(message)
+
+    async def _send_shared(self, message: Message, shared: SharedBody) -> None:
+        self.boundary.outgoing(message)
+        seq, prev = (self.transcript.position if self.transcript is not None
+                     else (self._sends, ZERO))
+        link = Link(self.session_id, seq, prev, self._last_recv)
+        parts, digest, sig = shared.seal(link, self.signer)
+        if self.transcript is not None:
+            self.transcript.append_shared("sent", kind_of(message), shared, link_map(link),
+                                          sig, digest)
+        self._counted_refusal = False
+        self._sent[digest] = self._sends
+        self._sends += 1
+        send_parts = getattr(self.pipe, "send_parts", None)
+        if send_parts is not None:
+            await send_parts(parts)
+        else:
+            await self.pipe.send(b"".join(parts))
 
     async def _send(self, message: Message) -> None:
         self.boundary.outgoing(message)
@@ -157,7 +198,7 @@ class Channel:
         bare = self.bare if self.bare is not None else envelope.bare
         if envelope.bare:
             message = decode(envelope.body, self.max_frame)
-            if isinstance(message, Hello) and message.version != PROTOCOL_VERSION:
+            if isinstance(message, Hello) and message.version not in self.boundary.versions:
                 self.boundary.incoming(message)  # the typed version_mismatch, answered bare
             if self.peer_keys is not None or self.peer_key or self.bare is False:
                 raise ProtocolError("an unsigned bare frame where every frame must be a "
@@ -189,13 +230,20 @@ class Channel:
                 raise ProtocolError("bad signature on the handshake for the key it announces",
                                     ErrorCode.BAD_SIGNATURE)
         elif self.peer_key is None and not isinstance(message, Error):
-            raise ProtocolError(f"a {kind_of(message)} before the peer's handshake",
-                                ErrorCode.SEQUENCE)
-        if link.session != session and not (  # a refusal before any session was settled
-                isinstance(message, Error) and self.peer_key is None and link.session == ""):
+            raise before_handshake(message, self.boundary.role)
+        elif self.peer_key is None and self.peer_keys is not None and "" not in self.peer_keys \
+                and not any(verify(envelope, verify_key(k)) for k in self.peer_keys):
+            # an Error before the handshake from a peer whose key this side knows already
+            raise ProtocolError("an Error before the handshake not signed by an expected "
+                                "key", ErrorCode.BAD_SIGNATURE)
+        # an Error from a peer connection with no session: a refusal before any session
+        # was settled, or the curator's session_lost (its link counts from 0 again)
+        sessionless = isinstance(message, Error) and link.session == "" and (
+            self.peer_key is None or message.code == ErrorCode.SESSION_LOST.value)
+        if link.session != session and not sessionless:
             raise ProtocolError(f"the frame is linked to session {link.session[:40]!r}, this "
                                 f"is {session[:40]!r}", ErrorCode.BAD_SIGNATURE)
-        if link.seq < self._peer_seq:
+        if link.seq < self._peer_seq and not sessionless:
             raise ProtocolError(f"the peer's record number went back from {self._peer_seq} "
                                 f"to {link.seq}", ErrorCode.BAD_SIGNATURE)
         acked = self._acked
@@ -207,7 +255,7 @@ class Channel:
             if acked < self._acked:
                 raise ProtocolError("the frame acknowledges an older frame than the peer "
                                     "did before", ErrorCode.BAD_SIGNATURE)
-        elif self._acked >= 0:
+        elif self._acked >= 0 and not sessionless:  # a session-less link accepted nothing
             raise ProtocolError("the frame acknowledges nothing after the peer acknowledged "
                                 "a frame", ErrorCode.BAD_SIGNATURE)
 
@@ -216,7 +264,8 @@ class Channel:
             if acked > self._acked:  # frames before the one acknowledged can never be again
                 for digest in [d for d, i in self._sent.items() if i < acked]:
                     del self._sent[digest]
-            self._acked, self._peer_seq = acked, link.seq
+            self._acked = acked
+            self._peer_seq = max(self._peer_seq, link.seq)
             self._last_recv = hashlib.sha256(frame).digest()
             if handshake is not None:
                 self.peer_key, self.session_id, self._peer_vk = handshake

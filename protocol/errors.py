@@ -25,6 +25,8 @@ class ErrorCode(str, Enum):
     BAD_SIGNATURE = "bad_signature"  # a frame whose signature or links do not verify
     WRONG_KEY = "wrong_key"  # a peer signing key other than the one expected (or none)
     EVALUATION_FAILED = "evaluation_failed"  # the objective could not be evaluated: retry
+    SESSION_LOST = "session_lost"  # a message on a connection with no session: resume it
+    REPLAY = "replay"  # a Hello whose nonce the curator has seen already
     INTERNAL = "internal"
 
 
@@ -35,9 +37,10 @@ class PoboError(Exception):
 class ProtocolError(PoboError):
     """A frame or message that is not a valid, allowed protocol message."""
 
-    def __init__(self, message: str, code: ErrorCode = ErrorCode.MALFORMED) -> None:
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.MALFORMED, seq: int = 0) -> None:
         super().__init__(message)
         self.code = ErrorCode(code)
+        self.seq = int(seq)  # the query refused (Error.seq on the wire), 0 for none
 
     @property
     def recoverable(self) -> bool:

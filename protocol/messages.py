@@ -11,7 +11,9 @@ from typing import Union
 
 import numpy as np
 
-PROTOCOL_VERSION = 3  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches, Error.seq
+PROTOCOL_VERSION = 4  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches,
+# Error.seq; 4: Hello.nonce, every per-query Error names its query, refused queries are not
+# asked, session_lost and replay (PROTOCOL.md)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class SessionParams:
     budget_delta: float = 0.0
     security: str = "in-process"  # 'curve', 'plaintext' (ZeroMQ) or 'in-process'
     batch: int = 1  # queries the modeler may keep outstanding (its Hello's, capped by the curator)
+    distinct: bool = False  # the scenario's public rule: never query a row twice (a test result)
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,25 @@ class ProjectedDataset:
 
 
 @dataclass(frozen=True)
+class LedgerHead:
+    """A checkpoint of the dataset's privacy ledger, signed with the frame that carries it
+    (protocol.checkpoint): `chain` is the SHA-256 hash chain over its first `entries`
+    entries in journal order (64 hex digits; '' = no checkpoint, an older curator), with
+    the totals the ledger reported at that point: the central (epsilon, delta) and the
+    worst-off row's local (epsilon, delta)."""
+
+    entries: int
+    chain: str
+    central_epsilon: float
+    central_delta: float
+    max_row_epsilon: float
+    max_row_delta: float
+
+
+NO_LEDGER_HEAD = LedgerHead(0, "", 0.0, 0.0, 0.0, 0.0)  # a frame without a checkpoint
+
+
+@dataclass(frozen=True)
 class Hello:
     """Modeler's opening message: its protocol version, a free-form client name, the
     id of a session to resume ('' for a new one), and the acquisition it declares:
@@ -100,7 +122,9 @@ class Hello:
     GP-UCB with Kusner et al.'s beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) at that delta
     (Algorithm 1 line 3; 0 for any other beta). `sign_key` is the key that signs every
     frame the modeler sends ('' when it signs none). `batch` is how many queries it
-    would like to keep outstanding at once (GP-BUCB); the Welcome grants at most that."""
+    would like to keep outstanding at once (GP-BUCB); the Welcome grants at most that.
+    `nonce` (32 hex digits, 128 random bits from `secrets`; '' = none) makes every
+    opening frame unique: the curator refuses one it has seen (`replay`)."""
 
     version: int
     client: str
@@ -109,16 +133,26 @@ class Hello:
     release_delta: float = 0.0
     sign_key: str = ""  # the modeler's Ed25519 public key (hex); '' = an unsigned modeler
     batch: int = 1
+    nonce: str = ""  # version 4: 32 lowercase hex digits, fresh per Hello
+
+
+def new_nonce() -> str:
+    """A Hello's nonce: 128 bits from the OS CSPRNG, as 32 lowercase hex digits."""
+    import secrets
+
+    return secrets.token_hex(16)
 
 
 @dataclass(frozen=True)
 class Welcome:
-    """Curator's answer to Hello: its version, a session id and the public parameters."""
+    """Curator's answer to Hello: its version, a session id, the public parameters and
+    the dataset ledger's head as the session starts (NO_LEDGER_HEAD: none kept)."""
 
     version: int
     session: str
     params: SessionParams
     sign_key: str = ""  # the curator's Ed25519 public key (hex); '' = an unsigned curator
+    ledger: LedgerHead = NO_LEDGER_HEAD
 
 
 @dataclass(frozen=True)
@@ -193,9 +227,12 @@ class Release:
 
 @dataclass(frozen=True)
 class End:
-    """Either side closes the session, with a reason."""
+    """Either side closes the session, with a reason; the curator answers the modeler's
+    End with its own, carrying the dataset ledger's head as the session ends (a modeler's
+    End carries none)."""
 
     reason: str
+    ledger: LedgerHead = NO_LEDGER_HEAD
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from pobo.protocol.checkpoint import check_head
 from pobo.protocol.errors import ErrorCode, PolicyViolation, ProtocolError
 from pobo.protocol.messages import (
-    PROTOCOL_VERSION, Dataset, Hello, Message, Pending, Query, Release, ReleaseRequest, Reward,
+    PROTOCOL_VERSION, Dataset, End, Error, Hello, Message, Pending, Query, Release, ReleaseRequest, Reward,
     SessionParams, Welcome, kind_of,
 )
 
@@ -24,6 +25,10 @@ GAUSSIAN_SKETCH = "gaussian-sketch"  # (X_c M + omega G)/sqrt(r), omega by the c
 DP_RELEASES = frozenset({DP_PROJECTION, GAUSSIAN_ROWS, GAUSSIAN_SKETCH})
 IDENTITY = "identity"
 LDP_REWARD = "ctl-laplace"
+# the codes whose Error, naming a query the curator has not answered, says it was not
+# asked: its seq and batch slot are free again (PROTOCOL.md 7)
+WITHDRAWING = frozenset({"sequence", "index_out_of_range", "budget_exhausted", "policy",
+                         "privacy_budget"})
 LIFT_TEST = "lift-test"  # the private sigma_min test that decides the lift (parties.projection)
 
 
@@ -64,6 +69,8 @@ def check_message(policy: Policy, sender: str, message: Message) -> None:
     if isinstance(message, Welcome) and message.params.policy != policy.name:
         raise PolicyViolation(f"session announces policy {message.params.policy!r}, "
                               f"this side enforces {policy.name!r}")
+    if isinstance(message, (Welcome, End)):
+        check_head(message.ledger, sender)  # a garbled checkpoint is a typed refusal
     if isinstance(message, Dataset):
         release = message.release
         if release.mechanism not in policy.dataset_mechanisms:
@@ -82,11 +89,12 @@ class Boundary:
     params: SessionParams | None = None
     dataset_sent: bool = False
     hello_seen: bool = False
-    last_query: int = 0
     outstanding: dict[int, int] = field(default_factory=dict)
     asked: dict[int, int] = field(default_factory=dict)  # seq -> row of every query so far
+    fresh: set[int] = field(default_factory=set)  # asked as new, not answered at all yet
     release_requested: bool = False
     released: bool = False
+    versions: frozenset[int] = frozenset({PROTOCOL_VERSION})  # the Hello/Welcome versions admitted
 
     @property
     def peer(self) -> str:
@@ -120,17 +128,13 @@ class Boundary:
             self._check_dataset(message)
             self.dataset_sent = True
         elif isinstance(message, Query):
-            if message.seq <= self.last_query and self.asked.get(message.seq) == message.index:
+            if message.seq in self.asked and self.asked[message.seq] == message.index:
                 self.outstanding[message.seq] = message.index  # an idempotent retry
                 return
             self._check_query(message)
-            if len(self.outstanding) >= self._session("query").batch:
-                raise ProtocolError(f"query {message.seq} would be the "
-                                    f"{len(self.outstanding) + 1}th outstanding; the session "
-                                    f"allows {self.params.batch}", ErrorCode.SEQUENCE)
-            self.last_query = message.seq
             self.asked[message.seq] = message.index
             self.outstanding[message.seq] = message.index
+            self.fresh.add(message.seq)
         elif isinstance(message, ReleaseRequest):
             self._check_release_request(message)
             self.release_requested = True
@@ -147,6 +151,7 @@ class Boundary:
                                     "which is not outstanding", code)
             if not (math.isfinite(message.waited) and message.waited >= 0):
                 raise ProtocolError("a pending message's waited time must be finite and >= 0")
+            self.fresh.discard(message.seq)
         elif isinstance(message, Reward):
             self._check_reward_noise(message)
             if message.seq not in self.outstanding and self.asked.get(message.seq) == message.index:
@@ -156,22 +161,38 @@ class Boundary:
                 raise ProtocolError(f"reward for query {message.seq} (row {message.index}) "
                                     "answers no outstanding query", ErrorCode.SEQUENCE)
             del self.outstanding[message.seq]
+            self.fresh.discard(message.seq)
+        elif isinstance(message, Error) and sender == CURATOR:
+            self._withdraw(message)
+
+    @property
+    def last_query(self) -> int:
+        """The highest seq asked so far (0: none)."""
+        return max(self.asked, default=0)
+
+    def _withdraw(self, error: Error) -> None:
+        """A refused query is not asked (PROTOCOL.md 7): the curator's Error naming a query it
+        has not answered yet, with a refusal code, frees its seq and its batch slot (an
+        Error naming a query already answered, e.g. a retry with another row, changes
+        nothing about it)."""
+        if error.seq in self.fresh and error.code in WITHDRAWING:
+            del self.asked[error.seq], self.outstanding[error.seq]
+        self.fresh.discard(error.seq)  # any other answer (busy, evaluation_failed) takes it
 
     def restore_queries(self, asked: dict[int, int]) -> None:
         """Continue a resumed session: the queries asked before the interruption (seq ->
         row) count as asked; each may be retried, and the next new one is max seq + 1."""
         self.asked = dict(asked)
-        self.last_query = max(asked, default=0)
         self.outstanding = {}
+        self.fresh = set()
 
     def _session(self, what: str) -> SessionParams:
         if self.params is None:
             raise ProtocolError(f"{what} before the welcome", ErrorCode.SEQUENCE)
         return self.params
 
-    @staticmethod
-    def _check_version(version: int) -> None:
-        if version != PROTOCOL_VERSION:
+    def _check_version(self, version: int) -> None:
+        if version not in self.versions:
             raise ProtocolError(f"protocol version {version} is not supported "
                                 f"(this side speaks {PROTOCOL_VERSION})",
                                 ErrorCode.VERSION_MISMATCH)
@@ -201,6 +222,9 @@ class Boundary:
         if not 1 <= message.batch <= MAX_BATCH:
             raise ProtocolError(f"a batch of {message.batch} queries: it must lie in "
                                 f"[1, {MAX_BATCH}]")
+        if message.nonce and not (len(message.nonce) == 32
+                                  and all(c in "0123456789abcdef" for c in message.nonce)):
+            raise ProtocolError("a hello's nonce is 32 lowercase hex digits or ''")
         if message.release_delta > 0 and message.strategy != KUSNER_UCB:
             raise ProtocolError(f"a release delta declares Kusner et al.'s GP-UCB beta; "
                                 f"the strategy is {message.strategy!r}")
@@ -209,9 +233,10 @@ class Boundary:
         params = self._session("release request")
         if self.release_requested:
             raise PolicyViolation("a second release request in one session")
-        if self.last_query < params.T or self.outstanding:
-            raise PolicyViolation(f"a release request before the last query ({self.last_query} "
-                                  f"of {params.T} answered)")
+        if len(self.asked) < params.T or self.outstanding:
+            raise PolicyViolation(f"a release request before the last query "
+                                  f"({len(self.asked) - len(self.outstanding)} of {params.T} "
+                                  "answered)")
         if message.algorithm not in RELEASE_ALGORITHMS:
             raise ProtocolError(f"unknown release algorithm {message.algorithm[:40]!r}")
         if not (message.epsilon > 0 and 0 <= message.delta < 1):
@@ -234,15 +259,27 @@ class Boundary:
                    "announced no reward mechanism"))
 
     def _check_query(self, message: Query) -> None:
-        params = self._session("query")
-        if not self.dataset_sent:
-            raise ProtocolError("query before the dataset", ErrorCode.SEQUENCE)
-        if message.seq != self.last_query + 1:
-            raise ProtocolError(f"query sequence number {message.seq}, expected "
-                                f"{self.last_query + 1}", ErrorCode.SEQUENCE)
-        if message.seq > params.T:
-            raise ProtocolError(f"query {message.seq} exceeds the budget of {params.T}",
-                                ErrorCode.BUDGET_EXHAUSTED)
+        """Refuse a new query, checks in the order of PROTOCOL.md 7: a query before the
+        dataset, a seq below 1 (`sequence`), past T (`budget_exhausted`), a seq asked
+        already with another row (`sequence`), a row outside [0, n) (`index_out_of_range`),
+        one outstanding query too many (`sequence`). Every refusal names the query."""
+        seq = message.seq
+        if self.params is None or not self.dataset_sent:
+            raise ProtocolError(f"query {seq} before the dataset", ErrorCode.SEQUENCE, seq)
+        params = self.params
+        if seq < 1:
+            raise ProtocolError(f"query sequence number {seq}: queries count from 1",
+                                ErrorCode.SEQUENCE, seq)
+        if seq > params.T:
+            raise ProtocolError(f"query {seq} exceeds the budget of {params.T}",
+                                ErrorCode.BUDGET_EXHAUSTED, seq)
+        if seq in self.asked:
+            raise ProtocolError(f"query {seq} was for row {self.asked[seq]}, not "
+                                f"{message.index}", ErrorCode.SEQUENCE, seq)
         if not 0 <= message.index < params.n:
             raise ProtocolError(f"row index {message.index} out of range [0, {params.n})",
-                                ErrorCode.INDEX_OUT_OF_RANGE)
+                                ErrorCode.INDEX_OUT_OF_RANGE, seq)
+        if len(self.outstanding) >= params.batch:
+            raise ProtocolError(f"query {seq} would be the {len(self.outstanding) + 1}th "
+                                f"outstanding; the session allows {params.batch}",
+                                ErrorCode.SEQUENCE, seq)

@@ -9,7 +9,9 @@ it>, "link": {"session", "seq", "prev", "peer"}, "sig": <64 bytes, or b"" unsign
 - `peer`: the SHA-256 of the last frame the sender received from the peer on this
   connection (zeros if none): a receipt for everything up to that frame.
 
-`sig` is Ed25519 (the `cryptography` library) over DOMAIN + a fixed-layout encoding of
+`sig` is Ed25519 (libsodium, through PyNaCl: about twice as fast as OpenSSL through
+`cryptography`, and the same bytes: Ed25519 signatures are deterministic, RFC 8032) over
+DOMAIN + a fixed-layout encoding of
 the link and the SHA-256 of the body, so one signature fixes the message and where it
 stands in the sender's chain and in the conversation. A frame that is not such a map is
 a bare message (protocol version 1 framing): a channel accepts it only in an unsigned
@@ -19,15 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgpack
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey, Ed25519PublicKey,
-)
+from nacl.exceptions import BadSignatureError
+from nacl.signing import SigningKey, VerifyKey
 
 from pobo.protocol.errors import ErrorCode, ProtocolError
 
@@ -60,20 +59,64 @@ class Envelope:
         return self.link is None
 
 
-def signed_bytes(body: bytes, link: Link) -> bytes:
-    """What the signature covers: the domain, the link and the body's SHA-256."""
+def signed_bytes(body: bytes, link: Link, body_digest: bytes | None = None) -> bytes:
+    """What the signature covers: the domain, the link and the body's SHA-256 (given as
+    `body_digest` when already known)."""
     session = link.session.encode()
     return b"".join((DOMAIN, struct.pack(">I", len(session)), session,
                      struct.pack(">q", link.seq), link.prev, link.peer,
-                     hashlib.sha256(body).digest()))
+                     body_digest or hashlib.sha256(body).digest()))
+
+
+def link_map(link: Link) -> dict:
+    """The envelope's `link` map, in its wire order."""
+    return {"session": link.session, "seq": link.seq, "prev": link.prev, "peer": link.peer}
 
 
 def seal(body: bytes, link: Link, signer: "Signer | None") -> bytes:
     """The frame of `body` at `link`, signed by `signer` (empty sig without one)."""
     sig = signer.sign(signed_bytes(body, link)) if signer is not None else b""
-    return msgpack.packb({"body": body, "link": {"session": link.session, "seq": link.seq,
-                                                 "prev": link.prev, "peer": link.peer},
-                          "sig": sig}, use_bin_type=True)
+    return msgpack.packb({"body": body, "link": link_map(link), "sig": sig}, use_bin_type=True)
+
+
+@dataclass(frozen=True, eq=False)
+class SharedBody:
+    """A large body that every session sends (the curator's Dataset), prepared once: its
+    SHA-256, and the envelope's bytes before the body and their running hash, so that
+    sealing it for one more session (`seal`) hashes and packs only the link and the
+    signature and never copies the body: the frame goes out as parts [head, body, tail]
+    whose concatenation is exactly `seal(body, link, signer)` (same bytes, same
+    signature), the body part the same object in every session. `stored` remembers the
+    blob stores that already hold it (protocol.transcript.Transcript.append_shared)."""
+
+    body: bytes
+    digest: bytes
+    head: bytes
+    prefix: object  # hashlib sha256 state after head + body
+    stored: set = field(default_factory=set)
+
+    @classmethod
+    def of(cls, body: bytes) -> "SharedBody":
+        """Prepare `body` (the encoded message) for sealing in many sessions."""
+        body = bytes(body)
+        n = len(body)
+        header = (b"\xc4" + struct.pack(">B", n) if n < 1 << 8 else
+                  b"\xc5" + struct.pack(">H", n) if n < 1 << 16 else
+                  b"\xc6" + struct.pack(">I", n))  # msgpack bin 8/16/32
+        head = b"\x83" + msgpack.packb("body") + header  # a map of 3: body, link, sig
+        prefix = hashlib.sha256(head)
+        prefix.update(body)
+        return cls(body, hashlib.sha256(body).digest(), head, prefix)
+
+    def seal(self, link: Link, signer: "Signer | None") -> tuple[list[bytes], bytes, bytes]:
+        """(the frame's parts, the frame's SHA-256, the signature) at `link`."""
+        sig = (signer.sign(signed_bytes(self.body, link, self.digest)) if signer is not None
+               else b"")
+        tail = b"".join(msgpack.packb(x, use_bin_type=True)
+                        for x in ("link", link_map(link), "sig", sig))
+        whole = self.prefix.copy()
+        whole.update(tail)
+        return [self.head, self.body, tail], whole.digest(), sig
 
 
 def open_frame(frame: bytes, max_frame: int | None = None) -> Envelope:
@@ -134,47 +177,59 @@ def body_of(frame: bytes) -> bytes:
 
 
 class Signer:
-    """An Ed25519 signing key."""
+    """An Ed25519 signing key (libsodium): from its 32-byte seed, a PyNaCl SigningKey or
+    a `cryptography` Ed25519PrivateKey (the same key, the same signatures)."""
 
-    def __init__(self, key: Ed25519PrivateKey) -> None:
+    def __init__(self, key) -> None:
+        if isinstance(key, (bytes, bytearray)):
+            key = SigningKey(bytes(key))
+        elif not isinstance(key, SigningKey):  # a cryptography Ed25519PrivateKey
+            key = SigningKey(_raw_private(key))
         self.key = key
-        self.public = key.public_key()
-        self.public_hex = self.public.public_bytes(serialization.Encoding.Raw,
-                                                   serialization.PublicFormat.Raw).hex()
+        self.public = key.verify_key
+        self.public_hex = self.public.encode().hex()
 
     @classmethod
     def generate(cls) -> "Signer":
-        return cls(Ed25519PrivateKey.generate())
+        return cls(SigningKey.generate())
 
     def sign(self, data: bytes) -> bytes:
-        return self.key.sign(data)
+        """The 64-byte Ed25519 signature of `data`."""
+        return self.key.sign(data).signature
 
     def secret_bytes(self) -> bytes:
-        return self.key.private_bytes(serialization.Encoding.Raw,
-                                      serialization.PrivateFormat.Raw,
-                                      serialization.NoEncryption())
+        """The 32-byte seed: what a sign_secret file holds."""
+        return bytes(self.key)
 
 
-def verify_key(public_hex: str) -> Ed25519PublicKey:
+def _raw_private(key) -> bytes:
+    """The 32 raw bytes of a `cryptography` Ed25519 private key."""
+    from cryptography.hazmat.primitives import serialization
+
+    return key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                             serialization.NoEncryption())
+
+
+def verify_key(public_hex: str) -> VerifyKey:
     """The Ed25519 public key of a 64-hex-digit string; ProtocolError if it is not one."""
     try:
         raw = bytes.fromhex(public_hex)
         if len(raw) != 32:
             raise ValueError
-        return Ed25519PublicKey.from_public_bytes(raw)
-    except ValueError:
+        return VerifyKey(raw)
+    except (ValueError, TypeError):
         raise ProtocolError(f"{public_hex[:80]!r} is not an Ed25519 public key (64 hex digits)",
                             ErrorCode.WRONG_KEY) from None
 
 
-def verify(envelope: Envelope, key: Ed25519PublicKey) -> bool:
+def verify(envelope: Envelope, key: VerifyKey) -> bool:
     """Whether the envelope's signature is the key's over its body and link."""
     if envelope.link is None or len(envelope.sig) != 64:
         return False
     try:
-        key.verify(envelope.sig, signed_bytes(envelope.body, envelope.link))
+        key.verify(signed_bytes(envelope.body, envelope.link), envelope.sig)
         return True
-    except InvalidSignature:
+    except BadSignatureError:
         return False
 
 
@@ -182,13 +237,16 @@ def load_signing_key(path: str | Path) -> Signer:
     """A signing key from a file: 32 raw bytes, 64 hex digits, or PEM (PKCS#8)."""
     data = Path(path).read_bytes()
     if len(data) == 32:
-        return Signer(Ed25519PrivateKey.from_private_bytes(data))
+        return Signer(data)
     text = data.strip()
     if len(text) == 64:
         try:
-            return Signer(Ed25519PrivateKey.from_private_bytes(bytes.fromhex(text.decode())))
+            return Signer(bytes.fromhex(text.decode()))
         except ValueError:
             pass
+    from cryptography.hazmat.primitives import serialization  # PEM only: parsed by cryptography
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
     key = serialization.load_pem_private_key(data, password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} is not an Ed25519 secret key")

@@ -40,7 +40,7 @@ from typing import BinaryIO
 
 import msgpack
 
-from pobo.protocol.signing import rebuild, split_envelope
+from pobo.protocol.signing import SharedBody, rebuild, split_envelope
 
 GENESIS = "0" * 64
 REFUSED = "refused"
@@ -103,7 +103,7 @@ class BlobStore:
         """Store `data` (whose SHA-256 is `digest`) unless a verified copy is there already;
         written to a temporary file and renamed, so a reader never sees half a blob."""
         path = self.root / digest
-        if path.is_file() and path.stat().st_size == len(data) and _file_digest(path) == digest:
+        if path.is_file() and path.stat().st_size == len(data) and file_digest(path) == digest:
             return path
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".{digest}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
@@ -118,7 +118,8 @@ class BlobStore:
         return path
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """The SHA-256 (hex) of a file's bytes, read in chunks (a blob, a stored projection)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
@@ -232,6 +233,24 @@ class Transcript:
             item.update(ref=digest, size=len(frame))
         else:
             item["frame"] = frame
+        self._write(item)
+
+    def append_shared(self, direction: str, kind: str, shared: SharedBody, link: dict,
+                      sig: bytes, frame_digest: bytes) -> None:
+        """`append` for the envelope of a body sealed by `shared.seal` (the same record,
+        byte for byte): the body goes to the blob store once per store, never rehashed
+        or copied per session. Without a blob store the whole frame is recorded."""
+        if self.blobs is None or len(shared.body) <= self.blob_threshold:
+            self.append(direction, kind, rebuild(shared.body, link, sig))
+            return
+        item: dict = {"seq": self._seq, "time": time.time(), "dir": direction, "kind": kind}
+        self._check_open()
+        root = str(self.blobs.root.resolve())
+        if root not in shared.stored:
+            self.blobs.put(shared.body, shared.digest.hex())  # before the record naming it
+            shared.stored.add(root)
+        item.update(ref=shared.digest, size=len(shared.body), fsha=frame_digest, link=link,
+                    sig=sig)
         self._write(item)
 
     def refuse(self, frame: bytes, code: str, error: str) -> bool:

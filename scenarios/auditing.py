@@ -2,14 +2,21 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from pobo.parties.dataset import arrays_digest
 from pobo.protocol.audit import AuditReport, audit_session, audit_transcript, readable_records
+from pobo.protocol.checkpoint import forks
+from pobo.protocol.codec import decode
+from pobo.protocol.errors import PoboError, ProtocolError
+from pobo.protocol.messages import Hello
+from pobo.protocol.signing import body_of
 from pobo.protocol.policy import CURATOR, MODELER
-from pobo.protocol.signing import load_verify_key
+from pobo.protocol.signing import body_of, key_id, load_verify_key
+from pobo.transport.keyfiles import STORE_TRUSTED, pobo_home, trusted_signing_keys
 
 
 def anchor_for(transcript: Path, role: str) -> dict | None:
@@ -73,6 +80,70 @@ def signing_keys(curator_key: Path | None = None, modeler_key: Path | None = Non
     return {CURATOR: load_verify_key(curator_key), MODELER: load_verify_key(modeler_key)}
 
 
+@dataclass(frozen=True)
+class Trust:
+    """The keys an audit verifies with, and where each came from (named in the output):
+    `keys` by role for protocol.audit, or None when some party's key is not trusted
+    (`missing` says which and why)."""
+
+    keys: dict[str, str] | None
+    sources: dict[str, str]
+    missing: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        """What the audit says about the keys it trusted (or could not)."""
+        out = [f"trusted {role} key {key_id(key)} ({self.sources[role]})"
+               for role, key in sorted((self.keys or {}).items())]
+        return out + [f"not verified: {why}" for why in self.missing]
+
+
+def announced_keys(paths: list[Path]) -> dict[str, str]:
+    """role -> the signing key the transcripts' handshake announces (the Hello the
+    modeler's, the Welcome the curator's): what to look up, never what to trust."""
+    found: dict[str, str] = {}
+    for path in paths:
+        for record in readable_records(path):
+            if record.kind in ("hello", "welcome") and record.frame:
+                try:
+                    message = decode(body_of(record.frame))
+                except PoboError:
+                    continue
+                role = MODELER if isinstance(message, Hello) else CURATOR
+                if getattr(message, "sign_key", "") and role not in found:
+                    found[role] = message.sign_key
+    return found
+
+
+def trusted_keys(paths: list[Path], curator_key: Path | None = None,
+                 modeler_key: Path | None = None, keys_dir: Path | None = None,
+                 home: Path | None = None) -> Trust:
+    """The keys to verify `paths` with: the flags' (--curator-key/--modeler-key/--keys),
+    else the user's key store (transport.keyfiles.trusted_signing_keys: their own keys
+    and HOME/trusted/) -- never a keys/ folder beside the transcripts, which whoever
+    re-signed a run would have replaced too."""
+    given = signing_keys(curator_key, modeler_key, keys_dir)
+    if given is not None:
+        where = {CURATOR: str(curator_key or keys_dir), MODELER: str(modeler_key or keys_dir)}
+        return Trust(given, where)
+    trusted = trusted_signing_keys(home)
+    announced = announced_keys(paths)
+    keys, sources, missing = {}, {}, []
+    for role in (CURATOR, MODELER):
+        key = announced.get(role)
+        if not key:
+            missing.append(f"the {role} did not sign (no signing key in the handshake)")
+        elif key not in trusted:
+            base = pobo_home() if home is None else home
+            missing.append(f"the {role} signed with {key_id(key)}, which is not one of your "
+                           f"keys ({base / 'keys'}) nor trusted ({base / STORE_TRUSTED}/), "
+                           f"nor given with --keys/--{role}-key")
+        else:
+            keys[role], sources[role] = key, str(trusted[key])
+    if missing:
+        return Trust(None, sources, tuple(missing))
+    return Trust(keys, sources)
+
+
 def check_data_digest(report: AuditReport, transcript: Path, X: np.ndarray,
                       f: np.ndarray | None) -> None:
     """That the data given are the session's: their digest is the one the curator recorded
@@ -106,7 +177,8 @@ def check_data_digest(report: AuditReport, transcript: Path, X: np.ndarray,
 
 def audit_files(paths: list[Path], data: Path | None = None,
                 blobs: Path | None = None, keys: dict[str, str] | None = None) -> list[AuditReport]:
-    """Audit one transcript, or a curator's and a modeler's of one session (any order);
+    """Audit one transcript, a curator's and a modeler's of one session (any order), or
+    the transcripts of several sessions of one dataset (their ledger heads one chain);
     blob references are read from `blobs`, or beside each transcript (./blobs, ../blobs);
     signatures are verified against `keys` (see signing_keys); `data` must be the
     session's (its digest the curator's record)."""
@@ -121,16 +193,53 @@ def audit_files(paths: list[Path], data: Path | None = None,
 
 def _audit(paths: list[Path], X, f, blobs: Path | None,
            keys: dict[str, str] | None) -> list[AuditReport]:
+    """One report per transcript: a curator's and a modeler's transcript of the same
+    session are audited as a pair; with several sessions, their ledger heads must form
+    one chain (`check_ledger_chain`)."""
     if len(paths) == 1:
         role = CURATOR if paths[0].name.startswith(CURATOR) else MODELER
         return [audit_transcript(paths[0], anchor_for(paths[0], role), X, f, blobs, keys)]
-    if len(paths) != 2:
-        raise ValueError("give one transcript, or the curator's and the modeler's of a session")
-    if _role_of(paths[0]) == MODELER:
-        paths = paths[::-1]
-    return audit_session(paths[0], paths[1],
-                         {CURATOR: anchor_for(paths[0], CURATOR),
-                          MODELER: anchor_for(paths[1], MODELER)}, X, f, blobs, keys)
+    sessions: dict[str, dict[str, Path]] = {}
+    for path in paths:
+        by_role = sessions.setdefault(_session_of(path) or str(path), {})
+        role = _role_of(path)
+        if role in by_role:  # two transcripts of one role and session: each on its own
+            by_role = sessions.setdefault(str(path), {})
+        by_role[role] = path
+    reports: list[AuditReport] = []
+    for by_role in sessions.values():
+        if len(by_role) == 2:
+            reports += audit_session(by_role[CURATOR], by_role[MODELER],
+                                     {role: anchor_for(p, role) for role, p in by_role.items()},
+                                     X, f, blobs, keys)
+        else:
+            (role, path), = by_role.items()
+            reports.append(audit_transcript(path, anchor_for(path, role), X, f, blobs, keys))
+    check_ledger_chain(reports)
+    return reports
+
+
+def check_ledger_chain(reports: list[AuditReport]) -> None:
+    """That the ledger heads of every transcript given form one chain (the dataset's
+    ledger only appended to); a fork is a violation on the report that holds it."""
+    if len({r.session for r in reports}) < 2:
+        return  # one session: its own transcripts were checked one by one
+    by_path = {r.path: r for r in reports}
+    for point, why in forks([c for r in reports for c in r.checkpoints]):
+        report = by_path[point.path]
+        if why not in report.violations:
+            report.violations.append(why)
+
+
+def _session_of(path: Path) -> str | None:
+    """The session id a transcript's first Welcome names (None if it holds none)."""
+    for record in readable_records(path):
+        if record.kind == "welcome" and record.frame:
+            try:
+                return decode(body_of(record.frame)).session
+            except ProtocolError:
+                return None
+    return None
 
 
 def _role_of(path: Path) -> str:

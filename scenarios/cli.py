@@ -4,15 +4,18 @@
   pobo curator SCENARIO --bind EP      the curator alone (separate machines)
   pobo modeler --connect EP            the modeler alone
   pobo sweep [SCENARIO] [--preset P]   a grid of runs, with tables and plots
+  pobo runs [DIR]                      the runs and sweeps under DIR, one line each
   pobo answer --journal DB [SESSION SEQ VALUE]   enter (or list) values awaited on demand
 
 Every command is a thin wrapper over a documented Python call (scenarios.launch.run,
-scenarios.remote.serve_curator, scenarios.remote.connect_modeler).
+scenarios.remote.serve_curator, scenarios.remote.connect_modeler, scenarios.runs.list_runs).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import math
 import os
 import signal
@@ -39,7 +42,7 @@ from pobo.scenarios.presets import PRESETS, Preset
 from pobo.scenarios.registry import build_problem, is_known, is_script, scenario_names
 from pobo.scenarios.config import CONFIGURABLE, apply_config, check_required
 from pobo.scenarios.progress import configure_logging
-from pobo.scenarios.runspec import RunConfig
+from pobo.scenarios.runspec import RunConfig, startup_warnings
 
 if TYPE_CHECKING:
     from pobo.protocol.messages import ReleaseRequest
@@ -51,6 +54,9 @@ SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objec
                     "minimise", "bounds", "prep")
 
 
+DEFAULT_MAX_SESSIONS = 1024  # sessions a curator serves at once (each costs ~35 kB, no Z)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `pobo` console script; returns the exit status."""
     parser = build_parser()
@@ -58,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(getattr(args, "verbose", 0) or 0, getattr(args, "quiet", False))
     _terminate_like_interrupt()
-    _stop_with_parent()
+    args.under_run = _stop_with_parent()
     try:
         if args.command in CONFIGURABLE:
             sub = parser.subcommands[args.command]
@@ -66,7 +72,12 @@ def main(argv: list[str] | None = None) -> int:
                 apply_config(sub, args, argv, args.config)
                 configure_logging(args.verbose or 0, args.quiet)  # the file may set them
             check_required(sub, args, NEEDED[args.command])
-        return args.handler(args)
+        status = args.handler(args)
+        sys.stdout.flush()  # a reader that went away (`| head`) is found here, not at exit
+        return status
+    except BrokenPipeError:  # the reader of our output stopped reading: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (PoboError, ValueError, OSError, sqlite3.Error) as exc:
         print(f"pobo {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -93,12 +104,13 @@ def _raise_interrupt(signum, frame) -> None:
 PARENT_GRACE = 30.0  # seconds a party whose `pobo run` died has to unwind before exiting
 
 
-def _stop_with_parent() -> None:
+def _stop_with_parent() -> bool:
     """A party started by `pobo run` (its stdin a pipe from it, scenarios.launch) stops
     like on SIGTERM when that pipe closes -- `pobo run` died, even by SIGKILL -- and
-    exits PARENT_GRACE s later if it has not by then: no party outlives its run."""
+    exits PARENT_GRACE s later if it has not by then: no party outlives its run. True
+    for such a party."""
     if os.environ.pop(PARENT_PIPE, None) != "1":  # popped: not for the party's children
-        return
+        return False
 
     def watch() -> None:
         try:
@@ -111,6 +123,7 @@ def _stop_with_parent() -> None:
         os._exit(143)
 
     threading.Thread(target=watch, name="pobo-parent-watch", daemon=True).start()
+    return True
 
 
 class Parser(argparse.ArgumentParser):
@@ -193,7 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("audit", help="verify transcripts: chain, policy, ledger, agreement")
     p.add_argument("transcripts", nargs="+", type=Path,
-                   help="a party's transcript, or the curator's and the modeler's of one session")
+                   help="a party's transcript, the curator's and the modeler's of one session, "
+                        "or those of several sessions of one dataset (their signed ledger "
+                        "heads must form one chain: a rolled-back journal shows as a fork)")
     p.add_argument("--data", type=Path,
                    help="the curator's data (.npz with X and f, or .npy X): check that none of "
                         "it appears in anything sent")
@@ -207,7 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--modeler-key", type=Path, metavar="FILE",
                    help="the modeler's public signing key (modeler.sign_public)")
     p.add_argument("--keys", type=Path, metavar="DIR",
-                   help="a `pobo keys` folder holding both public signing keys")
+                   help="a `pobo keys` folder holding both public signing keys (default: "
+                        "the keys of your key store, $POBO_HOME or ~/.pobo: keys/ and "
+                        "trusted/; never a keys/ folder beside the transcripts)")
+    p.add_argument("--allow-unsigned", action="store_true",
+                   help="exit 0 for transcripts without a signature verified against a key "
+                        "you trust (by default: exit status 3)")
     p.set_defaults(handler=_cmd_audit)
 
     p = sub.add_parser("report", help="write one self-contained HTML page about a run or a "
@@ -217,6 +237,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="where to write the page (default RUN_OR_SWEEP_DIR/report.html)")
     p.set_defaults(handler=_cmd_report)
+
+    p = sub.add_parser("runs", help="list the runs and sweeps under a folder, oldest first: "
+                                    "scenario, time, status, policy, ε spent, result")
+    p.add_argument("folder", type=Path, nargs="?", default=Path("runs"), metavar="DIR",
+                   help="where to look (default ./runs), down to 4 levels: a folder with "
+                        "result.json is a run, one with runs.csv a sweep (its runs/ are "
+                        "summarised on its line, not listed), one with only a party's record "
+                        "an incomplete run; TIME is when the result (runs.csv) was written")
+    p.add_argument("--json", action="store_true", help="print the list as JSON")
+    p.set_defaults(handler=_cmd_runs)
 
     p = sub.add_parser("export-data", help="write a scenario's preprocessed X and f (.npz), "
                                            "the curator's private data, for `pobo audit --data`")
@@ -234,9 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--insecure", action="store_true",
                    help="allow binding a non-loopback address without CURVE (plaintext on "
                         "the network: anyone on the path reads Z and the rewards)")
-    p.add_argument("--max-sessions", type=count, default=0,
+    p.add_argument("--max-sessions", type=count, default=DEFAULT_MAX_SESSIONS,
                    help="sessions served at once; a Hello past it is refused with 'busy' "
-                        "(default 0: no cap)")
+                        f"(default {DEFAULT_MAX_SESSIONS}; 0: no cap)")
     p.add_argument("--accept-timeout", type=positive, default=600.0,
                    help="seconds to wait for a modeler to connect")
     p.add_argument("--sessions", type=count, default=1,
@@ -247,12 +277,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "answers are committed before they are sent, and a restarted curator "
                         "serves the same Z, keeps the same ledger and resumes the sessions in "
                         "it (without it the ledger lives for the process only)")
+    p.add_argument("--ledger-head", type=Path, metavar="FILE",
+                   help="where the curator keeps the last ledger head it signed, outside the "
+                        "journal (default JOURNAL.head; beside its keys is better): it refuses "
+                        "to start on a journal behind it")
     _durability_argument(p)
     p.add_argument("--curve-secret", type=Path, help="CURVE: the curator's secret key file")
     p.add_argument("--curve-allow", type=Path,
                    help="CURVE: directory of the modeler public keys to admit")
     p.add_argument("--sign-secret", type=Path, metavar="FILE",
-                   help="the curator's signing key (curator.sign_secret): sign every frame")
+                   help="the curator's signing key (curator.sign_secret): sign every frame "
+                        "(default: your key store's, made once: $POBO_HOME or ~/.pobo)")
+    p.add_argument("--unsigned", action="store_true",
+                   help="sign nothing (an audit of it then exits 3 without --allow-unsigned)")
     p.add_argument("--sign-allow", type=Path, metavar="DIR",
                    help="admit only modelers signing with a key in DIR/*.sign_public")
     p.add_argument("--max-batch", type=positive_int, default=1,
@@ -304,7 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve-secret", type=Path, help="CURVE: the modeler's secret key file")
     p.add_argument("--curve-server", type=Path, help="CURVE: the curator's public key file")
     p.add_argument("--sign-secret", type=Path, metavar="FILE",
-                   help="the modeler's signing key (modeler.sign_secret): sign every frame")
+                   help="the modeler's signing key (modeler.sign_secret): sign every frame "
+                        "(default: your key store's, made once: $POBO_HOME or ~/.pobo)")
+    p.add_argument("--unsigned", action="store_true",
+                   help="sign nothing (an audit of it then exits 3 without --allow-unsigned)")
     p.add_argument("--curator-sign-key", type=Path, metavar="FILE",
                    help="the curator's public signing key (curator.sign_public): refuse a "
                         "curator that signs with another key or none")
@@ -372,13 +412,16 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     _ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=positive,
                    help="make every reward eps-LDP with the CTL Laplace mechanism (Zhou & Tan)")
-    p.add_argument("--budget-eps", type=positive,
+    p.add_argument("--budget-eps", type=budget_value,
                    help="the dataset's central privacy budget over every session and restart: "
-                        "refuse what would exceed it")
+                        "refuse what would exceed it (default: the projection, its lift test "
+                        "and one release of eps 1; 'inf': none, warned)")
     p.add_argument("--budget-delta", type=probability,
-                   help="the budget's delta (default 1/n with --budget-eps, else none)")
-    p.add_argument("--ldp-row-budget", type=positive, metavar="E",
-                   help="refuse a query whose LDP report would take its row past E in total")
+                   help="the budget's delta (default 1/n with --budget-eps; else the "
+                        "projection's, its test's and one release's)")
+    p.add_argument("--ldp-row-budget", type=budget_value, metavar="E",
+                   help="refuse a query whose LDP report would take its row past E in total "
+                        "(default T x --ldp-eps: one session's worth; 'inf': none, warned)")
     p.add_argument("--lift", choices=LIFT_MODES,
                    help="the dataset release: gaussian (the Gaussian mechanism on the rows, "
                         "then rotated; the default), jl ((X_c M + omega G)/sqrt(r), omega by "
@@ -556,6 +599,16 @@ probability = _number(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
 at_least_two = _number(int, lambda v: v >= 2, "an integer >= 2")
 
 
+def budget_value(text: str) -> float:
+    """--budget-eps, --ldp-row-budget: a number > 0, or 'inf' (no budget: warned at start)."""
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    return positive(text)
+
+
+budget_value.__name__ = "a number > 0 or inf"
+
+
 def r_value(text: str) -> int | str:
     """--r: a positive integer or 'auto'."""
     if text == "auto":
@@ -604,6 +657,8 @@ def summary(result: dict) -> str:
                f"(lift {result['lift']})" if gaussian else
                f"omega={result['omega']:.4g} sigma_min={result['sigma_min']:.4g} "
                f"{'lifted' if result['lifted'] else 'not lifted'} (lift {result.get('lift')})"))
+    if result.get("dp") is False:
+        priv += " NOT DP (" + "; ".join(result.get("not_dp") or ["dp: false"]) + ")"
     head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
     head += " [--authors-code: the authors' lift and UCB]" if result.get("authors_code") else ""
     if not result["queries"]:
@@ -676,21 +731,43 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
-    from pobo.scenarios.auditing import audit_files, signing_keys
+    from pobo.scenarios.auditing import audit_files, trusted_keys
 
-    keys = signing_keys(args.curator_key, args.modeler_key, args.keys)
-    reports = audit_files(args.transcripts, args.data, args.blobs, keys)
+    trust = trusted_keys(args.transcripts, args.curator_key, args.modeler_key, args.keys)
+    reports = audit_files(args.transcripts, args.data, args.blobs, trust.keys)
     if args.json:
-        print(json.dumps([r.to_dict() for r in reports], indent=1))
+        print(json.dumps([{**r.to_dict(), "trusted_keys": trust.sources,
+                           "not_verified": list(trust.missing)} for r in reports], indent=1))
     else:
-        print("\n".join(r.text() for r in reports))
-    return 0 if all(r.ok for r in reports) else 2
+        print("\n".join([*trust.lines(), *(r.text() for r in reports)]))
+    return audit_status(reports, args.allow_unsigned)
+
+
+def audit_status(reports: list, allow_unsigned: bool = False) -> int:
+    """`pobo audit`'s exit status: 2 for a violation, 3 when some frame is not verified
+    against a trusted key (unsigned, or signed by a key the user does not trust) unless
+    `allow_unsigned`, else 0."""
+    if not all(r.ok for r in reports):
+        return 2
+    if not allow_unsigned and not all(r.signatures == "verified" for r in reports):
+        print("pobo audit: not every frame verifies against a key you trust (exit 3; "
+              "--allow-unsigned accepts it)", file=sys.stderr)
+        return 3
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from pobo.scenarios.html_report import write_html_report
 
     print(write_html_report(args.folder, args.out))
+    return 0
+
+
+def _cmd_runs(args: argparse.Namespace) -> int:
+    from pobo.scenarios.runs import list_runs, runs_json, runs_table
+
+    entries = list_runs(args.folder)
+    print(runs_json(entries) if args.json else runs_table(entries))
     return 0
 
 
@@ -719,37 +796,102 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+def own_signer(args: argparse.Namespace, role: str):
+    """The Signer a party signs with: --sign-secret, else its key in the user's key store
+    (made once), else None with --unsigned."""
+    from pobo.protocol.signing import key_id, load_signing_key
+    from pobo.transport.keyfiles import store_signing_key
+
+    if args.unsigned:
+        if args.sign_secret is not None:
+            raise ValueError("give --sign-secret or --unsigned, not both")
+        print(f"pobo {role}: warning: --unsigned: no frame is signed; an audit cannot tell "
+              "an edited transcript from this run's", file=sys.stderr, flush=True)
+        return None
+    path = args.sign_secret or store_signing_key(role)
+    signer = load_signing_key(path)
+    logging.getLogger(f"pobo.{role}").debug("signing with %s (%s)", key_id(signer.public_hex),
+                                           path)
+    return signer
+
+
 def _curve_pair(secret: Path | None, other: Path | None, what: str):
     if (secret is None) != (other is None):
         raise ValueError(f"CURVE needs both --curve-secret and --curve-{what}")
     return secret, other
 
 
+PREPARING_FIRST, PREPARING_EVERY = 2.0, 10.0  # seconds to the first "preparing" line, between
+
+
+@contextlib.contextmanager
+def preparing(scenario: str):
+    """Say that the curator prepares its dataset when that takes more than a moment
+    (PREPARING_FIRST s), then every PREPARING_EVERY s until it is done (a fit can take
+    minutes): the operator sees it work, and `pobo run` waits for a curator that says so
+    (scenarios.launch) instead of giving up on it. On stderr: stdout's first line is the
+    endpoint."""
+    start, done, said = time.monotonic(), threading.Event(), []
+
+    def tick() -> None:
+        wait = PREPARING_FIRST
+        while not done.wait(wait):
+            print(f"pobo curator: preparing the dataset ({scenario}, "
+                  f"{time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+            said.append(True)
+            wait = PREPARING_EVERY
+
+    ticker = threading.Thread(target=tick, name="pobo-preparing", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+    if said:
+        print(f"pobo curator: dataset prepared in {time.monotonic() - start:.1f} s",
+              file=sys.stderr, flush=True)
+
+
+def open_files_for(sessions: int) -> None:
+    """Raise this process's open-file limit (soft, up to the hard one) so that
+    `sessions` sessions, each with its transcript and socket, fit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4 * sessions + 256
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard == resource.RLIM_INFINITY
+                                                    else min(want, hard), hard))
+
+
 def _cmd_curator(args: argparse.Namespace) -> int:
     import asyncio
 
     from pobo.parties.journal import Journal
-    from pobo.protocol.signing import load_allowed_keys, load_signing_key
+    from pobo.protocol.signing import load_allowed_keys
     from pobo.scenarios.remote import serve_curator
     from pobo.scenarios.session import Signing, prepare_service
     from pobo.transport.security import CurveServer
 
     config = config_from_args(args)
+    if args.ledger_head is not None and config.journal is None:
+        raise ValueError("--ledger-head needs --journal (a ledger in memory has no head to keep)")
     if args.sessions < 0 or args.max_sessions < 0:
         raise ValueError("--sessions and --max-sessions must be >= 0")
     secret, allowed = _curve_pair(args.curve_secret, args.curve_allow, "allow")
     curve = CurveServer(secret, allowed) if secret else None
-    signing = Signing(curator=load_signing_key(args.sign_secret) if args.sign_secret else None,
+    open_files_for(args.max_sessions or DEFAULT_MAX_SESSIONS)
+    signing = Signing(curator=own_signer(args, "curator"),
                       modeler_keys=load_allowed_keys(args.sign_allow) if args.sign_allow
                       else None)
     writable(args.out)  # refused now, not after a modeler's Hello
-    if config.seed is not None:
-        print(f"pobo curator: warning: --seed {config.seed} draws the projection, the noise "
-              "and the session's measurements from a known seed: for simulation only; every "
-              "record says randomness: seeded", file=sys.stderr, flush=True)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     try:
-        service = prepare_service(config, journal=journal)
+        with preparing(config.scenario):
+            service = prepare_service(config, journal=journal, head_file=args.ledger_head)
+        for line in startup_warnings(config):  # before it serves, once the dataset is built
+            print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
         result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                            max_sessions=args.max_sessions,
                                            accept_timeout=args.accept_timeout, curve=curve,
@@ -758,8 +900,9 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         if journal is not None:
             journal.close()
     results = result if isinstance(result, list) else [result]
-    for r in results:
-        print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
+    if not args.under_run:  # under `pobo run`, which prints the merged summary
+        for r in results:
+            print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
     if args.sessions == 0:  # a service, stopped by SIGINT/SIGTERM: sessions cut short by
         # the stop are interrupted (resumable), which is the normal way to stop it
         return 0 if all(r["status"] in ("ok", "interrupted") for r in results) else 1
@@ -775,6 +918,7 @@ def writable(folder: Path) -> None:
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
     from pobo.parties.budget import describe_journal_ledger, journal_ledger
+    from pobo.parties.checkpoints import LedgerChain
     from pobo.parties.journal import Journal
 
     if not args.journal.exists():
@@ -782,9 +926,12 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     journal = Journal(args.journal)
     try:
         ledger = journal_ledger(journal)
+        entries, head = LedgerChain(journal).current()
     finally:
         journal.close()
-    print(json.dumps(ledger, indent=1) if args.json else describe_journal_ledger(ledger))
+    ledger["chain"] = {"entries": entries, "head": head}  # what the curator's heads commit to
+    print(json.dumps(ledger, indent=1) if args.json else describe_journal_ledger(ledger)
+          + f"\nledger chain: {entries} entries, head {head}")
     return 0
 
 
@@ -827,7 +974,7 @@ def describe_pending(pending: list, as_json: bool = False) -> str:
 def _cmd_modeler(args: argparse.Namespace) -> int:
     import asyncio
 
-    from pobo.protocol.signing import load_signing_key, load_verify_key
+    from pobo.protocol.signing import load_verify_key
     from pobo.scenarios.remote import connect_modeler
     from pobo.scenarios.session import Signing
     from pobo.transport.security import CurveClient
@@ -846,8 +993,7 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
                                          timeout=args.timeout, resume=args.resume,
                                          verbose=args.verbose, batch=args.batch,
                                          patience=args.patience, signing=Signing(
-                                             modeler=load_signing_key(args.sign_secret)
-                                             if args.sign_secret else None,
+                                             modeler=own_signer(args, "modeler"),
                                              curator_key=load_verify_key(args.curator_sign_key)
                                              if args.curator_sign_key else None)))
     print(f"[modeler] {len(result['queries'])} queries; best reward {result['best_reward']} "

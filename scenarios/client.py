@@ -46,9 +46,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pobo.parties.runners import PendingCallback, QueryWindow, expect
+from pobo.parties.runners import PendingCallback, QueryWindow, closing_head, expect
 from pobo.protocol.errors import PeerError, PeerTimeout
 from pobo.protocol.messages import (
+    NO_LEDGER_HEAD,
     PROTOCOL_VERSION,
     Dataset,
     End,
@@ -58,6 +59,7 @@ from pobo.protocol.messages import (
     ReleaseRequest,
     SessionParams,
     Welcome,
+    new_nonce,
 )
 from pobo.protocol.policy import CURATOR, MODELER, RELEASE_ALGORITHMS
 from pobo.scenarios.session import Signing, open_channel, write_json
@@ -97,6 +99,8 @@ class ModelerClient:
         self.rewards: list[float] = []
         self.released: Release | None = None
         self.release_error: str | None = None
+        self.ledger_head = None  # the curator's closing checkpoint (protocol.checkpoint)
+        self._checkpoints = False  # whether the Welcome carried a ledger head
         self._inflight: list[tuple[int, int]] = []  # (seq, row) of a call left unanswered
         self._received: dict[int, float] = {}  # rewards of that call that did arrive
         self._window: QueryWindow | None = None
@@ -165,10 +169,11 @@ class ModelerClient:
         channel = self._channel
         # an external optimizer declares no acquisition: no claim to Kusner's beta_t
         await channel.send(Hello(PROTOCOL_VERSION, client, "", "", 0.0, channel.sign_key,
-                                 batch))
+                                 batch, new_nonce()))
         welcome = expect(await channel.recv(), Welcome)
         dataset = expect(await channel.recv(), Dataset)
         self.params, self.session = welcome.params, welcome.session
+        self._checkpoints = welcome.ledger != NO_LEDGER_HEAD
         self.Z = dataset.release.Z  # read-only (ProjectedDataset freezes it)
         self.dataset = dataset.release
         self._window = QueryWindow(channel, self._retries, on_pending=self._pending_seen)
@@ -325,6 +330,8 @@ class ModelerClient:
                     reason = reason if reason != "done" else "closed early"
                 try:
                     self._run(self._channel.send(End(reason[:200])), 0)
+                    if self._checkpoints:  # the curator's End: its ledger head, recorded
+                        self.ledger_head = self._run(closing_head(self._channel), 1)
                 except Exception as exc:  # the record is still written
                     self._failed = self._failed or f"{type(exc).__name__}: {exc}"
             record = self._record()
@@ -363,6 +370,7 @@ class ModelerClient:
                 "best_reward": None if best is None else self.rewards[best],
                 "release": None if self.released is None else asdict(self.released),
                 "release_error": self.release_error,
+                "ledger_head": None if self.ledger_head is None else asdict(self.ledger_head),
                 "seconds": time.perf_counter() - self._started,
                 "transcript_head": channel.transcript.head if channel and channel.transcript
                 else None,

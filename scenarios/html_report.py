@@ -1,13 +1,17 @@
 """`pobo report DIR`: one self-contained HTML page about a run folder or a sweep folder.
 
-A run folder (result.json): its parameters, privacy ledger and privacy unit, the audit
-of its two transcripts (signatures verified against keys/ when it is there) and its
-regret curve. A sweep folder (runs.csv, runs/RUN/result.json): the table as table.md
-has it, with the paper's column where a preset reports one, and one regret-against-t
-chart per r with every strategy and the non-private baseline. Figures are inline SVG
-drawn here from the numbers: the page loads nothing, from the network or from disk.
-A short inline script measures the figures on load and writes what it found (and any
-script error) into the hidden element #pobo-selfcheck, for a headless browser to read.
+Both pages lead with the answer (section #result): for a run, the best f found against
+f* (simple regret in sigma_y) or, for hospital, the hits against random selection's
+expectation; for a sweep, the best private setting beside random selection and the
+non-private baseline. Beside it the privacy statement: the claim, epsilon per distance,
+the whole-row epsilon and what the ledger spent against its budget. Then the figures (a
+sweep over releases: the privacy-utility frontier; every sweep: one chart with every
+curve), then the details: parameters, ledger, privacy unit, the audit of the run's two
+transcripts (signatures verified against the user's key store, never keys/), the sweep's table. Epsilons are printed as given (%.4g); the page names
+folders, never their absolute paths. Figures are inline SVG drawn here from the numbers:
+the page loads nothing, from the network or from disk. A short inline script measures the
+figures and the answer's position on load and writes what it found (and any script
+error) into the hidden element #pobo-selfcheck, for a headless browser to read.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import csv
 import html
 import json
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +28,19 @@ import numpy as np
 
 from pobo.protocol.errors import PoboError
 from pobo.protocol.ledger import describe_ledger
-from pobo.scenarios.auditing import audit_files, signing_keys
+from pobo.scenarios.auditing import audit_files, trusted_keys
 from pobo.scenarios.presets import PRESETS, Preset
-from pobo.scenarios.report import _eps_label, frontier, markdown_table, strategy_label
+from pobo.scenarios.headline import (
+    eps_label, eps_text, ledger_spent, number, policy_text, run_headline, setting_label,
+    setting_of, spent_text, strategy_label, sweep_headline, sweep_spent, sweep_spent_text,
+    varied_fields,
+)
+from pobo.scenarios.report import frontier, markdown_table
 
 REPORT_NAME = "report.html"
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#17becf", "#7f7f7f", "#bcbd22")
+DASHES = (None, "7 4", "2 3", "9 3 2 3")  # with COLOURS: 40 curves drawn apart
 _STRING_COLUMNS = frozenset({"run", "scenario", "strategy", "metric", "policy", "lift",
                              "sigma_y_source"})
 
@@ -50,17 +61,25 @@ class Curve:
 
 def write_html_report(folder: Path | str, out: Path | str | None = None) -> Path:
     """Write the HTML report of a run or sweep folder to `out` (default FOLDER/report.html)
-    and return its path; ReportError for a folder that is neither."""
+    and return its path; ReportError for a folder that is neither, or whose records
+    hold values of the wrong shape (a list where a number belongs, ...)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReportError(f"no folder at {folder}")
-    if (folder / "result.json").is_file():
-        page = run_report_html(folder)
-    elif (folder / "runs.csv").is_file():
-        page = sweep_report_html(folder)
-    else:
-        raise ReportError(f"{folder} is neither a run folder (result.json) nor a sweep "
-                          "folder (runs.csv)")
+    try:
+        if (folder / "result.json").is_file():
+            page = run_report_html(folder)
+        elif (folder / "runs.csv").is_file():
+            page = sweep_report_html(folder)
+        else:
+            raise ReportError(f"{folder} is neither a run folder (result.json) nor a sweep "
+                              "folder (runs.csv)")
+    except ReportError:
+        raise
+    except (TypeError, KeyError, AttributeError, IndexError, ValueError) as exc:
+        raise ReportError(f"{folder}: malformed: a record of an unexpected shape, or a runs.csv "
+                          f"with a column or value missing ({type(exc).__name__}: {exc})"
+                          ) from None
     path = Path(out) if out is not None else folder / REPORT_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page, encoding="utf-8")
@@ -101,14 +120,69 @@ def run_report_html(folder: Path) -> str:
     if isinstance(result.get("kernel"), dict):
         params.append(("kernel", ", ".join(f"{k} = {_value(v)}"
                                            for k, v in result["kernel"].items())))
-    body = [f"<h1>pobo run: {_e(result.get('scenario', '?'))}</h1>",
-            f"<p class='where'>{_e(folder.resolve())}</p>",
+    body = [f"<h1>pobo run: {_e(result.get('scenario', '?'))}</h1>", _where(folder),
+            "<section id='result'>", "<h2>Result</h2>", run_result_html(result),
+            "<h3>Privacy</h3>", privacy_html(result.get("privacy_unit"), result.get("ledger")),
+            "</section>",
+            f"<h2 id='regret'>{'Hits' if result.get('metric') == 'hits' else 'Regret'}</h2>",
+            _run_figure(result),
             "<h2 id='parameters'>Parameters</h2>", _table(("parameter", "value"), params),
             "<h2 id='ledger'>Privacy ledger</h2>", _ledger_html(result.get("ledger")),
             "<h2 id='privacy-unit'>Privacy unit</h2>", _unit_html(result.get("privacy_unit")),
-            "<h2 id='audit'>Audit</h2>", audit_html(folder),
-            "<h2 id='regret'>Regret</h2>", _run_figure(result)]
+            "<h2 id='audit'>Audit</h2>", audit_html(folder)]
     return _page(f"pobo run: {result.get('scenario', '?')}", body)
+
+
+def _where(folder: Path) -> str:
+    """The folder by its name only: the page may be mailed, its absolute path stays here."""
+    return f"<p class='where'>folder {_e(folder.resolve().name or folder)}</p>"
+
+
+def run_result_html(result: dict) -> str:
+    """A run's answer first: best f found and f* (simple regret in sigma_y), or hits
+    against random selection's expectation, or the best measured value."""
+    head = run_headline(result)
+    rows: list[tuple[str, object]] = []
+    if head["metric"] == "hits" and head["value"] is not None:
+        rows += [("distinct positives found", f"{head['value']:.0f}"),
+                 ("random selection expects", number(head["random"], 3))]
+    elif head["metric"] == "measured":
+        rows += [("best measured value", number(head["best"], 6))]
+    elif head["value"] is not None:
+        rows += [("best f found", number(head["best"], 6)), ("f* (the best row)",
+                                                             number(head["optimum"], 6)),
+                 ("simple regret S_T", f"{head['regret']:.4g} = {head['value']:.4g} σ_y "
+                  f"(σ_y = {head['sigma_y']:.4g}, {result.get('sigma_y_source') or '?'})")]
+    modeler = result.get("modeler") if isinstance(result.get("modeler"), dict) else {}
+    rows += [("queries", len(result.get("queries") or [])), ("T", result.get("T")),
+             ("strategy", modeler.get("strategy")), ("policy", policy_text(result)),
+             ("status", result.get("status"))]
+    return (f"<p class='answer'>{_e(head['text'])}</p>"
+            + _table(("", ""), rows, head=False))
+
+
+def privacy_html(unit: object, ledger: object, spent_line: str | None = None) -> str:
+    """The privacy statement: the claim, epsilon per distance and for a whole row, and
+    what the ledger spent against its budget (or `spent_line` in its place)."""
+    dataset = unit.get("dataset") if isinstance(unit, dict) else None
+    dataset = dataset if isinstance(dataset, dict) else {}
+    claim = dataset.get("claim") or ("non-private baseline: no DP claim"
+                                     if isinstance(unit, dict) else
+                                     "no privacy statement recorded")
+    parts = [f"<p class='claim'>{_e(claim)}</p>"]
+    by_distance = unit.get("epsilon_by_distance") if isinstance(unit, dict) else None
+    if isinstance(by_distance, list) and by_distance:
+        rows = [(number(item.get("distance"), 3), item.get("what", ""),
+                 "no bound" if item.get("epsilon") is None else number(item["epsilon"]))
+                for item in by_distance if isinstance(item, dict)]
+        parts.append(_table(("move (preprocessed units)", "what it is",
+                             f"ε at δ {number(dataset.get('delta'), 3)}"), rows))
+    if isinstance(unit, dict) and unit.get("epsilon_whole_row") is not None:
+        parts.append(f"<p class='whole-row'>ε for a whole row (any row replaced by any other "
+                     f"of the domain): {_e(number(unit['epsilon_whole_row']))}</p>")
+    spent = spent_line if spent_line is not None else spent_text(ledger_spent(ledger))
+    parts.append(f"<p class='spent'>Ledger: {_e(spent)}</p>")
+    return "\n".join(parts)
 
 
 def _ledger_html(ledger: object) -> str:
@@ -124,15 +198,7 @@ def _ledger_html(ledger: object) -> str:
 def _unit_html(unit: object) -> str:
     if not isinstance(unit, dict):
         return "<p>No privacy unit recorded in result.json.</p>"
-    parts = []
-    if isinstance(unit.get("epsilon_by_distance"), list):
-        dataset = unit.get("dataset") or {}
-        parts.append(f"<p class='claim'>{_e(dataset.get('claim', ''))}</p>")
-        rows = [(f"{item.get('distance', 0):.3g}", item.get("what", ""),
-                 "no bound" if item.get("epsilon") is None else f"{item['epsilon']:.3g}")
-                for item in unit["epsilon_by_distance"]]
-        parts.append(_table(("move (preprocessed units)", "what it is",
-                             f"epsilon at delta {dataset.get('delta', 0):.3g}"), rows))
+    parts = []  # the claim and epsilon by distance lead the page (privacy_html)
     for name, mechanism in unit.items():
         if name in ("not_covered", "epsilon_by_distance", "epsilon_whole_row"):
             continue
@@ -146,25 +212,25 @@ def _unit_html(unit: object) -> str:
 
 
 def audit_html(folder: Path) -> str:
-    """The verdict of `pobo audit` on the folder's two transcripts (with keys/ if there)."""
+    """The verdict of `pobo audit` on the folder's two transcripts, its signatures checked
+    against the keys the user trusts (auditing.trusted_keys), never the folder's keys/."""
     transcripts = [folder / "curator.transcript", folder / "modeler.transcript"]
     present = [p for p in transcripts if p.is_file()]
     if not present:
         return ("<p class='verdict none'>Not audited: no transcripts in this folder (a sweep "
                 "keeps them only with --transcripts).</p>")
-    keys_dir = folder / "keys"
     try:
-        keys = (signing_keys(keys_dir=keys_dir)
-                if (keys_dir / "curator.sign_public").is_file()
-                and (keys_dir / "modeler.sign_public").is_file() else None)
-        reports = audit_files(present, keys=keys)
+        trust = trusted_keys(present)  # the user's key store, never the folder's keys/
+        reports = audit_files(present, keys=trust.keys)
     except (PoboError, ValueError, OSError) as exc:
         return (f"<p class='verdict bad'>The audit could not run: {_e(type(exc).__name__)}: "
                 f"{_e(exc)}</p>")
     ok = all(r.ok for r in reports)
-    lines = [f"<p class='verdict {'ok' if ok else 'bad'}'>"
-             f"{'OK' if ok else 'VIOLATIONS'}: {len(reports)} transcript(s) audited"
-             + ("" if keys else "; no keys/ folder, so signatures were not verified") + "</p>"]
+    verified = ok and all(r.signatures == "verified" for r in reports)
+    verdict = "OK" if verified else "NOT VERIFIED" if ok else "VIOLATIONS"
+    lines = [f"<p class='verdict {'ok' if verified else 'bad'}'>"
+             f"{verdict}: {len(reports)} transcript(s) audited</p>"]
+    lines += [f"<p class='note'>{_e(line)}</p>" for line in trust.lines()]
     for r in reports:
         lines.append(f"<h3>{_e(r.role)} transcript</h3>"
                      + _table(("", ""), [("file", Path(r.path).name), ("records", r.records),
@@ -202,8 +268,8 @@ def _run_figure(result: dict) -> str:
     else:
         ys, ylabel = simple, "simple regret (raw)"
         note = f"No σ_y recorded: raw units; final simple regret {simple[-1]:.4g}."
-    label = _eps_label(result.get("epsilon")) + (f", r = {result['r']}"
-                                                 if result.get("epsilon") is not None else "")
+    label = eps_label(result.get("epsilon")) + (f", r = {result['r']}"
+                                                if result.get("epsilon") is not None else "")
     return (svg_chart([Curve(label, tuple(ys))], title="simple regret against iterations",
                       xlabel="iteration t", ylabel=ylabel, ident="fig-regret")
             + f"<p>{_e(note)}</p>")
@@ -268,20 +334,62 @@ def sweep_report_html(folder: Path) -> str:
     title = title or (preset.caption if preset else f"{rows[0]['scenario']} sweep")
     table = markdown_table(rows, preset.paper if preset else None, "")
     dataset = md.split("\n\n")[-1].strip() if md else ""
-    body = [f"<h1>pobo sweep: {_e(title)}</h1>", f"<p class='where'>{_e(folder.resolve())}</p>",
-            "<h2 id='parameters'>Parameters</h2>", _table(("parameter", "value"),
-                                                          sweep_parameters(rows)),
-            "<h2 id='table'>Table</h2>",
-            ("<p>The paper's column: preset " + _e(preset.name) + " (" + _e(preset.caption)
-             + ").</p>") if preset and preset.paper else
-            "<p>No preset of the paper matches this sweep: no paper column.</p>",
-            markdown_html(table)]
-    if dataset and not dataset.startswith("|"):
-        body += ["<h3>The dataset</h3>", f"<pre>{_e(dataset)}</pre>"]
+    results, missing = sweep_results(folder, rows)
+    body = [f"<h1>pobo sweep: {_e(title)}</h1>", _where(folder),
+            "<section id='result'>", "<h2>Result</h2>", sweep_result_html(rows, results),
+            "</section>"]
     if len({r.get("lift") for r in rows if r.get("policy") == "private"}) > 1:
         body += ["<h2 id='frontier'>Privacy-utility frontier</h2>", frontier_chart(rows)]
-    body += ["<h2 id='regret'>Regret curves</h2>", sweep_figures(folder, rows)]
+    body += ["<h2 id='regret'>Curves</h2>", sweep_figure(rows, results, missing),
+             "<h2 id='table'>Table</h2>",
+             ("<p>The paper's column: preset " + _e(preset.name) + " (" + _e(preset.caption)
+              + ").</p>") if preset and preset.paper else
+             "<p>No preset of the paper matches this sweep: no paper column.</p>",
+             markdown_html(table),
+             "<h2 id='parameters'>Parameters</h2>",
+             _table(("parameter", "value"), sweep_parameters(rows))]
+    if dataset and not dataset.startswith("|"):
+        body += ["<h3>The dataset</h3>", f"<pre>{_e(dataset)}</pre>"]
     return _page(f"pobo sweep: {title}", body)
+
+
+def sweep_results(folder: Path, rows: list[dict]) -> tuple[dict[str, dict], int]:
+    """Each row's runs/RUN/result.json by run name, and how many are missing or unreadable
+    (left out of the curves and the privacy statement, and said so)."""
+    results, missing = {}, 0
+    for row in rows:
+        try:
+            results[str(row["run"])] = load_json(folder / "runs" / str(row["run"])
+                                                 / "result.json")
+        except ReportError:
+            missing += 1
+    return results, missing
+
+
+def sweep_result_html(rows: list[dict], results: dict[str, dict]) -> str:
+    """A sweep's answer first: the best private setting against random selection and the
+    non-private baseline; then the privacy statement of that setting's runs."""
+    head = sweep_headline(rows)
+    lines = [("best private setting", head["best_private"]),
+             ("random selection", head["random"]), ("non-private", head["non_private"])]
+    table = _table(("", "setting", f"{head['metric']}, mean ± se", "runs"),
+                   [(what, item["setting"], f"{item['mean']:.4g} ± {item['se']:.2g}",
+                     item["runs"]) for what, item in lines if item is not None])
+    parts = [f"<p class='answer'>{_e(head['text'])}</p>", table,
+             f"<p>{'More' if head['higher_is_better'] else 'Less'} is better; "
+             f"{head['runs']} runs over {head['seeds']} seed(s). The best private setting "
+             f"is the best mean of {head['private_settings']}: an optimistic pick when the "
+             "seeds are few (compare its standard error).</p>"]
+    spent = sweep_spent_text(sweep_spent(r.get("ledger") for r in results.values()))
+    best = head["best_private"]
+    example = next((results[str(r["run"])] for r in rows if best is not None
+                    and setting_of(r) == best["key"] and str(r["run"]) in results), None)
+    if example is not None:
+        parts += [f"<h3>Privacy of the best private setting ({_e(best['setting'])})</h3>",
+                  privacy_html(example.get("privacy_unit"), None, spent_line=spent)]
+    else:
+        parts += ["<h3>Privacy</h3>", f"<p class='spent'>Ledger: {_e(spent)}</p>"]
+    return "\n".join(parts)
 
 
 def frontier_chart(rows: list[dict]) -> str:
@@ -293,9 +401,9 @@ def frontier_chart(rows: list[dict]) -> str:
                     "6 4" if name in ("random", "non-private") else None)
               for name, points in lines.items()]
     hits = rows[0].get("metric") == "hits"
-    return svg_chart(curves, title="the metric against epsilon, per release", ident="frontier",
-                     xlabel="epsilon, in order: " + ", ".join(f"{e:.3g}" for e in epsilons),
-                     ylabel="hits" if hits else "S_T / σ_y")
+    return svg_chart(curves, title="the metric against ε, per release", ident="frontier",
+                     xlabel="ε (in order, not to scale)", xnames=[eps_text(e) for e in epsilons],
+                     ylabel="hits (more is better)" if hits else "S_T / σ_y (less is better)")
 
 
 def sweep_parameters(rows: list[dict]) -> list[tuple[str, object]]:
@@ -306,7 +414,8 @@ def sweep_parameters(rows: list[dict]) -> list[tuple[str, object]]:
     return [("scenario", values("scenario")), ("n", values("n")), ("d", values("d")),
             ("T", values("T")), ("runs", len(rows)), ("seeds", len({r["seed"] for r in rows})),
             ("strategies", ", ".join(sorted({strategy_label(r) for r in rows}))),
-            ("ε", ", ".join(sorted({_eps_label(r["epsilon"]) for r in rows}))),
+            ("ε", ", ".join(eps_text(e) for e in sorted({r["epsilon"] for r in rows},
+                                                         key=_order))),
             ("r", values("r")), ("LDP ε", values("ldp_epsilon")),
             ("β scale", values("beta_scale")), ("lift", values("lift")),
             ("metric", values("metric"))]
@@ -331,65 +440,44 @@ def markdown_html(markdown: str) -> str:
     return "\n".join(out)
 
 
-def sweep_figures(folder: Path, rows: list[dict]) -> str:
-    """One chart per r (every strategy at that r and the non-private runs), mean over seeds;
-    for a hits scenario one chart with random selection's expectation."""
+def sweep_figure(rows: list[dict], results: dict[str, dict], missing: int = 0) -> str:
+    """One chart with every curve: each setting's mean over seeds of simple regret / sigma_y
+    (hits for a hits scenario, with random selection's expectation) against t, the
+    non-private ones dashed."""
     traces: dict[tuple, list[list[float]]] = defaultdict(list)
-    rate, missing = None, 0
+    rate = None
     hits = rows[0].get("metric") == "hits"
     for row in rows:
-        path = folder / "runs" / str(row["run"]) / "result.json"
-        if not path.is_file():
-            missing += 1
+        result = results.get(str(row["run"]))
+        if result is None:
             continue
-        result = load_json(path)
-        key = (strategy_label(row), row.get("beta_scale"), row.get("ldp_epsilon"),
-               row["epsilon"], row["r"] if row["epsilon"] is not None else None)
         if hits and result.get("hits") is not None:
-            traces[key].append([float(h) for h in result["hits"]])
+            traces[setting_of(row)].append([float(h) for h in result["hits"]])
             rate = float(result["random_hits_expected"]) / float(result["T"])
         elif not hits and result.get("simple_regret") is not None:
             scale = float(result.get("sigma_y") or result.get("sigma_f") or 1.0)
-            traces[key].append([float(v) / scale for v in result["simple_regret"]])
-    note = (f"<p class='note'>{missing} run(s) have no result.json under runs/: left out of "
-            "the curves.</p>") if missing else ""
+            traces[setting_of(row)].append([float(v) / scale for v in result["simple_regret"]])
+    note = (f"<p class='note'>{missing} run(s) have no readable result.json under runs/: "
+            "left out of the curves.</p>") if missing else ""
     if not traces:
         return note + "<p class='no-figure'>No curves: no run recorded a trace.</p>"
-    varied = [len({k[i] for k in traces}) > 1 for i in range(3)]
-
-    def label(key: tuple) -> str:
-        strategy, scale, ldp, eps, r = key
-        bits = [strategy] if varied[0] else []
-        bits += [f"β scale {_value(scale)}"] if varied[1] else []
-        bits += [f"LDP ε {_value(ldp)}"] if varied[2] else []
-        return ", ".join(bits + [_eps_label(eps)])
-
+    varied = varied_fields(traces)
     order = sorted(traces, key=lambda k: tuple(_order(v) for v in k))
-    colours = {k: COLOURS[i % len(COLOURS)] for i, k in enumerate(order)}
-    def curve(key: tuple) -> Curve:
-        return Curve(label(key) + ("" if not hits or key[3] is None else f", r = {key[4]}"),
-                     tuple(mean_trace(traces[key])), None if key[3] is not None else "7 4",
-                     colours[key])
+    curves = [Curve(setting_label(k, varied), tuple(mean_trace(traces[k])),
+                    DASHES[i // len(COLOURS) % len(DASHES)], COLOURS[i % len(COLOURS)])
+              for i, k in enumerate(order)]
     seeds = len({r["seed"] for r in rows})
     if hits:
-        curves = [curve(k) for k in order]
-        T = max(len(c.ys) for c in curves)
         if rate is not None:
+            T = max(len(c.ys) for c in curves)
             curves.append(Curve("random (expected)", tuple(rate * t for t in range(1, T + 1)),
                                 "2 4", COLOURS[8]))
         return note + svg_chart(curves, title=f"hits against queries, mean of {seeds} seeds",
                                 xlabel="queries t", ylabel="distinct positives found",
                                 ident="fig-hits")
-    rs = sorted({k[4] for k in order if k[3] is not None}, key=_order) or [None]
-    charts = []
-    for r in rs:
-        keys = [k for k in order if k[3] is None or k[4] == r]
-        charts.append(svg_chart([curve(k) for k in keys],
-                                title=(f"r = {r}: " if r is not None else "")
-                                + f"simple regret, mean of {seeds} seeds",
-                                xlabel="iteration t", ylabel="simple regret / σ_y",
-                                ident=f"fig-regret-r{r}"))
-    return note + "\n".join(charts)
+    return note + svg_chart(curves, title=f"simple regret, mean of {seeds} seeds",
+                            xlabel="iteration t", ylabel="simple regret / σ_y",
+                            ident="fig-regret")
 
 
 def _order(v: object) -> tuple:
@@ -427,9 +515,10 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
 
 
 def svg_chart(curves: list[Curve], *, title: str, xlabel: str, ylabel: str,
-              ident: str = "fig", width: int = 640, height: int = 340) -> str:
+              ident: str = "fig", width: int = 640, height: int = 340,
+              xnames: list[str] | None = None) -> str:
     """An inline SVG line chart: axes with ticks and labels, one polyline per curve, and
-    a legend below the plot."""
+    a legend below the plot; `xnames` labels x = 1, 2, ... by name (a categorical axis)."""
     curves = [c for c in curves if c.ys]
     left, right, top, bottom = 64, 16, 28, 44
     legend_h = 18 * len(curves) + 8
@@ -438,7 +527,8 @@ def svg_chart(curves: list[Curve], *, title: str, xlabel: str, ylabel: str,
     finite = [y for c in curves for y in c.ys if math.isfinite(y)] or [0.0, 1.0]
     yt = nice_ticks(min(min(finite), 0.0), max(finite))
     xmax = max((len(c.ys) for c in curves), default=1)
-    xt = [t for t in nice_ticks(1, max(xmax, 2)) if 1 <= t <= max(xmax, 2)] or [1]
+    xt = ([t for t in nice_ticks(1, max(xmax, 2)) if 1 <= t <= max(xmax, 2)] or [1]
+          if not xnames else list(range(1, len(xnames) + 1)))
     x0, x1, y0, y1 = 1.0, float(max(xmax, 2)), yt[0], yt[-1]
 
     def X(x: float) -> float:
@@ -462,7 +552,8 @@ def svg_chart(curves: list[Curve], *, title: str, xlabel: str, ylabel: str,
     for x in xt:
         parts.append(f"<line x1='{X(x):.1f}' x2='{X(x):.1f}' y1='{top + ph}' "
                      f"y2='{top + ph + 5}' stroke='#999'/><text x='{X(x):.1f}' "
-                     f"y='{top + ph + 18}' text-anchor='middle' class='tick'>{_tick(x)}</text>")
+                     f"y='{top + ph + 18}' text-anchor='middle' class='tick'>"
+                     f"{_e(xnames[x - 1]) if xnames else _tick(x)}</text>")
     parts.append(f"<text x='{left + pw / 2:.1f}' y='{top + ph + 36}' text-anchor='middle' "
                  f"class='axis'>{_e(xlabel)}</text>")
     parts.append(f"<text transform='translate(16 {top + ph / 2:.1f}) rotate(-90)' "
@@ -505,8 +596,9 @@ svg .title { font-size: 14px; font-weight: bold; } svg .tick { font-size: 11px; 
 svg .axis, svg .legend { font-size: 12px; }
 """
 
-# Collects script errors, then on load writes each figure's rendered size and curve count
-# into #pobo-selfcheck (hidden), so that a headless browser's dumped DOM shows both.
+# Collects script errors, then on load writes each figure's rendered size, position and
+# curve count, and where the answer (#result) sits, into #pobo-selfcheck (hidden), so that
+# a headless browser's dumped DOM shows them.
 _SELFCHECK = """
 (function () {
   var errors = [];
@@ -515,20 +607,36 @@ _SELFCHECK = """
     var figures = Array.prototype.map.call(document.querySelectorAll('svg.pobo-figure'),
       function (svg) {
         var box = svg.getBoundingClientRect();
-        return {id: svg.id, width: box.width, height: box.height,
+        return {id: svg.id, width: box.width, height: box.height, top: box.top,
                 curves: svg.querySelectorAll('polyline.curve').length};
       });
+    var section = document.getElementById('result');
+    var answer = section && section.querySelector('.answer');
+    var result = section && answer ? {top: section.getBoundingClientRect().top,
+      answer_bottom: answer.getBoundingClientRect().bottom, answer: answer.textContent} : null;
     document.getElementById('pobo-selfcheck').textContent =
-      JSON.stringify({figures: figures, errors: errors});
+      JSON.stringify({figures: figures, errors: errors, result: result});
   });
 })();
 """
 
 
+# an absolute POSIX path in the escaped page text (not a tag's "</" nor an escaped one,
+# not a URL's "//", not a ratio "a/b")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/<-])(?<!&lt;)/(?:[^\s/<>'\"&;]+/)*([^\s/<>'\"&;]+)")
+
+
+def without_paths(text: str) -> str:
+    """`text` with every absolute path cut to its last part (…/data.csv): a result.json
+    may name files by where they were on the machine that ran it, the page names none."""
+    return _ABSOLUTE_PATH.sub(lambda m: "…/" + m.group(1), text)
+
+
 def _page(title: str, body: list[str]) -> str:
     return ("<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-            f"<title>{_e(title)}</title>\n<style>{_STYLE}</style>\n"
-            f"<script>{_SELFCHECK}</script>\n</head>\n<body>\n" + "\n".join(body)
+            f"<title>{without_paths(_e(title))}</title>\n<style>{_STYLE}</style>\n"
+            f"<script>{_SELFCHECK}</script>\n</head>\n<body>\n"
+            + without_paths("\n".join(body))
             + "\n<pre id='pobo-selfcheck' hidden></pre>\n</body>\n</html>\n")
 
 

@@ -27,6 +27,7 @@ from pobo.scenarios.runspec import LISTENING, RunConfig, merge_results
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
 STOP_WAIT = 30.0  # seconds a cancelled run_async waits for its parties to be stopped
+ORPHAN_WAIT = 60.0  # seconds a modeler may run on after its curator ended normally
 _POLL_S = 0.1  # how often a run waiting for its parties checks for a stop or a timeout
 PARENT_PIPE = "POBO_PARENT_PIPE"  # set for a party: its stdin is a pipe from `pobo run`
 
@@ -150,10 +151,11 @@ async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", 
 
 async def _inproc(config: RunConfig, out: Path | str, verbose: bool,
                   modeler_lines: bool = False) -> dict:
-    """One in-process session with throwaway signing keys, published in out/keys/."""
+    """One in-process session signed with the user's key-store keys (public halves
+    copied to out/keys/ for reference: an audit never trusts that folder)."""
     from pobo.scenarios.session import Signing, run_inproc  # the parties, in this process
 
-    signing = Signing.throwaway()
+    signing = Signing.from_store()
     publish_keys(signing.curator.public_hex, signing.modeler.public_hex, Path(out))
     return await run_inproc(config, out, verbose=verbose, signing=signing,
                             modeler_verbose=modeler_lines)
@@ -186,21 +188,26 @@ def publish_keys(curator: str, modeler: str, out: Path) -> Path:
 def signing_argv(curve_dir: Path | None, scratch: Path,
                  out: Path) -> tuple[list[str], list[str]]:
     """(curator, modeler) signing options: the keys of `curve_dir` if it holds signing
-    keys, else throw-away keys made in `scratch` (deleted after the run); the public
-    halves are copied to out/keys/ either way."""
+    keys, else the user's key store's (transport.keyfiles.store_signing_key, made once);
+    the public halves are copied to out/keys/ for reference either way (an audit never
+    trusts that folder)."""
     from pobo.protocol.signing import load_verify_key
-    from pobo.transport.keyfiles import make_signing_keys  # no zmq in this process
+    from pobo.transport.keyfiles import store_signing_key  # no zmq in this process
 
     folder = Path(curve_dir) if curve_dir is not None else None
-    if folder is None or not (folder / "curator.sign_secret").exists():
-        folder = scratch / "sign"
-        make_signing_keys(folder)
-    publish_keys(load_verify_key(folder / "curator.sign_public"),
-                 load_verify_key(folder / "modeler.sign_public"), out)
-    return (["--sign-secret", str(folder / "curator.sign_secret"),
-             "--sign-allow", str(folder / "allowed")],
-            ["--sign-secret", str(folder / "modeler.sign_secret"),
-             "--curator-sign-key", str(folder / "curator.sign_public")])
+    if folder is not None and (folder / "curator.sign_secret").exists():
+        secrets_ = {role: folder / f"{role}.sign_secret" for role in ("curator", "modeler")}
+    else:
+        secrets_ = {role: store_signing_key(role) for role in ("curator", "modeler")}
+    public = {role: path.with_suffix(".sign_public") for role, path in secrets_.items()}
+    allowed = scratch / "allowed"
+    allowed.mkdir(exist_ok=True)
+    modeler_key = load_verify_key(public["modeler"])
+    (allowed / "modeler.sign_public").write_text(modeler_key + "\n")
+    publish_keys(load_verify_key(public["curator"]), modeler_key, out)
+    return (["--sign-secret", str(secrets_["curator"]), "--sign-allow", str(allowed)],
+            ["--sign-secret", str(secrets_["modeler"]),
+             "--curator-sign-key", str(public["curator"])])
 
 
 def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
@@ -270,9 +277,15 @@ def _free_port() -> int:
 
 def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float,
                        stop: threading.Event | None = None) -> None:
-    """Wait until the curator prints its endpoint; fail at once if it exits first."""
+    """Wait until the curator prints its endpoint; fail at once if it exits first, and
+    after `timeout` s only of silence: a curator that keeps saying it works (preparing
+    the dataset, every 10 s) is waited for as long as it lives."""
     deadline = time.monotonic() + timeout
+    heard = len(curator.lines) + len(curator.errors)
     while not ready.wait(0.05):
+        if len(curator.lines) + len(curator.errors) > heard:  # it said something: working
+            heard = len(curator.lines) + len(curator.errors)
+            deadline = time.monotonic() + timeout
         if stop is not None and stop.is_set():
             raise LaunchError("the run was stopped")
         code = curator.process.poll()
@@ -281,7 +294,7 @@ def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float,
             raise LaunchError(f"the curator exited with code {code} before binding"
                               + (" (its error is above)" if curator.errors else ""))
         if time.monotonic() > deadline:
-            raise LaunchError(f"the curator did not bind within {timeout:g} s")
+            raise LaunchError(f"the curator said nothing for {timeout:g} s and did not bind")
 
 
 def _found_endpoint(line: str, endpoint: list[str], ready: threading.Event) -> None:
@@ -345,18 +358,33 @@ def forward(role: str, line: str) -> None:
 def _wait_all(spawned: list[Spawned], timeout: float | None,
               stop: threading.Event | None) -> dict[str, int]:
     """Each party's exit code once all have exited; LaunchError when `timeout` s pass
-    first or `stop` is set (the caller's finally then stops them)."""
+    first or `stop` is set (the caller's finally then stops them). A curator that exits
+    with an error (killed, say) while the modeler runs stops the modeler too, at once
+    (it would otherwise retry for its --patience); one that ended normally leaves the
+    modeler ORPHAN_WAIT s to finish."""
     deadline = math.inf if timeout is None else time.monotonic() + timeout
     codes: dict[str, int] = {}
-    for s in spawned:
-        while (code := s.process.poll()) is None:
-            if stop is not None and stop.is_set():
-                raise LaunchError("the run was stopped")
-            if time.monotonic() >= deadline:
-                raise LaunchError(f"a party process ran past {timeout:g} s")
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                s.process.wait(_POLL_S)
-        codes[s.role] = code
+    curator_gone = None
+    while len(codes) < len(spawned):
+        for s in spawned:
+            if s.role not in codes and (code := s.process.poll()) is not None:
+                codes[s.role] = code
+        if len(codes) == len(spawned):
+            break
+        if "curator" in codes and "modeler" not in codes:
+            curator_gone = curator_gone or time.monotonic()
+            if codes["curator"] != 0 or time.monotonic() - curator_gone > ORPHAN_WAIT:
+                modeler = next(s for s in spawned if s.role == "modeler")
+                _stop(modeler.process)
+                raise LaunchError(f"the curator exited (code {codes['curator']}) while the "
+                                  "modeler was still running: the modeler was stopped")
+        if stop is not None and stop.is_set():
+            raise LaunchError("the run was stopped")
+        if time.monotonic() >= deadline:
+            raise LaunchError(f"a party process ran past {timeout:g} s")
+        waiting = next(s for s in spawned if s.role not in codes)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            waiting.process.wait(_POLL_S)
     return codes
 
 

@@ -90,14 +90,15 @@ def subsample(arrays: tuple[np.ndarray, ...], n: int | None, seed: int | None,
 
 def data_problem(name: str, X_raw: np.ndarray, objective: np.ndarray, seed: int | None, *,
                  sense: str = "maximise", n: int | None = None, source: str,
-                 dropped: dict | None = None, scaling: str = "public",
+                 dropped: dict | None = None, scaling: str | None = None,
                  domain: PublicDomain | None = None, **defaults) -> Problem:
     """A Problem from raw inputs and the objective in its own sense; f is negated for
-    minimisation. scaling="public" (the default, needs `domain`) prepares the rows from
-    the scenario's public declaration alone (parties/domain.py), so the release's
-    neighbouring relation is in known units; "ard" and "standardise" are the paper's
-    data-dependent preprocessing (length-scales or standard deviations fitted on the
-    rows, centring, max norm 25), outside every privacy claim and said so.
+    minimisation. scaling="public" (the default when a `domain` is given) prepares the
+    rows from the scenario's public declaration alone (parties/domain.py), so the
+    release's neighbouring relation is in known units; "ard" (the default without a
+    domain) and "standardise" are the paper's data-dependent preprocessing
+    (length-scales or standard deviations fitted on the rows, centring, max norm 25),
+    outside every privacy claim, and the privacy unit says so.
 
     The preparation (the `n`-row subsample and the length-scale fit) is a property of
     the dataset, not of the run: it draws from PREPARATION_SEED whatever `seed` is, so
@@ -110,6 +111,7 @@ def data_problem(name: str, X_raw: np.ndarray, objective: np.ndarray, seed: int 
                                  PREPARATION_SEED)
     f = objective if sense == "maximise" else -objective
     clipped, preparation = 0, ""
+    scaling = scaling or ("public" if domain is not None else "ard")
     if scaling == "public":
         if domain is None:
             raise ValueError(f"scenario {name} declares no public domain: give its bounds, "

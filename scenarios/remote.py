@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_con
 
 log = logging.getLogger("pobo.curator")
 modeler_log = logging.getLogger("pobo.modeler")
+REPLAY_WINDOW = 4096  # Hello nonces a curator remembers (PROTOCOL.md 3: replays)
 
 
 @dataclass
@@ -41,6 +43,20 @@ class Admissions:
     live: dict[str, asyncio.Task] = field(default_factory=dict)  # session id -> its task
     results: list[dict] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    nonces: OrderedDict = field(default_factory=OrderedDict)  # the last REPLAY_WINDOW seen
+
+    def replayed(self, nonce: str) -> bool:
+        """Whether a Hello's nonce is among the last REPLAY_WINDOW this curator admitted or
+        refused ('' never is: a peer that sends none gets no replay check); remembers it."""
+        if not nonce:
+            return False
+        if nonce in self.nonces:
+            return True
+        self.nonces[nonce] = None
+        while len(self.nonces) > REPLAY_WINDOW:
+            self.nonces.popitem(last=False)
+        return False
 
     def refusal(self) -> ProtocolError | None:
         """Why a new session may not start now (None: it may)."""
@@ -194,14 +210,25 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
         channel.close()
 
 
+def session_owner(peer: str, sign_key: str) -> str:
+    """Who a session belongs to: the peer's CURVE key ('plaintext' without CURVE) and the
+    signing key its Hello announced (and signed with: the channel verified it), so that
+    with signing keys and no CURVE another allowed key cannot resume it either."""
+    return f"{peer} sign:{sign_key}" if sign_key else peer
+
+
 def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admissions):
     """The session a valid Hello opens or resumes for `peer`, or a typed refusal."""
+    if slots.replayed(hello.nonce):
+        raise ProtocolError(f"a hello with nonce {hello.nonce} was received before: a replay",
+                            ErrorCode.REPLAY)
     if not (hello.resume and hello.resume in slots.live):  # a takeover needs no new slot
         refusal = slots.refusal()
         if refusal is not None:
             raise refusal
-    session = (service.resume(hello.resume, owner=peer) if hello.resume
-               else service.new_session(security, owner=peer, batch=hello.batch))
+    owner = session_owner(peer, hello.sign_key)
+    session = (service.resume(hello.resume, owner=owner) if hello.resume
+               else service.new_session(security, owner=owner, batch=hello.batch))
     if session.session_id not in slots.live:
         slots.admitted += 1
     return session
@@ -247,26 +274,57 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
         if out is None:
             raise ValueError("resuming needs the output folder holding the modeler's transcript")
         state = resume_state(out / "modeler.transcript")
-    deadline = asyncio.get_running_loop().time() + patience
+        if state.ended:  # said at once; no connection, no record touched
+            raise ValueError(f"nothing to resume: session {state.session} has ended (its "
+                             f"transcript {out / 'modeler.transcript'} records an End)")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
     pause = 1.0
+    ticker = None
+    current: list = []  # the channels of the connections tried, the last one live
+    try:
+        while True:
+            try:
+                return await _modeler_session(connect, out, seed, strategy, hyper, beta_scale,
+                                              release, non_private, curve, timeout, state,
+                                              verbose, signing or Signing(), batch,
+                                              current.append)
+            except (PeerTimeout, PeerGone, ProtocolError, PeerError) as exc:
+                state = _reconnectable(exc, out, deadline)
+                if state is None:
+                    raise
+                modeler_log.warning("lost the curator (%s) with %d evaluation(s) pending: "
+                                    "resuming session %s in %.0f s", exc, len(state.pending),
+                                    state.session[:12], pause)
+                if ticker is None or ticker.done():  # said every UNREACHABLE_EVERY s
+                    ticker = asyncio.ensure_future(_say_unreachable(loop.time(), current))
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, UNREACHABLE_EVERY)
+    finally:
+        if ticker is not None:
+            ticker.cancel()
+
+
+UNREACHABLE_EVERY = 10.0  # seconds between "curator unreachable" lines while reconnecting
+
+
+async def _say_unreachable(since: float, channels: list) -> None:
+    """Log 'curator unreachable, retrying (N s)' every UNREACHABLE_EVERY s until the
+    latest connection hears from the curator (a modeler reconnecting for its --patience
+    is never silent)."""
+    loop = asyncio.get_running_loop()
+    first = len(channels)  # the connections before the loss do not count
     while True:
-        try:
-            return await _modeler_session(connect, out, seed, strategy, hyper, beta_scale,
-                                          release, non_private, curve, timeout, state,
-                                          verbose, signing or Signing(), batch)
-        except (PeerTimeout, PeerGone, ProtocolError, PeerError) as exc:
-            state = _reconnectable(exc, out, deadline)
-            if state is None:
-                raise
-            modeler_log.warning("lost the curator (%s) with %d evaluation(s) pending: resuming session "
-                        "%s in %.0f s", exc, len(state.pending), state.session[:12], pause)
-            await asyncio.sleep(pause)
-            pause = min(2 * pause, max(1.0, timeout))
+        await asyncio.sleep(UNREACHABLE_EVERY)
+        if len(channels) > first and channels[-1].last_frame is not None:
+            return  # the curator answered the reconnection
+        modeler_log.warning("curator unreachable, retrying (%.0f s)", loop.time() - since)
 
 
 # what a restarted curator answers the old connection's frames with (it knows no session
 # for them): worth a reconnect that resumes, unlike a definite refusal
-RECONNECT_CODES = (ErrorCode.SEQUENCE.value, ErrorCode.BAD_SIGNATURE.value)
+RECONNECT_CODES = (ErrorCode.SEQUENCE.value, ErrorCode.BAD_SIGNATURE.value,
+                   ErrorCode.SESSION_LOST.value)
 
 
 def _reconnectable(exc: Exception, out: Path | None, deadline: float):
@@ -282,12 +340,13 @@ def _reconnectable(exc: Exception, out: Path | None, deadline: float):
         state = resume_state(out / "modeler.transcript")
     except (OSError, ValueError):
         return None
-    return state if state.pending else None
+    # session_lost: the curator dropped this connection (it still holds the session)
+    return state if state.pending or code == ErrorCode.SESSION_LOST.value else None
 
 
 async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, release,
                            non_private, curve, timeout, state, verbose, signing: Signing,
-                           batch: int) -> dict:
+                           batch: int, on_channel=None) -> dict:
     """One connection of the modeler: a fresh DEALER, its channel and the session."""
     ctx = new_context()
     pipe = channel = None
@@ -296,6 +355,8 @@ async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, rele
         channel = open_channel(pipe, MODELER, non_private, out, timeout,
                                resume=state is not None, signer=signing.modeler,
                                peer_key=signing.curator_key)
+        if on_channel is not None:
+            on_channel(channel)
         return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
                               release=release, resume=state, verbose=verbose, batch=batch)
     finally:

@@ -11,14 +11,8 @@ import numpy as np
 
 from pobo.parties.dataset import regret_scale
 from pobo.parties.projection import largest_admissible_r, omega, singular_values
+from pobo.scenarios.headline import eps_label, eps_text, mean_se, strategy_label
 from pobo.scenarios.registry import build_problem
-
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error of the mean (0 for a single value)."""
-    a = np.asarray(values, dtype=float)
-    se = float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else 0.0
-    return float(a.mean()), se
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
@@ -29,12 +23,6 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer.writerows(rows)
 
 
-def _eps_label(eps: float | None) -> str:
-    if eps is None:
-        return "non-private"
-    return f"e^{math.log(eps):.2g} = {eps:.4g}"
-
-
 METRICS = {"hits": ("hits", "hits (distinct positives found)"),
            "cumulative_regret": ("cumulative_regret", "R_T (cumulative regret)"),
            "simple_regret": ("simple_regret_sigma_y", "S_T / σ_y")}
@@ -42,12 +30,6 @@ METRICS = {"hits": ("hits", "hits (distinct positives found)"),
 
 def _num(value) -> str:
     return "—" if value is None else f"{value:.4g}"
-
-
-def strategy_label(row: dict) -> str:
-    """The strategy's name, with MoMA's epoch length k when it was set."""
-    k = row.get("moma_k")
-    return row["strategy"] if k in (None, "") else f"{row['strategy']} (k={int(float(k))})"
 
 
 def sigma_y_line(rows: list[dict]) -> str:
@@ -73,11 +55,11 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
     cells: dict[tuple, list[float]] = defaultdict(list)
     raws: dict[tuple, list[float]] = defaultdict(list)
     lifted: dict[tuple, list[bool]] = defaultdict(list)
-    several = len({r.get("lift") for r in rows if r["policy"] == "private"}) > 1
+    # a sweep over releases (the frontier preset) gets a column naming each
+    releases = len({r.get("lift") for r in rows if r["epsilon"] is not None}) > 1
     for row in rows:
-        release = (f" [{row['lift']}]" if several and row["policy"] == "private"
-                   and row["strategy"] != "random" else "")
-        key = (strategy_label(row) + release, row.get("beta_scale"), row.get("ldp_epsilon"),
+        key = (strategy_label(row), row.get("lift") if releases else None,
+               row.get("beta_scale"), row.get("ldp_epsilon"),
                row["epsilon"], row["r"] if row["epsilon"] is not None else None)
         cells[key].append(float(row[metric]))
         raws[key].append(float(row["simple_regret"]))
@@ -87,23 +69,26 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
              f"{name}, mean ± standard error over {seeds} seeds "
              f"(n = {rows[0]['n']}, T = {rows[0]['T']})",
              sigma_y_line(rows) if raw else "",
-             "", "| strategy | β scale | LDP ε | ε | r | " + name + " |"
+             "", "| strategy |" + (" release |" if releases else "")
+             + " β scale | LDP ε | ε | r | " + name + " |"
              + (" S_T (raw) |" if raw else "") + " runs | unlifted |"
              + (" paper S_T / σ_y |" if paper else ""),
-             "| --- | --- | --- | --- | --- | --- |" + (" --- |" if raw else "") + " --- | --- |"
+             "| --- |" + (" --- |" if releases else "") + " --- | --- | --- | --- | --- |"
+             + (" --- |" if raw else "") + " --- | --- |"
              + (" --- |" if paper else "")]
     order = lambda kv: tuple((v is None, v or 0) if not isinstance(v, str) else (False, v)  # noqa: E731
                              for v in kv[0])
     for key, values in sorted(cells.items(), key=order):
-        strategy, scale, ldp, eps, r = key
+        strategy, lift, scale, ldp, eps, r = key
         m, se = mean_se(values)
         ok = lifted[key]
         admissible = "—" if eps is None else ("yes" if not any(ok) else
                                               "no" if all(ok) else f"{ok.count(False)}/{len(ok)}")
         extra = f" {paper.get(r, '')} |" if paper else ""
         rm, rse = mean_se(raws[key])
-        lines.append(f"| {strategy} | {'default' if scale is None else _num(scale)} | "
-                     f"{_num(ldp)} | {_eps_label(eps)} | {r if r is not None else 'd'} | "
+        release = f" {lift or '—'} |" if releases else ""
+        lines.append(f"| {strategy} |{release} {'default' if scale is None else _num(scale)} | "
+                     f"{_num(ldp)} | {eps_text(eps)} | {r if r is not None else 'd'} | "
                      f"{m:.4f} ± {se:.4f} |" + (f" {rm:.4f} ± {rse:.4f} |" if raw else "")
                      + f" {len(values)} | {admissible} |{extra}")
     return "\n".join(line for i, line in enumerate(lines) if line or i in (1, 4)).strip() + "\n"
@@ -210,7 +195,7 @@ def plot_regret(rows: list[dict], out: Path, sweep_dir: Path) -> list[Path] | st
             if eps is not None and rr != r:
                 continue
             m = np.mean(ts, axis=0)
-            label = f"{strategy}, {_eps_label(eps)}" if len({k[0] for k in traces}) > 1 else _eps_label(eps)
+            label = f"{strategy}, {eps_label(eps)}" if len({k[0] for k in traces}) > 1 else eps_label(eps)
             ax.plot(np.arange(1, len(m) + 1), m, label=label,
                     linestyle="--" if eps is None else "-")
         ax.set_xlabel("iteration t")
@@ -240,7 +225,7 @@ def plot_hits(rows: list[dict], out: Path, sweep_dir: Path, plt) -> list[Path]:
             kv[0][0], kv[0][1] is None, kv[0][1] or 0)):
         m = np.mean(ts, axis=0)
         T = max(T, len(m))
-        ax.plot(np.arange(1, len(m) + 1), m, label=f"{strategy}, {_eps_label(eps)}"
+        ax.plot(np.arange(1, len(m) + 1), m, label=f"{strategy}, {eps_label(eps)}"
                 + ("" if eps is None else f", r = {r}"), linestyle="--" if eps is None else "-")
     t = np.arange(1, T + 1)
     ax.plot(t, rate * t, ":", color="grey", label="random (expected)")

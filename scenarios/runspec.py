@@ -8,6 +8,7 @@ them.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +69,28 @@ class RunConfig:
     def strategy_spec(self) -> str:
         """The modeler's strategy with its options, as `make_strategy` reads it."""
         return strategy_spec(self.strategy, self.moma_k, bool(self.distinct), self.authors_code)
+
+
+def startup_warnings(config: RunConfig) -> list[str]:
+    """What a curator started with `config` says loudly before it serves: every setting
+    that removes or weakens the DP guarantee or its budget."""
+    out = []
+    if config.non_private:
+        out.append("--non-private: X itself is sent to the modeler; NOT differentially "
+                   "private (every record says dp: false)")
+    elif config.lift == "paper":
+        out.append("--lift paper: Algorithm 1 as published branches on the exact sigma_min; "
+                   "the release is NOT covered by the DP claim (every record says dp: false)")
+    if config.seed is not None:
+        out.append(f"--seed {config.seed} draws the projection, the noise and the session's "
+                   "measurements from a known seed: for simulation only, NOT differentially "
+                   "private (every record says randomness: seeded, dp: false)")
+    if config.budget_epsilon == math.inf:
+        out.append("--budget-eps inf: no central privacy budget; releases are never refused")
+    if config.ldp_row_budget == math.inf and config.ldp_epsilon is not None:
+        out.append("--ldp-row-budget inf: no per-row LDP budget; a row may be reported on "
+                   "without limit")
+    return out
 
 
 def merge_results(curator: dict, modeler: dict, out: Path) -> dict:

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +34,7 @@ from pobo.scenarios.progress import step
 from pobo.scenarios.registry import build_problem
 from pobo.scenarios.releases import release_handler
 from pobo.scenarios.runspec import (  # noqa: F401  (re-exported: defined without numpy)
-    LISTENING, RunConfig, merge_results, write_json,
+    LISTENING, RunConfig, merge_results, startup_warnings, write_json,
 )
 
 
@@ -42,6 +42,8 @@ CURATOR_LOG = logging.getLogger("pobo.curator")
 AUTHORS_CODE_NOTE = ("reproduction switch --authors-code: lift sigma + omega (the paper's "
                      "text: sqrt(sigma^2 + omega^2)); the modeler's GP-UCB scores mean + "
                      "beta_t variance with delta 0.1 (the text: std, delta 0.05)")
+DEFAULT_RELEASE_ALLOWANCE = (2.0, 2e-3)  # central (eps, delta) a default budget leaves for a release
+DEFAULT_ROW_REPORTS = 1  # a row's default LDP budget: this many sessions' worth (T reports)
 MODELER_LOG = logging.getLogger("pobo.modeler")
 
 
@@ -56,6 +58,16 @@ class Signing:
     modeler_keys: frozenset[str] | None = None  # the modeler keys the curator accepts
 
     @classmethod
+    def from_store(cls, home: Path | None = None) -> "Signing":
+        """Both sides signing with the user's key-store keys (made once; see
+        transport.keyfiles.store_signing_key), each expecting the other's: `pobo run`."""
+        from pobo.protocol.signing import load_signing_key
+        from pobo.transport.keyfiles import store_signing_key
+
+        c, m = (load_signing_key(store_signing_key(role, home)) for role in ("curator", "modeler"))
+        return cls(c, m, c.public_hex, frozenset([m.public_hex]))
+
+    @classmethod
     def throwaway(cls) -> "Signing":
         """Fresh keys for both sides, each expecting the other's."""
         c, m = Signer.generate(), Signer.generate()
@@ -65,35 +77,76 @@ class Signing:
 def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
     """The curator's settings for `config`, with the scenario's defaults filled in."""
     pick = lambda value, default: default if value is None else value  # noqa: E731
-    return CuratorSettings(
+    settings = CuratorSettings(
         epsilon=pick(config.epsilon, problem.epsilon), delta=pick(config.delta, problem.delta),
         r=pick(config.r, problem.r), T=pick(config.T, problem.T),
         non_private=bool(config.non_private), lift=config.lift,
         lift_epsilon=config.lift_epsilon, lift_delta=config.lift_delta,
         ldp_epsilon=config.ldp_epsilon,
-        budget=Budget(pick(config.budget_epsilon, math.inf),
-                      pick(config.budget_delta, default_budget_delta(config, problem)),
-                      pick(config.ldp_row_budget, math.inf)),
         seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound,
-        additive_lift=config.authors_code)
+        distinct=bool(config.distinct), additive_lift=config.authors_code)
+    return replace(settings, budget=dataset_budget(config, settings, problem.X.shape))
 
 
-def default_budget_delta(config: RunConfig, problem: Problem) -> float:
-    """The dataset's delta budget when only --budget-eps is given: 1/n (delta < 1/n is
-    the usual rule, and n is public), not 1, which would let a release spend any delta."""
-    return 1.0 if config.budget_epsilon is None else 1.0 / problem.X.shape[0]
+def not_dp_reasons(settings: CuratorSettings) -> list[str]:
+    """Why a run carries no DP claim (empty when it does): result.json's `not_dp`."""
+    return [why for flag, why in (
+        (settings.non_private, "non-private: X itself was sent"),
+        (settings.lift == "paper" and not settings.non_private,
+         "lift paper: the published branch on the exact sigma_min"),
+        (settings.seed is not None, f"seeded randomness (seed {settings.seed}): the noise "
+                                    "can be recomputed")) if flag]
+
+
+def dataset_budget(config: RunConfig, settings: CuratorSettings,
+                   shape: tuple[int, int]) -> Budget:
+    """The dataset's budget: what `config` gives, else the documented defaults.
+
+    Central, by default: the projection's (eps, delta), its lift test's, and
+    DEFAULT_RELEASE_ALLOWANCE (one release at the default (1, 1e-3), which Kusner's
+    two-part releases charge twice) -- enough for one session and one release, over every
+    session and restart of the journal. The non-private baseline (X itself) has no
+    finite budget. Per row, by default: DEFAULT_ROW_REPORTS x T reports of eps_LDP (one
+    session's worth of queries on one row, GP-UCB re-queries its best row). `inf` opts
+    out (`--budget-eps inf`), with a warning at start (`startup_warnings`)."""
+    n, d = shape
+    if config.budget_epsilon is not None:
+        epsilon = config.budget_epsilon
+        delta = config.budget_delta if config.budget_delta is not None else (
+            1.0 / n if math.isfinite(epsilon) else 1.0)
+    elif settings.non_private:
+        epsilon, delta = math.inf, 1.0 if config.budget_delta is None else config.budget_delta
+    else:
+        test_eps, test_delta = settings.test_budget(n, d)
+        epsilon = settings.epsilon + test_eps + DEFAULT_RELEASE_ALLOWANCE[0]
+        delta = (settings.delta + test_delta + DEFAULT_RELEASE_ALLOWANCE[1]
+                 if config.budget_delta is None else config.budget_delta)
+    row = config.ldp_row_budget
+    if row is None:
+        row = (math.inf if config.ldp_epsilon is None
+               else DEFAULT_ROW_REPORTS * settings.T * config.ldp_epsilon)
+    return Budget(epsilon, min(delta, 1.0), row)
 
 
 def prepare_service(config: RunConfig, problem: Problem | None = None,
-                    journal: Journal | None = None) -> CuratorService:
+                    journal: Journal | None = None,
+                    head_file: str | Path | None = None) -> CuratorService:
     """The long-lived curator of a scenario: its dataset built (unless given), its
     projection prepared once, its ledger in `journal` (memory if None) and its objective
-    (the scenario's, or measured on demand as `config` says)."""
+    (the scenario's, or measured on demand as `config` says). A journal on disk keeps
+    its ledger head in `head_file` (default: the journal's path + '.head')."""
     if problem is None:
         problem = build_problem(config.scenario, config.seed, **config.options)
+    if head_file is None and journal is not None and journal.path != ":memory:":
+        head_file = ledger_head_path(journal.path)
     return CuratorService(problem, curator_settings(config, problem), journal,
                           journal_config(config), objective_for(config),
-                          max_batch=config.max_batch)
+                          max_batch=config.max_batch, head_file=head_file)
+
+
+def ledger_head_path(journal: str | Path) -> Path:
+    """Where a journal's ledger head is kept by default: beside it, JOURNAL.head."""
+    return Path(f"{journal}.head")
 
 
 def objective_for(config: RunConfig) -> Objective | None:
@@ -134,6 +187,19 @@ def journal_config(config: RunConfig) -> dict:
     return {k: getattr(config, k) for k in keep}
 
 
+def keep_previous_record(out: Path, role: str) -> None:
+    """Before a new session in `out`: move the last session's <role>.json beside its
+    transcript's new name (<role>.json.N with <role>.transcript.N, which Transcript
+    keeps), so that a second session does not overwrite the first one's record."""
+    transcript, record = out / f"{role}.transcript", out / f"{role}.json"
+    if not (transcript.exists() and record.exists()):
+        return
+    n = 1
+    while transcript.with_name(f"{transcript.name}.{n}").exists():
+        n += 1
+    record.rename(record.with_name(f"{record.name}.{n}"))
+
+
 def open_channel(pipe, role: str, non_private: bool, out: Path | None,
                  timeout: float, resume: bool = False, *, signer: Signer | None = None,
                  peer_key: str | frozenset[str] | None = None) -> Channel:
@@ -141,6 +207,8 @@ def open_channel(pipe, role: str, non_private: bool, out: Path | None,
     that transcript's chain when `resume`), signing every frame with `signer` and
     accepting only a peer that signs with `peer_key` (a key, or a set of keys) if given."""
     policy = NON_PRIVATE if non_private else PRIVATE
+    if out is not None and not resume:
+        keep_previous_record(out, role)
     transcript = Transcript(out / f"{role}.transcript", resume) if out is not None else None
     keys = frozenset([peer_key]) if isinstance(peer_key, str) else peer_key
     return Channel(pipe, Boundary(policy, role), transcript, timeout=timeout, signer=signer,
@@ -200,7 +268,8 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         reason = await serve_session(
             channel, curator, session.params, session.release, sid, on_answer=progress,
             on_release=handler, hello=hello, measure=session.measure, on_evaluate=evaluating,
-            on_measured=session.measured,
+            on_measured=session.measured, checkpoint=service.checkpoint,
+            dataset=session.service.dataset_body,
             asked={**{seq: row for seq, (row, _) in curator.answered.items()},
                    **curator.reserved})
         # an End "done" finishes the session; any other reason before the T-th answer
@@ -244,6 +313,7 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
     hits = f is not None and problem.metric == "hits"
     ldp = service.ldp
     return {
+        "dp": bool(service.release.dp), "not_dp": not_dp_reasons(s),
         "scenario": problem.name, "seed": s.seed, "randomness": params.randomness,
         "policy": params.policy, "session": session.session_id, "status": status,
         "end_reason": reason, "n": int(problem.X.shape[0]), "d": int(problem.X.shape[1]),
@@ -304,7 +374,9 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                                     hyper=hyper, on_step=progress, release=release,
                                     resume=resume, batch=batch, on_pending=pending)
         released = {"release": None if modeler.release is None else asdict(modeler.release),
-                    "release_error": modeler.release_error}
+                    "release_error": modeler.release_error,
+                    "ledger_head": None if modeler.ledger_head is None
+                    else asdict(modeler.ledger_head)}
         fits = [{"kernel": f.kernel.name, "lengthscales": list(f.kernel.lengthscales),
                  "signal_var": f.kernel.variance, "noise_var": f.noise_var,
                  "prior_mean": f.prior_mean, "log_likelihood": f.log_likelihood}
@@ -342,6 +414,9 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
 
     out = Path(out)
     session = prepare_curator(config, problem)
+    if verbose:  # said once the dataset is built (a broken scenario is one error line)
+        for line in startup_warnings(config):
+            CURATOR_LOG.warning("warning: %s", line)
     cpipe, mpipe = pipe_pair()
     where = out if transcripts else None
     s = signing or Signing()

@@ -1,6 +1,7 @@
 """Shared fixtures: small public session parameters and one message of every kind; the
 `--full` option (the statistical checks at full length, see README)."""
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -23,6 +24,9 @@ FULL_TIMEOUT = 3600  # seconds a test may run under --full (pyproject's timeout 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-timeout reads its setting
 def pytest_configure(config: pytest.Config) -> None:
+    # the per-user key store of this test session (its parties' and children's): never
+    # the real ~/.pobo
+    os.environ["POBO_HOME"] = tempfile.mkdtemp(prefix="pobo-home-")
     if config.getoption("--full"):
         os.environ["POBO_FULL"] = "1"  # read by the tests' REDUCED flags at collection
         if config.getoption("timeout", None) is None:

@@ -11,11 +11,13 @@ import pytest
 
 from pobo.protocol.audit import audit_session, audit_transcript
 from pobo.protocol.codec import encode
-from pobo.protocol.messages import Dataset, ProjectedDataset, Reward
-from pobo.protocol.policy import IDENTITY
+from pobo.protocol.channel import Channel
+from pobo.protocol.messages import Dataset, End, Hello, ProjectedDataset, Query, Reward, Welcome
+from pobo.protocol.policy import CURATOR, IDENTITY, MODELER, PRIVATE, Boundary
 from pobo.protocol.transcript import Transcript, raw_records
 from pobo.scenarios.auditing import audit_files
 from pobo.scenarios.session import RunConfig, run_inproc
+from pobo.transport.inproc import pipe_pair
 
 
 @pytest.fixture
@@ -103,7 +105,8 @@ def test_data_check_and_cli_exit_status(tmp_path):
                           timeout=60)
     assert done.returncode == 0, done.stderr
     ok = subprocess.run([sys.executable, "-m", "pobo", "audit",
-                         str(out / "curator.transcript"), "--data", str(data), "--json"],
+                         str(out / "curator.transcript"), "--data", str(data), "--json",
+                         "--allow-unsigned"],
                         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0 and json.loads(ok.stdout)[0]["ok"]
     # a transcript in which X itself crossed under the private policy
@@ -139,3 +142,38 @@ def test_a_transcript_cut_before_its_end_is_reported_incomplete(session, tmp_pat
     report = audit_transcript(cut)
     assert not report.complete
     assert any("session incomplete" in n for n in report.notes)
+
+
+async def _session_of_version(tmp_path, version, params, release):
+    """Both transcripts of a one-query session whose handshake speaks `version`."""
+    mpipe, cpipe = pipe_pair()
+    versions = frozenset({version})
+    mod = Channel(mpipe, Boundary(PRIVATE, MODELER, versions=versions),
+                  Transcript(tmp_path / "modeler.transcript"), timeout=5.0)
+    cur = Channel(cpipe, Boundary(PRIVATE, CURATOR, versions=versions),
+                  Transcript(tmp_path / "curator.transcript"), timeout=5.0)
+    await mod.send(Hello(version, "old"))
+    await cur.recv()
+    await cur.send(Welcome(version, "ab" * 16, params))
+    await cur.send(Dataset(release))
+    await mod.recv(), await mod.recv()
+    await mod.send(Query(1, 0))
+    await cur.recv()
+    await cur.send(Reward(1, 0, 0.5))
+    await mod.recv()
+    await mod.send(End("done"))
+    await cur.recv()
+    mod.close(), cur.close()
+
+
+@pytest.mark.parametrize("version", [3, 2])
+def test_a_version_3_transcript_still_audits_and_a_version_2_one_does_not(
+        tmp_path, params, release, version):
+    """A transcript kept from before version 4 audits clean; one older than version 3 is
+    reported (its Hello's version is not one the audit knows)."""
+    asyncio.run(_session_of_version(tmp_path, version, params, release))
+    reports = audit_session(tmp_path / "curator.transcript", tmp_path / "modeler.transcript")
+    if version == 3:
+        assert all(r.ok for r in reports), [r.violations for r in reports]
+    else:
+        assert not reports[1].ok and "version 2" in " ".join(reports[1].violations)

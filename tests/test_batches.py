@@ -14,7 +14,7 @@ import pytest
 from pobo.parties.journal import Journal
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import ErrorCode, ProtocolError
-from pobo.protocol.messages import Hello, Query, Reward, SessionParams, Welcome
+from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Query, Reward, SessionParams, Welcome
 from pobo.protocol.policy import CURATOR, PRIVATE, Boundary
 from pobo.protocol.signing import body_of
 from pobo.protocol.transcript import read_transcript
@@ -71,8 +71,8 @@ def test_the_curator_caps_the_batch_a_modeler_asks_for(tmp_path):
 def test_a_query_past_the_batch_is_refused_by_the_policy():
     params = SessionParams("s", 5, 2, 10, "private", (), None, "seeded", batch=2)
     boundary = Boundary(PRIVATE, CURATOR)
-    boundary.incoming(Hello(3, "x", batch=4))
-    boundary.outgoing(Welcome(3, "s", params))
+    boundary.incoming(Hello(PROTOCOL_VERSION, "x", batch=4))
+    boundary.outgoing(Welcome(PROTOCOL_VERSION, "s", params))
     boundary.dataset_sent = True
     boundary.incoming(Query(1, 0))
     boundary.incoming(Query(2, 1))
@@ -83,7 +83,7 @@ def test_a_query_past_the_batch_is_refused_by_the_policy():
     boundary.outgoing(Reward(2, 1, 0.5))  # answered out of order: a slot frees
     boundary.incoming(Query(3, 2))
     with pytest.raises(ProtocolError, match="batch"):
-        Boundary(PRIVATE, CURATOR).incoming(Hello(3, "x", batch=0))
+        Boundary(PRIVATE, CURATOR).incoming(Hello(PROTOCOL_VERSION, "x", batch=0))
 
 
 def test_a_batch_is_evaluated_concurrently_and_answered_out_of_order(tmp_path):

@@ -99,6 +99,9 @@ def test_client_sklearn_gp_signed_curve_session_audits(tmp_path):
                                   timeout=60)
         assert audited.returncode == 0, audited.stdout + audited.stderr
         assert [r["signatures"] for r in json.loads(audited.stdout)] == ["verified", "verified"]
+        # the curator's closing End reached the client: its signed ledger head is recorded
+        assert [len(r["ledger_heads"]) for r in json.loads(audited.stdout)] == [2, 2]
+        assert mine["ledger_head"]["entries"] == 1 and len(mine["ledger_head"]["chain"]) == 64
     finally:
         curator.kill()
 

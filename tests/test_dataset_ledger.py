@@ -16,9 +16,12 @@ import pytest
 from pobo.parties.dataset import dataset_digest
 from pobo.parties.journal import Journal, JournalError
 from pobo.parties.noise import NoiseSource
-from pobo.protocol.audit import audit_transcript, numeric_fields
+from pobo.protocol.audit import audit_session, audit_transcript, numeric_fields
 from pobo.protocol.errors import ErrorCode, PeerError, ProtocolError
 from pobo.protocol.ledger import PrivacyBudgetExceeded
+from pobo.protocol.messages import (
+    PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Reward, Welcome,
+)
 from pobo.scenarios.registry import build_problem
 from pobo.scenarios.session import RunConfig, curate, open_channel, optimise, prepare_service
 from pobo.transport.inproc import pipe_pair
@@ -331,3 +334,44 @@ def test_a_budget_eps_alone_caps_delta_at_one_over_n(tmp_path):
     cres, mres = asyncio.run(_session(service, tmp_path, release=_request(config)))
     assert mres["release"] is None and mres["release_error"].startswith("privacy_budget")
     assert cres["ledger"]["central"]["delta"] <= 1 / 64
+
+
+def test_a_query_refused_for_its_row_budget_frees_its_seq_and_slot(tmp_path):
+    """PROTOCOL.md 7.1: a query the curator admits and then refuses (its row's LDP budget)
+    is not asked: the Error names it, and the same seq with another row, in the one batch
+    slot, is answered; both transcripts pass the audit."""
+    service = prepare_service(cfg(T=2, ldp_epsilon=1.0, ldp_row_budget=1.0))
+    service.new_session().curator().respond(1, 0)  # row 0 has spent its budget
+    session = service.new_session()
+
+    async def run():
+        mpipe, cpipe = pipe_pair()
+        cur = open_channel(cpipe, "curator", False, tmp_path, 10.0)
+        mod = open_channel(mpipe, "modeler", False, tmp_path, 10.0)
+
+        async def drive():
+            await mod.send(Hello(PROTOCOL_VERSION, "t"))
+            assert isinstance(await mod.recv(), Welcome)
+            assert isinstance(await mod.recv(), Dataset)
+            await mod.send(Query(1, 0))
+            refusal = await mod.recv()
+            assert isinstance(refusal, Error)
+            assert (refusal.code, refusal.seq) == ("privacy_budget", 1)
+            for seq, row in ((1, 2), (2, 3)):
+                await mod.send(Query(seq, row))
+                reward = await mod.recv()
+                assert isinstance(reward, Reward) and (reward.seq, reward.index) == (seq, row)
+            await mod.send(End("done"))
+
+        try:
+            result, _ = await asyncio.gather(curate(cur, session, tmp_path, verbose=False),
+                                             drive())
+        finally:
+            cur.close()
+            mod.close()
+        return result
+
+    result = asyncio.run(run())
+    assert result["status"] == "ok" and result["queries"] == [2, 3]
+    reports = audit_session(tmp_path / "curator.transcript", tmp_path / "modeler.transcript")
+    assert all(r.ok for r in reports), [r.violations for r in reports]

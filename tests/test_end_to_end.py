@@ -45,11 +45,11 @@ def test_pobo_run_synthetic_over_tcp_in_two_processes(tmp_path):
     progress = [line for line in done.stdout.splitlines() if line.startswith("[curator] t=")]
     assert len(progress) == 6  # one line per iteration
     result = json.loads((out / "result.json").read_text())
-    # pobo run signs with throw-away keys and leaves their public halves for the auditor
+    # pobo run signs with the user's key-store keys: the audit trusts them with no flag
     assert result["signatures"] == result["modeler"]["signatures"] == "signed"
     audited = subprocess.run([*_pobo(), "audit", str(out / "curator.transcript"),
-                              str(out / "modeler.transcript"), "--keys", str(out / "keys"),
-                              "--json"], capture_output=True, text=True, timeout=60)
+                              str(out / "modeler.transcript"), "--json"],
+                             capture_output=True, text=True, timeout=60)
     assert audited.returncode == 0, audited.stdout + audited.stderr
     assert [r["signatures"] for r in json.loads(audited.stdout)] == ["verified", "verified"]
     assert not list(out.glob("**/*.sign_secret"))  # the secret halves are gone with the run

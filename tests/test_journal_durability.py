@@ -21,7 +21,7 @@ budget = Budget(row_epsilon=1e9)
 for seq in range(1, 1_000_000):
     journal.record_answer("s", None, seq, seq % 97, [Entry("ldp", 0.5, 0.0, "local", seq % 97)],
                           budget, lambda: (0.25 * seq, 0.5 * seq))
-    print(seq, flush=True)
+    print("s", seq, flush=True)
 """
 
 
@@ -52,24 +52,57 @@ def test_the_flag_reaches_the_curator_process_and_full_is_the_default():
         parser.parse_args(["curator", "synthetic", "--durability", "off"])
 
 
+# the same from 4 concurrent sessions in an event loop: group commits, each seq printed
+# only once `committed()` returned for it
+GROUP_WRITER = """
+import asyncio, sys
+from pobo.parties.journal import Journal
+from pobo.protocol.ledger import Budget, Entry
+journal = Journal(sys.argv[1], durability=sys.argv[2])
+budget = Budget(row_epsilon=1e9)
+
+async def session(k):
+    for seq in range(1, 1_000_000):
+        journal.record_answer(f"s{k}", None, seq, seq % 97,
+                              [Entry("ldp", 0.5, 0.0, "local", seq % 97)], budget,
+                              lambda: (0.25 * seq, 0.5 * seq))
+        await journal.committed()
+        print(f"s{k}", seq, flush=True)
+
+async def main():
+    await asyncio.gather(*(session(k) for k in range(4)))
+
+asyncio.run(main())
+"""
+
+
 @pytest.mark.parametrize("durability", ["normal", "full"])
-def test_kill_9_loses_no_committed_answer(tmp_path, durability):
+@pytest.mark.parametrize("script", [WRITER, GROUP_WRITER], ids=["sequential", "grouped"])
+def test_kill_9_loses_no_committed_answer(tmp_path, durability, script):
     path = tmp_path / "j.db"
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), durability],
+    writer = subprocess.Popen([sys.executable, "-c", script, str(path), durability],
                               stdout=subprocess.PIPE, text=True)
     try:
-        committed = [int(writer.stdout.readline()) for _ in range(200)]
+        committed = [_announced(writer.stdout.readline()) for _ in range(200)]
         writer.kill()  # SIGKILL between (or inside) transactions: no clean shutdown
         writer.wait(15)
-        committed += [int(line) for line in writer.stdout.read().split()]
+        committed += [_announced(line) for line in writer.stdout.read().splitlines()
+                      if len(line.split()) == 2]
     finally:
         if writer.poll() is None:
             writer.kill()
             writer.wait(15)
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        answers = dict(db.execute("SELECT seq, value FROM answers WHERE session = 's'"))
-        charged = db.execute("SELECT COUNT(*) FROM ledger WHERE session = 's'").fetchone()[0]
-    assert committed == list(range(1, len(committed) + 1))
-    assert all(answers.get(seq) == 0.5 * seq for seq in committed)  # every answer announced
+        answers = {(s, q): v for s, q, v in db.execute("SELECT session, seq, value FROM answers")}
+        charged = db.execute("SELECT COUNT(*) FROM ledger").fetchone()[0]
+    for session in {s for s, _ in committed}:  # each session's announcements in order
+        seqs = [q for s, q in committed if s == session]
+        assert seqs == list(range(1, len(seqs) + 1))
+    assert all(answers.get(key) == 0.5 * key[1] for key in committed)  # every one announced
     assert charged == len(answers) >= len(committed)  # each with its charge, nothing half
+
+
+def _announced(line: str) -> tuple[str, int]:
+    session, seq = line.split()
+    return session, int(seq)

@@ -231,6 +231,20 @@ def test_a_function_that_raises_is_a_failed_evaluation():
         _measure(FunctionObjective(lambda i: 1 / 0))
 
 
+def test_a_half_written_results_line_is_not_read(tmp_path):
+    """The issue (22, item 7): `s1 1 12` then `3.456` was entered as 12.0 where 123.456
+    was meant. Only newline-terminated lines count."""
+    journal = _journal_with_session()
+    journal.reserve("s1", 1, 1, 3, [], Budget())
+    results = tmp_path / "results.txt"
+    results.write_text("s1 1 12")  # the writer has not finished the line
+    assert ingest_results(results, journal) == 0
+    with results.open("a") as f:
+        f.write("3.456\n")
+    assert ingest_results(results, journal) == 1
+    assert journal.supplied("s1", 1) == 123.456
+
+
 def test_a_deferred_value_comes_from_the_journal_or_the_results_file(tmp_path):
     journal = _journal_with_session()
     journal.open_session("s2", {}, b"w", "p", "d", "me")
@@ -383,6 +397,15 @@ def test_pobo_answer_lists_and_enters_values(tmp_path, capsys):
     assert "--objective-wait needs --journal" in capsys.readouterr().err
 
 
+def _reconnecting_modeler(endpoint: str, out: Path) -> subprocess.Popen:
+    """A standalone `pobo modeler` (seed 2, 3 s timeout) that reconnects for 120 s."""
+    return subprocess.Popen(
+        [PY, "-m", "pobo", "modeler", "--connect", endpoint, "--out", str(out), "--seed", "2",
+         "--timeout", "3", "--patience", "120"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+
+
 def _pending(db: Path, count: int, timeout: float = 60) -> list[dict]:
     """Wait (bounded) until `count` evaluations await a value; return them."""
     deadline = time.monotonic() + timeout
@@ -416,11 +439,7 @@ def test_a_deferred_answer_entered_after_a_curator_restart_completes_the_session
     modeler = restarted = None
     try:
         curator.wait_listening()
-        modeler = subprocess.Popen(
-            [PY, "-m", "pobo", "modeler", "--connect", endpoint, "--out",
-             str(tmp_path / "m"), "--seed", "2", "--timeout", "3", "--patience", "120"],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
+        modeler = _reconnecting_modeler(endpoint, tmp_path / "m")
         _answer(db, _pending(db, 1)[0])  # query 1, answered while the curator runs
         waiting = _pending(db, 1)  # query 2 now awaits a value
         assert waiting[0]["seq"] == 2
@@ -453,3 +472,28 @@ def test_a_deferred_answer_entered_after_a_curator_restart_completes_the_session
     mine = json.loads((tmp_path / "m" / "modeler.json").read_text())
     assert mine["queries"] == record["queries"] and mine["rewards"] == record["rewards"]
     assert np.allclose(record["measured"], [-((r % 8) - 3) ** 2 / 10 for r in record["queries"]])
+
+
+def test_a_standalone_modeler_says_every_10_s_that_the_curator_is_unreachable(tmp_path):
+    """The issue (22, item 10): a modeler whose curator died with a query pending retries
+    for its --patience; it must not be silent meanwhile."""
+    T, db, out = 4, tmp_path / "curator.db", tmp_path / "out"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    extra = ["--objective-wait", "--journal", str(db), "--seed", "2", "--timeout", "3"]
+    curator = CuratorProcess(out, T, extra, endpoint)
+    modeler = None
+    try:
+        curator.wait_listening()
+        modeler = _reconnecting_modeler(endpoint, tmp_path / "m")
+        _pending(db, 1)  # query 1 awaits a value
+        curator.proc.kill()
+        curator.proc.wait(10)
+        time.sleep(26)
+        assert modeler.poll() is None
+        modeler.terminate()
+        _, err = modeler.communicate(timeout=60)
+    finally:
+        curator.proc.kill()
+        if modeler is not None and modeler.poll() is None:
+            modeler.kill()
+    assert err.count("curator unreachable, retrying") >= 2, err[-2000:]

@@ -3,8 +3,11 @@ import numpy as np
 import pytest
 
 from pobo.protocol.errors import ErrorCode, PolicyViolation, ProtocolError
+import dataclasses
+
 from pobo.protocol.messages import (
-    PROTOCOL_VERSION, Dataset, End, Error, Hello, ProjectedDataset, Query, Reward, Welcome,
+    PROTOCOL_VERSION, Dataset, End, Error, Hello, Pending, ProjectedDataset, Query, Reward,
+    Welcome,
 )
 from pobo.protocol.policy import CURATOR, IDENTITY, MODELER, NON_PRIVATE, PRIVATE, Boundary
 
@@ -83,11 +86,11 @@ def test_version_mismatch_is_refused_at_the_handshake(params):
 
 def test_queries_are_checked_for_order_range_and_budget(params, release):
     cur, mod = _ready_pair(params, release)  # n = 5, T = 3
-    for bad, code in ((Query(2, 0), ErrorCode.SEQUENCE), (Query(1, 5), ErrorCode.INDEX_OUT_OF_RANGE),
+    for bad, code in ((Query(0, 0), ErrorCode.SEQUENCE), (Query(1, 5), ErrorCode.INDEX_OUT_OF_RANGE),
                       (Query(1, -1), ErrorCode.INDEX_OUT_OF_RANGE)):
         with pytest.raises(ProtocolError) as info:
             cur.incoming(bad)
-        assert info.value.code is code
+        assert info.value.code is code and info.value.seq == bad.seq
     for seq in (1, 2, 3):
         mod.outgoing(Query(seq, seq))
         cur.incoming(Query(seq, seq))
@@ -121,3 +124,98 @@ def test_messages_out_of_handshake_order_are_refused(params, release):
         mod.incoming(msg)
         mod.outgoing(msg)
         cur.incoming(msg)
+
+
+def _refusal(boundary: Boundary, query: Query) -> ProtocolError:
+    with pytest.raises(ProtocolError) as info:
+        boundary.incoming(query)
+    return info.value
+
+
+def test_query_checks_come_in_the_stated_order_and_name_the_query(params, release):
+    """PROTOCOL.md 7: before the dataset, seq < 1, seq > T, a seq asked with another row,
+    the row, the batch; each refusal names the refused query in its seq."""
+    cur = Boundary(PRIVATE, CURATOR)
+    cur.incoming(Hello(PROTOCOL_VERSION, "t"))
+    cur.outgoing(Welcome(PROTOCOL_VERSION, "s", params))
+    exc = _refusal(cur, Query(params.T + 2, params.n + 7))  # before the dataset: first
+    assert (exc.code, exc.seq) == (ErrorCode.SEQUENCE, params.T + 2)
+    cur.outgoing(Dataset(release))
+    cases = [(Query(params.T + 2, params.n + 7), ErrorCode.BUDGET_EXHAUSTED),  # T before row
+             (Query(0, params.n + 7), ErrorCode.SEQUENCE),
+             (Query(-4, 0), ErrorCode.SEQUENCE)]
+    for query, code in cases:
+        exc = _refusal(cur, query)
+        assert (exc.code, exc.seq) == (code, query.seq), (query, exc)
+    cur.incoming(Query(1, 0))  # batch 1: now full
+    exc = _refusal(cur, Query(2, params.n))  # the row before the batch
+    assert (exc.code, exc.seq) == (ErrorCode.INDEX_OUT_OF_RANGE, 2)
+    exc = _refusal(cur, Query(2, 1))
+    assert (exc.code, exc.seq) == (ErrorCode.SEQUENCE, 2) and "outstanding" in str(exc)
+    exc = _refusal(cur, Query(1, 3))  # seq 1 asked with row 0
+    assert (exc.code, exc.seq) == (ErrorCode.SEQUENCE, 1)
+
+
+def test_a_refused_query_frees_its_seq_and_batch_slot_for_pipelined_queries(params, release):
+    """A bad row among pipelined queries refuses that one only: the later ones are taken,
+    the refused seq is asked again with a good row, and the session reaches T."""
+    params = dataclasses.replace(params, batch=3)  # n = 5, T = 3
+    cur, mod = _ready_pair(params, release)
+    exc = _refusal(cur, Query(1, params.n))
+    assert (exc.code, exc.seq) == (ErrorCode.INDEX_OUT_OF_RANGE, 1)
+    for seq in (2, 3):  # pipelined behind the refused one: not `sequence`
+        mod.outgoing(Query(seq, seq))
+        cur.incoming(Query(seq, seq))
+    mod.outgoing(Query(1, 4))
+    cur.incoming(Query(1, 4))  # the refused seq, asked again
+    for seq in (3, 1, 2):
+        cur.outgoing(Reward(seq, cur.asked[seq], 0.5))
+        mod.incoming(Reward(seq, cur.asked[seq], 0.5))
+    assert cur.outstanding == mod.outstanding == {} and len(cur.asked) == params.T
+
+
+def test_a_query_the_curator_refuses_after_admitting_it_is_withdrawn_on_both_sides(
+        params, release):
+    """A query the policy admitted and the curator then refused (its row's LDP budget, a
+    spent T) is not asked: on both sides its seq and its only batch slot are free again."""
+    cur, mod = _ready_pair(params, release)  # batch 1
+    mod.outgoing(Query(1, 2))
+    cur.incoming(Query(1, 2))
+    refusal = Error("privacy_budget", "row 2 is spent", 1)
+    cur.outgoing(refusal)
+    mod.incoming(refusal)
+    assert cur.outstanding == mod.outstanding == {} and cur.asked == mod.asked == {}
+    mod.outgoing(Query(1, 3))  # the seq again, another row, in the one slot
+    cur.incoming(Query(1, 3))
+    assert cur.asked == mod.asked == {1: 3}
+
+
+def test_an_error_about_an_answered_query_withdraws_nothing(params, release):
+    """A retry with another row is refused naming the query, which stays asked: only a
+    query with no answer at all yet can be withdrawn; nor does a retryable error."""
+    cur, mod = _ready_pair(params, release)
+    mod.outgoing(Query(1, 2))
+    cur.incoming(Query(1, 2))
+    for answer in (Pending(1, 2, 0.0), Error("sequence", "query 1 was for row 2, not 3", 1)):
+        cur.outgoing(answer)
+        mod.incoming(answer)
+    assert cur.asked == mod.asked == {1: 2} and cur.outstanding == mod.outstanding == {1: 2}
+    cur2, mod2 = _ready_pair(params, release)
+    mod2.outgoing(Query(1, 2))
+    cur2.incoming(Query(1, 2))
+    for answer in (Error("evaluation_failed", "retry", 1), Error("budget_exhausted", "x", 1)):
+        cur2.outgoing(answer)
+        mod2.incoming(answer)
+    assert cur2.asked == mod2.asked == {1: 2}  # reserved: the failed evaluation took it
+
+
+def test_hello_nonce_is_32_hex_digits_or_empty(params):
+    from pobo.protocol.messages import new_nonce
+    nonce = new_nonce()
+    assert len(nonce) == 32 and nonce != new_nonce()
+    Boundary(PRIVATE, CURATOR).incoming(Hello(PROTOCOL_VERSION, "t", nonce=nonce))
+    Boundary(PRIVATE, CURATOR).incoming(Hello(PROTOCOL_VERSION, "t"))
+    for bad in ("00" * 15, "AB" * 16, "g" * 32):
+        with pytest.raises(ProtocolError) as info:
+            Boundary(PRIVATE, CURATOR).incoming(Hello(PROTOCOL_VERSION, "t", nonce=bad))
+        assert info.value.code is ErrorCode.MALFORMED

@@ -148,7 +148,8 @@ def test_run_ledger_with_projection_ldp_and_release(tmp_path):
     assert ledger["local"]["reports"] == 6
     assert ledger["local"]["max_row_epsilon"] == pytest.approx(
         2.0 * ledger["local"]["worst_row_reports"])
-    assert ledger["session"]["central"] == {**ledger["central"], "budget_epsilon": None}
+    assert ledger["session"]["central"] == ledger["central"]  # the default budget, both
+    assert ledger["central"]["budget_epsilon"] == pytest.approx(math.exp(1.1) + 2.0)
     assert result["release"]["algorithm"] == "noisy"
     assert result["modeler"]["release"]["value"] == result["release"]["value"]
 

@@ -138,7 +138,7 @@ def test_real_public_files_load(name):
     expected_n = {"hospital": 71_518, "bank": 4_703, "realestate": 2_362}[name]
     assert problem.X.shape[0] == expected_n and str(path) in problem.source
     if name == "hospital":
-        assert problem.f.mean() == pytest.approx(0.113, abs=0.002)
-        assert problem.dropped == {"duplicate": 1236}
+        assert problem.f.mean() == pytest.approx(0.088, abs=0.002)  # first encounters
+        assert problem.dropped == {"later encounter of a patient": 101_766 - 71_518}
     if name == "bank":
         assert problem.X.shape[1] == 3 and problem.dropped.get("loan not completed") == 25

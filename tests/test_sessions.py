@@ -290,12 +290,12 @@ def test_a_deployed_curator_never_serves_a_seeded_projection_from_its_journal(tm
     (and pays for) its own Z from the OS CSPRNG instead of serving the seeded one, whose
     seed would give M and G away."""
     from pobo.parties.journal import Journal
-    seeded = RunConfig(T=3, seed=0, options={"grid": 8})
+    seeded = RunConfig(T=3, seed=0, options={"grid": 8}, budget_epsilon=20.0)
     journal = Journal(tmp_path / "j.db")
     z_seeded = prepare_service(seeded, journal=journal).release.Z
     journal.close()
     journal = Journal(tmp_path / "j.db")
-    deployed = prepare_service(RunConfig(T=3, seed=0, options={"grid": 8}), journal=journal)
+    deployed = prepare_service(seeded, journal=journal)  # (a budget for two projections)
     assert np.array_equal(deployed.release.Z, z_seeded)  # the same seed: the same record
     object.__setattr__(deployed.settings, "seed", None)  # now the deployment, same data
     again = type(deployed)(deployed.problem, deployed.settings, journal, deployed.config)
@@ -304,3 +304,36 @@ def test_a_deployed_curator_never_serves_a_seeded_projection_from_its_journal(tm
     assert [e["mechanism"] for e in journal.central_entries()] == ["gaussian-rows"] * 2
     journal.close()
 
+
+
+async def test_without_curve_a_session_belongs_to_its_signing_key(tmp_path):
+    """The issue's attack (22, item 4): signing keys, no CURVE, two allowed modeler keys.
+    B names A's session in a signed Hello: refused with not_owner (before the fix B took
+    it over, as every plaintext peer was the same owner)."""
+    from pobo.protocol.signing import ZERO, Link, Signer, open_frame, seal
+    from pobo.scenarios.session import Signing
+    curator, key_a, key_b = Signer.generate(), Signer.generate(), Signer.generate()
+    signing = Signing(curator=curator, modeler_keys=frozenset([key_a.public_hex,
+                                                                key_b.public_hex]))
+    service = prepare_service(CFG)
+    task, endpoint = await _serve(tmp_path, service, sessions=0, signing=signing)
+    ctx = new_context()
+    a, b = Peer(ctx, endpoint), Peer(ctx, endpoint)
+
+    async def hello(peer, key, resume=""):
+        frame = seal(encode(Hello(PROTOCOL_VERSION, "t", resume, sign_key=key.public_hex)),
+                     Link(resume, 0, ZERO, ZERO), key)
+        await peer.sock.send(frame)
+        return decode(open_frame(await asyncio.wait_for(peer.sock.recv(), 10)).body)
+
+    try:
+        welcome = await hello(a, key_a)
+        assert isinstance(welcome, Welcome)
+        refused = await hello(b, key_b, resume=welcome.session)
+        assert isinstance(refused, Error) and refused.code == ErrorCode.NOT_OWNER.value
+        assert service.journal.load(welcome.session).generation == 1  # not taken over
+    finally:
+        a.close()
+        b.close()
+        await _stop(task)
+        close_context(ctx)

@@ -121,9 +121,11 @@ def test_a_signed_session_audits_as_verified_and_every_frame_is_an_envelope(sign
         assert not env.bare and len(env.sig) == 64
         if record.dir == "sent":  # the modeler's signed link is its own record
             assert env.link.seq == record.seq and env.link.prev.hex() == record.prev
-    # without keys the audit says it could not verify them
+    # without keys (none given, none in the user's store) the audit says it could not
+    # verify them, and exits 3 unless told to accept that
     status, text = _audit([out / "curator.transcript"])
-    assert status == 0 and "signatures: unverified" in text
+    assert status == 3 and "signatures: unverified" in text and "not verified: " in text
+    assert _audit([out / "curator.transcript"], None, "--allow-unsigned")[0] == 0
 
 
 @pytest.mark.parametrize("role", [CURATOR, MODELER])
@@ -281,6 +283,10 @@ def test_an_unsigned_session_runs_and_says_so(tmp_path, signed):
     hello = next(r for r in read_transcript(tmp_path / "modeler.transcript") if r.kind == "hello")
     assert decode(open_frame(hello.frame).body).sign_key == ""
     status, text = _audit([tmp_path / "curator.transcript", tmp_path / "modeler.transcript"])
+    assert status == 3 and text.count("signatures: unsigned") == 2
+    assert "not verified: the curator did not sign" in text
+    status, text = _audit([tmp_path / "curator.transcript", tmp_path / "modeler.transcript"],
+                          None, "--allow-unsigned")
     assert status == 0 and text.count("signatures: unsigned") == 2
     status, text = _audit([tmp_path / "curator.transcript"], _keys_dir(tmp_path, keys))
     assert status == 2 and "signatures: FAILED at record 0" in text
@@ -298,7 +304,8 @@ def test_audit_data_of_another_scenario_is_not_ok(tmp_path):
                                "--out", str(exported[name])], capture_output=True, text=True,
                               timeout=60)
         assert done.returncode == 0, done.stderr
-    status, text = _audit([out / "curator.transcript"], None, "--data", str(exported["same"]))
+    status, text = _audit([out / "curator.transcript"], None, "--data", str(exported["same"]),
+                          "--allow-unsigned")
     assert status == 0, text
     for name in ("branin", "reseeded"):
         status, text = _audit([out / "curator.transcript"], None, "--data",

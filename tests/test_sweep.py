@@ -91,5 +91,5 @@ def test_pobo_sweep_command_prints_a_table_and_the_wall_time(tmp_path):
                            "--log-eps", "1.1", "--non-private", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "wall time" in done.stdout and "| e^1.1 = 3.004 | 2 |" in done.stdout
+    assert "wall time" in done.stdout and "| 3.004 | 2 |" in done.stdout and "e^" not in done.stdout
     assert done.stdout.count("[sweep] ") >= 6

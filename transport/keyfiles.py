@@ -101,3 +101,60 @@ def make_signing_keys(directory: str | Path, force: bool = False) -> dict[str, P
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return paths
+
+
+HOME_ENV = "POBO_HOME"  # the per-user key store's folder (default ~/.pobo), as ssh's ~/.ssh
+STORE_KEYS, STORE_TRUSTED = "keys", "trusted"
+
+
+def pobo_home() -> Path:
+    """The user's pobo folder: $POBO_HOME, else ~/.pobo (tests set POBO_HOME)."""
+    return Path(os.environ.get(HOME_ENV) or Path.home() / ".pobo")
+
+
+def store_signing_key(role: str, home: Path | None = None) -> Path:
+    """The secret half of `role`'s signing key in the user's key store
+    (HOME/keys/<role>.sign_secret, 0600, with <role>.sign_public beside it), made once on
+    first use and kept: what a party signs with unless told otherwise."""
+    from pobo.protocol.signing import Signer
+
+    if role not in _ROLES:
+        raise ValueError(f"role must be one of {_ROLES}, got {role!r}")
+    folder = (home or pobo_home()) / STORE_KEYS
+    secret, public = folder / f"{role}.sign_secret", folder / f"{role}.sign_public"
+    if secret.is_file() and public.is_file():
+        return secret
+    with _umask(0o077):
+        folder.mkdir(parents=True, exist_ok=True, mode=_DIR_MODE)
+        staging = Path(tempfile.mkdtemp(prefix=".pobo-sign-", dir=folder))
+        try:
+            signer = Signer.generate()
+            (staging / "s").write_bytes(signer.secret_bytes())
+            (staging / "p").write_text(signer.public_hex + "\n")
+            try:  # the public half first: a secret without it is never seen as complete
+                _place(staging / "p", public, _PUBLIC_MODE, False)
+                _place(staging / "s", secret, _SECRET_MODE, False)
+            except FileExistsError:
+                pass  # another process made them meanwhile: theirs are the store's
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    if not (secret.is_file() and public.is_file()):
+        raise FileExistsError(f"the key store {folder} holds half a {role} key pair: remove "
+                              f"{secret} or {public}")
+    return secret
+
+
+def trusted_signing_keys(home: Path | None = None) -> dict[str, Path]:
+    """The public signing keys the user trusts, hex -> file: the store's own
+    (HOME/keys/*.sign_public) and those put in HOME/trusted/ (a peer's sign_public).
+    Never a key found beside a transcript."""
+    from pobo.protocol.signing import load_verify_key
+
+    base = home or pobo_home()
+    found: dict[str, Path] = {}
+    for sub in (STORE_KEYS, STORE_TRUSTED):
+        folder = base / sub
+        if folder.is_dir():
+            for path in sorted(folder.glob("*.sign_public")):
+                found.setdefault(load_verify_key(path), path)
+    return found

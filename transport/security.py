@@ -98,15 +98,17 @@ def make_keys(directory: str | Path, force: bool = False) -> dict[str, Path]:
 
 
 def _load_secret(path: Path) -> tuple[bytes, bytes]:
-    """(public, secret) from a secret key file; warn when others may read it."""
+    """(public, secret) from a secret key file; warn when others may read it (a public
+    key given instead is said to be one, before any mode is looked at)."""
+    public, secret = zmq.auth.load_certificate(path)
+    if secret is None:
+        raise ValueError(f"{path} is a public key, not a secret one: give the .key_secret "
+                         "file (the public .key is for the peer)")
     with contextlib.suppress(OSError):
         mode = stat.S_IMODE(os.stat(path).st_mode)
         if mode & 0o077:
             LOG.warning("secret key %s is readable by others (mode %04o): chmod 600 %s",
                         path, mode, path)
-    public, secret = zmq.auth.load_certificate(path)
-    if secret is None:
-        raise ValueError(f"{path} holds no secret key")
     return public, secret
 
 

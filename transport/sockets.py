@@ -150,6 +150,7 @@ class HubLimits:
     peer_bytes: int = 1 << 20
     remember_forgotten: int = 4096
     send_timeout: float = 10.0
+    peer_sndbuf: int = 256 << 10  # the kernel's send buffer per peer connection (SO_SNDBUF)
 
 
 def _split(endpoint: str) -> tuple[str, str]:
@@ -261,6 +262,7 @@ class DealerPipe:
         self.endpoint, self._curve = endpoint, curve
         self._failure: tuple[int, int] | None = None  # last failed handshake (event, value)
         self._shook = monitor is None  # a handshake succeeded and none failed since
+        self._rcvtimeo: int | None = None  # the receive timeout last set on the socket
         self._events = zmq.Socket.shadow(monitor.underlying) if monitor is not None else None
         self._poller = zmq.asyncio.Poller()
         self._poller.register(sock, zmq.POLLIN)
@@ -338,8 +340,10 @@ class DealerPipe:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise self._timeout(timeout)
-            self._sock.setsockopt(zmq.RCVTIMEO, max(1, min(math.ceil(remaining * 1000),
-                                                           _POLL_MS)))
+            wait_ms = max(1, min(math.ceil(remaining * 1000), _POLL_MS))
+            if wait_ms != self._rcvtimeo:  # usually _POLL_MS: set once, not per frame
+                self._sock.setsockopt(zmq.RCVTIMEO, wait_ms)
+                self._rcvtimeo = wait_ms
             try:
                 parts = await self._sock.recv_multipart(copy=True)
             except zmq.Again:  # the receive timeout: nothing was taken
@@ -400,10 +404,9 @@ class DealerPipe:
 
 
 def _single(parts: list[bytes]) -> bytes:
-    """The one frame of a message; ProtocolError for a message of several frames."""
-    if len(parts) != 1:
-        raise ProtocolError(f"message of {len(parts)} frames, expected 1")
-    return parts[0]
+    """The frame of a message from the curator: its parts joined (a large frame the
+    curator shares between sessions comes as parts, see RouterPipe.send_parts)."""
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _close_monitored(sock: zmq.Socket, monitor: zmq.Socket | None) -> None:
@@ -475,6 +478,9 @@ class RouterHub:
         try:
             options.apply(sock)
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            # a kernel send buffer of its own size per peer: a peer that never reads holds
+            # at most this much of the Dataset in the kernel, not megabytes each
+            sock.setsockopt(zmq.SNDBUF, limits.peer_sndbuf)
             if curve is not None:
                 secure_server(sock, curve)
             if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
@@ -661,15 +667,17 @@ class RouterHub:
         self._pending_bytes -= peer.bytes
         return RouterPipe(self, identity, peer.user_id)
 
-    async def _send(self, identity: bytes, frame: bytes) -> None:
-        """Send to one peer, retrying a full queue until `send_timeout` (then PeerGone)."""
+    async def _send(self, identity: bytes, frame: bytes | list[bytes]) -> None:
+        """Send to one peer (one frame, or its parts), retrying a full queue until
+        `send_timeout` (then PeerGone)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.send_timeout
         delay = 0.001
         while True:
             try:
-                await self._sock.send_multipart([identity, frame], flags=zmq.NOBLOCK,
-                                                copy=len(frame) < _COPY_BELOW)
+                parts = frame if isinstance(frame, list) else [frame]
+                await self._sock.send_multipart([identity, *parts], flags=zmq.NOBLOCK,
+                                                copy=sum(map(len, parts)) < _COPY_BELOW)
                 return
             except zmq.Again:
                 if loop.time() >= deadline:
@@ -757,6 +765,12 @@ class RouterPipe:
     async def send(self, frame: bytes) -> None:
         """Send one frame to this modeler."""
         await self._hub._send(self.identity, frame)
+
+    async def send_parts(self, parts: list[bytes]) -> None:
+        """Send one frame given as parts (ZeroMQ message parts the modeler joins): a part
+        shared by many sessions (the Dataset's body) is queued by reference, never copied,
+        however many peers have not read it yet."""
+        await self._hub._send(self.identity, parts)
 
     async def recv(self, timeout: float) -> bytes:
         """The next frame from this modeler, within `timeout` seconds."""

@@ -1,0 +1,125 @@
+"""Batches that pay: queries/s of `--batch Q` against `--batch 1`, with a slow objective.
+
+    python benchmarks/batches.py [--T 48] [--batch 4] [--sleep 0.01] [--reps 3]
+                                 [--durability normal] [--grid 30]
+
+Each run is `pobo run synthetic` over loopback tcp (two processes) with the objective
+measured on demand by a command that sleeps `--sleep` seconds and prints a number
+(`/bin/sh -c 'sleep S; echo 0.5'`), the curator's journal on disk at `--durability`.
+The baseline is the same run with --batch 1, alternated with the batch runs over
+`--reps` repetitions. Prints each run's queries/s (T over the time from the first query
+to the last reward in the modeler's transcript: the handshake, the dataset and start-up
+are left out)
+and the median of the per-repetition ratios. Target (issue 23): >= 2.5x at --batch 4
+with a 10 ms command.
+
+Then `--sessions` (16) concurrent sessions in one process (curator service and modelers
+over in-process pipes, T = `--session-T` each, tabulated f) against one journal at
+--durability full, with group commit and without it (`Journal(group_commit=False)`:
+one COMMIT, so one fsync, per answer), alternated over --reps: answers per COMMIT and
+answers/s of each, and their ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pobo.parties.journal import Journal  # noqa: E402
+from pobo.protocol.transcript import read_transcript  # noqa: E402
+from pobo.scenarios.launch import run  # noqa: E402
+from pobo.scenarios.runspec import RunConfig  # noqa: E402
+from pobo.scenarios.session import curate, open_channel, optimise, prepare_service  # noqa: E402
+from pobo.transport.inproc import pipe_pair  # noqa: E402
+
+
+def queries_per_second(args: argparse.Namespace, batch: int) -> float:
+    """T over the modeler's seconds of one session at `batch`."""
+    command = f"/bin/sh -c 'sleep {args.sleep}; echo 0.5' {{index}}"
+    with tempfile.TemporaryDirectory() as out:
+        config = RunConfig("synthetic", T=args.T, seed=1, options={"grid": args.grid},
+                           objective_cmd=command, batch=batch, max_batch=batch,
+                           journal=str(Path(out) / "journal.db"),
+                           durability=args.durability, timeout=120)
+        result = run(config, Path(out) / "run", verbose=False)
+        if result.get("status") != "ok":
+            raise SystemExit(f"run failed: {result.get('error')}")
+        times = [(r.kind, r.time) for r in read_transcript(Path(out) / "run" / "modeler.transcript")
+                 if r.kind in ("query", "reward")]
+    first = min(t for kind, t in times if kind == "query")
+    last = max(t for kind, t in times if kind == "reward")
+    return args.T / (last - first)
+
+
+async def concurrent(sessions: int, T: int, grouped: bool) -> tuple[float, float]:
+    """(answers per COMMIT, answers/s) of `sessions` concurrent in-process sessions on
+    one journal at durability full."""
+    with tempfile.TemporaryDirectory() as out:
+        journal = Journal(Path(out) / "journal.db", durability="full", group_commit=grouped)
+        service = prepare_service(RunConfig("synthetic", T=T, seed=1, options={"grid": 20},
+                                            timeout=120), journal=journal)
+        channels = []
+
+        async def one(k: int) -> None:
+            folder = Path(out) / str(k)
+            session = service.new_session()
+            cpipe, mpipe = pipe_pair()
+            cchan = open_channel(cpipe, "curator", False, folder, 120.0)
+            mchan = open_channel(mpipe, "modeler", False, folder, 120.0)
+            channels.extend((cchan, mchan))
+            await asyncio.gather(curate(cchan, session, folder, verbose=False),
+                                 optimise(mchan, k, out=folder))
+
+        commits, start = journal.commits, time.perf_counter()
+        await asyncio.gather(*(one(k) for k in range(sessions)))
+        wall, commits = time.perf_counter() - start, journal.commits - commits
+        for channel in channels:
+            channel.close()
+        journal.close()
+    # each session also commits its opening and its status: count the answers only
+    answers = sessions * T
+    return answers / max(commits - 2 * sessions, 1), answers / wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--T", type=int, default=48)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--sleep", type=float, default=0.01)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--durability", default="normal", choices=("normal", "full"))
+    parser.add_argument("--grid", type=int, default=30)
+    parser.add_argument("--sessions", type=int, default=16)
+    parser.add_argument("--session-T", type=int, default=30)
+    args = parser.parse_args()
+    ratios = []
+    for rep in range(args.reps):
+        order = (1, args.batch) if rep % 2 == 0 else (args.batch, 1)
+        qps = {q: queries_per_second(args, q) for q in order}
+        ratios.append(qps[args.batch] / qps[1])
+        print(f"rep {rep}: --batch 1 {qps[1]:6.1f} queries/s, --batch {args.batch} "
+              f"{qps[args.batch]:6.1f} queries/s: {ratios[-1]:.2f}x", flush=True)
+    print(f"--batch {args.batch} / --batch 1 queries/s, {args.sleep * 1e3:g} ms command, "
+          f"journal {args.durability}, median of {args.reps}: {statistics.median(ratios):.2f}x "
+          "(target >= 2.5x)")
+    ratios = []
+    for rep in range(args.reps):
+        runs = {g: asyncio.run(concurrent(args.sessions, args.session_T, g))
+                for g in ((False, True) if rep % 2 == 0 else (True, False))}
+        ratios.append(runs[True][1] / runs[False][1])
+        print(f"rep {rep}: {args.sessions} sessions, durability full: one commit per answer "
+              f"{runs[False][0]:.2f} answers/COMMIT, {runs[False][1]:6.1f} answers/s; group "
+              f"commit {runs[True][0]:.2f} answers/COMMIT, {runs[True][1]:6.1f} answers/s: "
+              f"{ratios[-1]:.2f}x", flush=True)
+    print(f"{args.sessions} concurrent sessions at durability full, group commit / one commit "
+          f"per answer, answers/s, median of {args.reps}: {statistics.median(ratios):.2f}x")
+
+
+if __name__ == "__main__":
+    main()

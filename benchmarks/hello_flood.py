@@ -1,0 +1,143 @@
+"""Hello flood on one long-lived curator: its memory, and a legitimate Welcome's latency.
+
+    python benchmarks/hello_flood.py [--scenario hospital] [--hellos 1000]
+
+Starts `pobo curator SCENARIO --sessions 0` (embedded data, seed 0; hospital's Z is
+about 8 MB) as a separate process. Baseline, measured first in the same run: the
+curator's resident memory (VmRSS) once it listens and has served one legitimate session,
+and that session's Hello -> Welcome latency. Then `--hellos` peers each send one valid,
+unsigned Hello (about 30 bytes of message) and never read a byte (receive high-water
+mark 1), and one legitimate peer says Hello and times its Welcome. Prints the RSS growth
+over the baseline (goal: <= +150 MB for 1,000 Hellos) and the legitimate Welcome latency
+during the flood (goal: <= 1 s), beside the quiet one.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+import zmq.asyncio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.hostile import Sampler, rss_mb, start_curator  # noqa: E402
+from pobo.protocol.codec import decode, encode  # noqa: E402
+from pobo.protocol.messages import PROTOCOL_VERSION, End, Hello, Welcome  # noqa: E402
+from pobo.protocol.signing import ZERO, Link, open_frame, seal  # noqa: E402
+
+
+def hello_frame() -> bytes:
+    """An unsigned enveloped Hello opening a new session (what any modeler may send)."""
+    return seal(encode(Hello(PROTOCOL_VERSION, "flood")), Link("", 0, ZERO, ZERO), None)
+
+
+async def welcome_latency(ctx: zmq.asyncio.Context, endpoint: str) -> float:
+    """Seconds from a legitimate Hello to its Welcome; it then reads the Dataset and Ends."""
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        start = time.perf_counter()
+        await sock.send(hello_frame())
+        welcome = decode(open_frame(await asyncio.wait_for(sock.recv(), 300)).body)
+        latency = time.perf_counter() - start
+        assert isinstance(welcome, Welcome), welcome
+        await asyncio.wait_for(sock.recv(copy=False), 300)  # the Dataset
+        end = Link(welcome.session, 1, ZERO, ZERO)
+        await sock.send(seal(encode(End("done")), end, None))
+        return latency
+    finally:
+        sock.close(0)
+
+
+def legitimate_elsewhere(endpoint: str) -> float:
+    """welcome_latency measured from another process (its own ZeroMQ I/O thread, not
+    the one busy with the flooding peers)."""
+    code = ("import asyncio, sys, zmq.asyncio; from benchmarks.hello_flood import "
+            "welcome_latency; print(asyncio.run(welcome_latency(zmq.asyncio.Context(), "
+            f"{endpoint!r})))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, cwd=Path(__file__).resolve().parents[1])
+    if done.returncode != 0:
+        raise SystemExit(done.stderr)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+async def flood(endpoint: str, hellos: int) -> tuple[float, float, list]:
+    ctx = zmq.asyncio.Context()
+    try:
+        quiet = await welcome_latency(ctx, endpoint)
+        socks = []
+        frame = hello_frame()
+        for _ in range(hellos):  # never read: the curator's replies pile up on its side
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, 1)
+            sock.setsockopt(zmq.RCVBUF, 4096)
+            sock.connect(endpoint)
+            await sock.send(frame)
+            socks.append(sock)
+        await asyncio.sleep(0.5)
+        during = await asyncio.to_thread(legitimate_elsewhere, endpoint)
+        return quiet, during, socks
+    finally:
+        pass
+
+
+def main() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenario", default="hospital")
+    parser.add_argument("--hellos", type=int, default=1000)
+    parser.add_argument("--settle", type=float, default=10.0,
+                        help="seconds to watch the RSS after the legitimate Welcome")
+    parser.add_argument("curator_args", nargs="*", help="more `pobo curator` options")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="pobo-flood-") as out:
+        cmd = [sys.executable, "-m", "pobo", "curator", args.scenario, "--seed", "0",
+               "--bind", "tcp://127.0.0.1:0", "--sessions", "0", "--timeout", "600",
+               "--out", out, "-q", *args.curator_args]
+        curator, endpoint = start_curator(cmd, str(Path(out) / "home"))
+        try:
+            sampler = Sampler(curator.pid)
+
+            async def measure():
+                ctx = zmq.asyncio.Context()
+                await welcome_latency(ctx, endpoint)  # warm: one session served
+                ctx.destroy(0)
+                await asyncio.sleep(1.0)
+                base = rss_mb(curator.pid)
+                sampler.start()
+                quiet, during, socks = await flood(endpoint, args.hellos)
+                await asyncio.sleep(args.settle)
+                for s in socks:
+                    s.close(0)
+                return base, quiet, during
+
+            base, quiet, during = asyncio.run(measure())
+            sampler.running = False
+            alive = curator.poll() is None
+        finally:
+            curator.terminate()
+            try:
+                curator.wait(30)
+            except subprocess.TimeoutExpired:
+                curator.kill()
+    print(f"{args.scenario}: {args.hellos} Hellos that never read")
+    print(f"curator RSS: baseline {base:.0f} MB, peak {sampler.peak:.0f} MB "
+          f"(+{sampler.peak - base:.0f} MB; goal <= +150 MB)")
+    print(f"legitimate Hello -> Welcome: quiet {quiet * 1e3:.0f} ms, during the flood "
+          f"{during * 1e3:.0f} ms (goal <= 1000 ms)")
+    print(f"curator survived: {'yes' if alive else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Signed ledger checkpoints: a hash chain over the dataset ledger's entries, and its audit.
+
+The chain: head_0 = SHA-256("pobo ledger chain v1"), head_k = SHA-256(head_(k-1) ||
+record_k), where record_k is the canonical encoding (`entry_record`) of the k-th entry in
+journal order: its session, mechanism, epsilon, delta, scope, row and time. A checkpoint
+(`messages.LedgerHead`) is (k, head_k) with the totals the ledger reported at that point;
+the curator puts one in every Welcome and every End it sends, and signs the frame, so
+each modeler's transcript holds a signed commitment to the budget spent so far.
+
+A ledger only appends, so an honest curator's checkpoints are one chain: two of them that
+commit to the same number of entries have the same head, and a later one never commits
+to fewer entries than an earlier one. `forks` checks that over the checkpoints of several
+transcripts (of one dataset): a journal rolled back (restored from a copy) and spent
+again breaks it. SHA-256 from hashlib; the signatures are the frames' (protocol.signing).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from pobo.protocol.errors import PolicyViolation, ProtocolError
+from pobo.protocol.messages import NO_LEDGER_HEAD, LedgerHead
+
+GENESIS_HEAD = hashlib.sha256(b"pobo ledger chain v1").hexdigest()
+_HEX = frozenset("0123456789abcdef")
+
+
+def entry_record(session: str, mechanism: str, epsilon: float, delta: float, scope: str,
+                 row: int, time: float) -> bytes:
+    """The canonical bytes of one ledger entry: a compact JSON array, floats in their
+    exact hexadecimal form (float.hex), so that every reader hashes the same bytes."""
+    return json.dumps([session, mechanism, float(epsilon).hex(), float(delta).hex(), scope,
+                       int(row), float(time).hex()], separators=(",", ":"),
+                      ensure_ascii=True).encode()
+
+
+def next_head(head: str, record: bytes) -> str:
+    """head_k from head_(k-1) (hex) and the k-th entry's record."""
+    return hashlib.sha256(bytes.fromhex(head) + record).hexdigest()
+
+
+def chain_head(records: Iterable[bytes], head: str = GENESIS_HEAD) -> str:
+    """The head after `records`, starting from `head` (the genesis by default)."""
+    for record in records:
+        head = next_head(head, record)
+    return head
+
+
+def ledger_head(entries: int, chain: str, ledger: dict) -> LedgerHead:
+    """The checkpoint of a ledger of `entries` entries whose chain ends at `chain`, with
+    the totals `ledger` reports (the layout of protocol.ledger.ledger_dict: central
+    epsilon and delta, the worst-off row's local epsilon and delta)."""
+    central, local = ledger["central"], ledger["local"]
+    return LedgerHead(int(entries), chain, float(central["epsilon"]), float(central["delta"]),
+                      float(local["max_row_epsilon"]), float(local["max_row_delta"]))
+
+
+def check_head(head: LedgerHead, sender: str) -> None:
+    """Raise a typed ProtocolError (malformed) for a checkpoint no ledger can have: a chain
+    that is not 64 lowercase hex digits, a negative count or total, or totals without a
+    chain; a modeler's End carrying one is a PolicyViolation (it keeps no ledger)."""
+    if head == NO_LEDGER_HEAD:
+        return
+    if sender != "curator":
+        raise PolicyViolation(f"the {sender} sent a ledger head: only the curator keeps one")
+    if len(head.chain) != 64 or not set(head.chain) <= _HEX:
+        raise ProtocolError(f"a ledger head's chain must be 64 lowercase hex digits, got "
+                            f"{head.chain[:70]!r}")
+    totals = (head.central_epsilon, head.central_delta, head.max_row_epsilon,
+              head.max_row_delta)
+    if head.entries < 0 or any(not (math.isfinite(v) and v >= 0) for v in totals):
+        raise ProtocolError(f"a ledger head commits to {head.entries} entries and totals "
+                            f"{totals}: counts and totals must be >= 0")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A ledger head as a transcript records it: the session and message (welcome or end)
+    that carried it, when the party recorded it, when the connection that carried it
+    was opened (the party recorded its Hello), and where (transcript, record)."""
+
+    session: str
+    kind: str
+    time: float
+    head: LedgerHead
+    path: str = ""
+    record: int = -1
+    opened: float = 0.0
+
+    def describe(self) -> str:
+        """'session 0123456789ab's end (PATH record N)'."""
+        return f"session {self.session[:12]}'s {self.kind} ({self.path} record {self.record})"
+
+
+def forks(points: list[Checkpoint], limit: int = 3) -> list[tuple[Checkpoint, str]]:
+    """The checkpoints that break one chain, each with a one-line reason (at most
+    `limit`): two that commit to the same number of entries with different heads; one
+    that commits to fewer entries than one recorded before its connection was opened
+    (the curator computed it later: the ledger went back); or, in one transcript, fewer
+    than the one before it. Connections that overlap in time are held to the first
+    rule only: their frames may cross in flight."""
+    unique: dict[tuple, Checkpoint] = {}
+    for p in sorted(points, key=lambda p: p.time):  # both transcripts of a session: once
+        unique.setdefault((p.session, p.kind, p.head.entries, p.head.chain), p)
+    out: list[tuple[Checkpoint, str]] = []
+    seen: dict[int, Checkpoint] = {}
+    for q in sorted(points, key=lambda p: (p.time, p.record)):
+        first = seen.setdefault(q.head.entries, q)
+        if first.head.chain != q.head.chain:
+            out.append((q, f"ledger fork: {first.describe()} and {q.describe()} both commit "
+                           f"to {q.head.entries} entries, with different heads "
+                           f"({first.head.chain[:12]}... vs {q.head.chain[:12]}...): the "
+                           "curator's journal was rolled back or forked"))
+        else:
+            ahead = [p for p in unique.values() if p.head.entries > q.head.entries
+                     and (p.time <= q.opened or (p.path == q.path and p.record < q.record))]
+            if ahead:
+                p = max(ahead, key=lambda p: p.head.entries)
+                out.append((q, f"ledger fork: {q.describe()} commits to {q.head.entries} "
+                               f"entries, after {p.describe()} committed to "
+                               f"{p.head.entries}: the curator's journal was rolled back"))
+        if len(out) >= limit:
+            break
+    return out

@@ -1,0 +1,227 @@
+"""Group commit (issue 23 item 5): answers staged in one event-loop turn share one COMMIT,
+none is visible (or announced) before it, each keeps its own checks, and a failed
+COMMIT fails every waiter (kill -9: tests/test_journal_durability.py)."""
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import pytest
+
+from pobo.parties.journal import Journal, JournalFault
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
+
+
+def _ldp(row: int, eps: float = 0.5) -> list[Entry]:
+    return [Entry("ldp", eps, 0.0, "local", row)]
+
+
+def _answers(path) -> dict[tuple[str, int], float]:
+    with sqlite3.connect(path) as db:
+        return {(s, q): v for s, q, v in db.execute("SELECT session, seq, value FROM answers")}
+
+
+def test_answers_of_one_turn_share_one_commit_and_none_is_visible_before_it(tmp_path):
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="full")
+    budget = Budget(row_epsilon=10.0)
+
+    async def main() -> None:
+        before = journal.commits
+        for k in range(8):  # eight sessions' answers in one turn
+            journal.record_answer(f"s{k}", None, 1, k, _ldp(k), budget, lambda k=k: (k, k + 0.5))
+        assert _answers(path) == {}  # staged: another connection sees nothing yet
+        await journal.committed()
+        assert journal.commits == before + 1  # one COMMIT (one fsync) for all eight
+        assert _answers(path) == {(f"s{k}", 1): k + 0.5 for k in range(8)}
+
+    asyncio.run(main())
+    journal.close()
+
+
+def test_a_synchronous_caller_commits_each_answer_at_once(tmp_path):
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="normal")
+    before = journal.commits
+    for seq in (1, 2, 3):
+        journal.record_answer("s", None, seq, seq, [], Budget(), lambda: (1.0, 1.0))
+        assert len(_answers(path)) == seq
+    assert journal.commits == before + 3
+    journal.close()
+
+
+def test_a_refused_answer_is_rolled_back_alone_and_later_ones_see_earlier_charges(tmp_path):
+    """Row 3's budget is 1.0: the first two 0.5 reports fit, the third (same group) is
+    refused, and the answers around it commit."""
+    path = tmp_path / "j.db"
+    journal = Journal(path)
+    budget = Budget(row_epsilon=1.0)
+
+    async def main() -> None:
+        journal.record_answer("a", None, 1, 3, _ldp(3), budget, lambda: (1.0, 1.0))
+        journal.record_answer("b", None, 1, 3, _ldp(3), budget, lambda: (2.0, 2.0))
+        with pytest.raises(PrivacyBudgetExceeded):
+            journal.record_answer("c", None, 1, 3, _ldp(3), budget, lambda: (3.0, 3.0))
+        journal.record_answer("c", None, 2, 4, _ldp(4), budget, lambda: (4.0, 4.0))
+        await journal.committed()
+
+    asyncio.run(main())
+    assert _answers(path) == {("a", 1): 1.0, ("b", 1): 2.0, ("c", 2): 4.0}
+    assert journal.row_spent(3) == (1.0, 0.0) and journal.row_spent(4) == (0.5, 0.0)
+    journal.close()
+
+
+def test_a_second_process_waits_for_the_group_and_then_sees_its_charges(tmp_path):
+    """The group holds the write lock until its COMMIT: another connection (as another
+    curator process would) is told BUSY meanwhile, and after the COMMIT its budget
+    check counts the group's charges."""
+    path = tmp_path / "j.db"
+    journal, other = Journal(path), Journal(path, busy_timeout=0.05)
+    budget = Budget(row_epsilon=1.0)
+
+    async def main() -> None:
+        journal.record_answer("a", None, 1, 7, _ldp(7, 0.75), budget, lambda: (1.0, 1.0))
+        with pytest.raises(ProtocolError) as busy:
+            other.charge("b", _ldp(7, 0.5), budget)
+        assert busy.value.code is ErrorCode.BUSY
+        await journal.committed()
+
+    asyncio.run(main())
+    with pytest.raises(PrivacyBudgetExceeded):
+        other.charge("b", _ldp(7, 0.5), budget)  # 0.75 + 0.5 > 1: the group's charge counts
+    other.charge("b", _ldp(7, 0.25), budget)
+    journal.close()
+    other.close()
+
+
+class _FailingCommit:
+    """The journal's connection, whose COMMIT fails like a full disk."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def execute(self, sql, *args):
+        if sql == "COMMIT":
+            raise sqlite3.OperationalError("database or disk is full")
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+
+def test_a_failed_group_commit_fails_every_waiter_and_every_later_reply(tmp_path):
+    path = tmp_path / "j.db"
+    journal = Journal(path)
+    real = journal._db
+    journal._db = _FailingCommit(real)
+
+    async def main() -> list:
+        async def answer(k: int) -> None:
+            journal.record_answer(f"s{k}", None, 1, k, [], Budget(), lambda: (1.0, 1.0))
+            await journal.committed()
+
+        return await asyncio.gather(*(answer(k) for k in range(4)), return_exceptions=True)
+
+    outcomes = asyncio.run(main())
+    assert all(isinstance(o, JournalFault) for o in outcomes), outcomes
+    assert journal.fault is not None and _answers(path) == {}
+    with pytest.raises(JournalFault):  # sticky: nothing is announced after a failure
+        asyncio.run(journal.committed())
+    journal._db = real
+    journal.close()
+
+
+def test_an_immediate_write_commits_the_staged_group_first(tmp_path):
+    path = tmp_path / "j.db"
+    journal = Journal(path)
+
+    async def main() -> None:
+        journal.record_answer("s", None, 1, 0, [], Budget(), lambda: (1.0, 1.0))
+        journal.set_meta("k", "v")  # not grouped: it commits the group, then itself
+        assert _answers(path) == {("s", 1): 1.0}
+        await journal.committed()  # already done
+
+    asyncio.run(main())
+    journal.close()
+
+
+def test_a_refused_first_write_drops_its_group_and_the_next_opens_another(tmp_path):
+    path = tmp_path / "j.db"
+    journal = Journal(path)
+    budget = Budget(row_epsilon=0.4)
+
+    async def main() -> None:
+        with pytest.raises(PrivacyBudgetExceeded):
+            journal.record_answer("a", None, 1, 3, _ldp(3), budget, lambda: (1.0, 1.0))
+        await journal.committed()  # nothing staged: returns at once
+        journal.record_answer("a", None, 2, 4, [], budget, lambda: (2.0, 2.0))
+        await journal.committed()
+
+    asyncio.run(main())
+    assert _answers(path) == {("a", 2): 2.0} and journal.row_spent(3) == (0.0, 0.0)
+    journal.close()
+
+
+class _CheckingPipe:
+    """A curator's pipe that, for every Reward it carries, reads the journal through
+    another connection first: the answer must already be committed there."""
+
+    def __init__(self, pipe, path, seen: list) -> None:
+        self._pipe, self._path, self._seen = pipe, path, seen
+
+    async def send(self, frame: bytes) -> None:
+        from pobo.protocol.codec import decode
+        from pobo.protocol.messages import Reward
+        from pobo.protocol.signing import body_of
+
+        message = decode(body_of(frame))
+        if isinstance(message, Reward):
+            with sqlite3.connect(self._path) as db:
+                row = db.execute("SELECT value FROM answers WHERE seq = ? AND value = ?",
+                                 (message.seq, message.value)).fetchall()
+            self._seen.append(bool(row))
+        await self._pipe.send(frame)
+
+    async def recv(self, timeout: float) -> bytes:
+        return await self._pipe.recv(timeout)
+
+    def close(self) -> None:
+        self._pipe.close()
+
+
+def test_every_reward_of_concurrent_sessions_is_committed_before_it_is_sent(tmp_path):
+    """Four in-process sessions on one journal at durability full: every Reward the
+    curators send is already in the journal as another connection reads it, and the
+    answers shared COMMITs (fewer COMMITs than answers)."""
+    from pobo.scenarios.session import (
+        RunConfig, curate, open_channel, optimise, prepare_service,
+    )
+    from pobo.transport.inproc import pipe_pair
+
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="full")
+    service = prepare_service(RunConfig("synthetic", T=12, seed=2, options={"grid": 10},
+                                        timeout=60), journal=journal)
+    seen: list[bool] = []
+
+    async def one(k: int) -> None:
+        session = service.new_session()
+        cpipe, mpipe = pipe_pair()
+        cchan = open_channel(_CheckingPipe(cpipe, path, seen), "curator", False, None, 60.0)
+        mchan = open_channel(mpipe, "modeler", False, None, 60.0)
+        try:
+            await asyncio.gather(curate(cchan, session, None, verbose=False),
+                                 optimise(mchan, k))
+        finally:
+            cchan.close()
+            mchan.close()
+
+    async def main() -> None:
+        await asyncio.gather(*(one(k) for k in range(4)))
+
+    before = journal.commits
+    asyncio.run(main())
+    assert len(seen) == 4 * 12 and all(seen)
+    assert journal.commits - before < 4 * 12  # grouped: not one COMMIT per answer
+    journal.close()

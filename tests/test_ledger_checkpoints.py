@@ -1,0 +1,364 @@
+"""Signed ledger checkpoints: a rolled-back journal is refused at start, and shows as a fork.
+
+The attack (issue 21): the operator copies the curator's journal, lets a session spend a
+row's whole LDP budget (3 rewards on row 0, row budget 3), restores the copy and restarts
+the curator, which would serve row 0 three more times. Every Welcome and End now carries
+the ledger's head, signed with the frame; the curator keeps its last head outside the
+journal and refuses the restored journal; with that file deleted too, `pobo audit` over
+the modelers' transcripts of the sessions before and after finds the fork.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import io
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from pobo.parties.checkpoints import HeadFile, LedgerBehind
+from pobo.parties.journal import Journal, JournalError
+from pobo.protocol.channel import Channel
+from pobo.protocol.checkpoint import GENESIS_HEAD, Checkpoint, forks
+from pobo.protocol.codec import decode, encode
+from pobo.protocol.errors import PeerError, PolicyViolation, ProtocolError
+from pobo.protocol.messages import NO_LEDGER_HEAD, End, LedgerHead, Welcome
+from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
+from pobo.protocol.signing import ZERO, Link, open_frame, seal
+from pobo.protocol.transcript import read_transcript
+from pobo.scenarios.cli import main as pobo_main
+from pobo.scenarios.session import (
+    RunConfig, Signing, curate, open_channel, optimise, prepare_service,
+)
+from pobo.transport.inproc import pipe_pair
+
+CONFIG = RunConfig(T=3, seed=0, timeout=10.0, options={"grid": 8}, ldp_epsilon=1.0,
+                   ldp_row_budget=3.0)
+CLI = ["synthetic", "--grid", "8", "--seed", "0", "--T", "3", "--ldp-eps", "1",
+       "--ldp-row-budget", "3"]
+SIGNING = Signing.throwaway()
+
+
+class OneRow:
+    """A modeler strategy that asks the same row every time (the attacker's)."""
+
+    name = "one-row"
+
+    def __init__(self, row: int) -> None:
+        self.row = row
+
+    def select(self, gp, t, rng) -> int:
+        return self.row
+
+
+async def _session(service, out: Path):
+    session = service.new_session()
+    cpipe, mpipe = pipe_pair()
+    cchan = open_channel(cpipe, CURATOR, False, out, 10.0, signer=SIGNING.curator,
+                         peer_key=SIGNING.modeler_keys)
+    mchan = open_channel(mpipe, MODELER, False, out, 10.0, signer=SIGNING.modeler,
+                         peer_key=SIGNING.curator_key)
+    try:
+        return await asyncio.gather(curate(cchan, session, out, verbose=False),
+                                    optimise(mchan, 1, out=out))
+    finally:
+        cchan.close()
+        mchan.close()
+
+
+def _serve(journal: Path, out: Path, row: int, monkeypatch) -> dict:
+    """Start a curator on `journal` (a restart), run one session asking `row` T times,
+    stop it; the modeler's result."""
+    import pobo.scenarios.session as session_module
+
+    monkeypatch.setattr(session_module, "make_strategy", lambda name, scale=None: OneRow(row))
+    j = Journal(journal)
+    try:
+        _, modeler = asyncio.run(_session(prepare_service(CONFIG, journal=j), out))
+    finally:
+        j.close()
+    return modeler
+
+
+def _restore(copy: Path, journal: Path) -> None:
+    """Put the copied journal back in place, as the operator would."""
+    for suffix in ("-wal", "-shm"):
+        Path(f"{journal}{suffix}").unlink(missing_ok=True)
+    shutil.copy(copy, journal)
+
+
+def _cli(args: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = pobo_main(args)
+    return status, out.getvalue(), err.getvalue()
+
+
+def _keys(folder: Path) -> Path:
+    keys = folder / "keys"
+    keys.mkdir(exist_ok=True)
+    (keys / "curator.sign_public").write_text(SIGNING.curator.public_hex + "\n")
+    (keys / "modeler.sign_public").write_text(SIGNING.modeler.public_hex + "\n")
+    return keys
+
+
+def _heads(transcript: Path) -> list[tuple[str, LedgerHead]]:
+    """(kind, head) of every Welcome and End the curator sent, from a modeler transcript."""
+    out = []
+    for record in read_transcript(transcript):
+        if record.kind in ("welcome", "end") and record.dir == "recv":
+            out.append((record.kind, decode(open_frame(record.frame).body).ledger))
+    return out
+
+
+def test_a_rolled_back_journal_is_refused_at_start_and_else_shows_as_a_fork(tmp_path,
+                                                                           monkeypatch):
+    journal, copy = tmp_path / "curator.journal", tmp_path / "copy.journal"
+    before = _serve(journal, tmp_path / "before", 5, monkeypatch)
+    assert before["status"] == "ok"
+    shutil.copy(journal, copy)  # the operator's copy (the curator is stopped: no WAL left)
+    spent = _serve(journal, tmp_path / "spent", 0, monkeypatch)
+    assert spent["status"] == "ok" and spent["queries"] == [0, 0, 0]
+    with pytest.raises(PeerError) as refused:  # row 0's budget is spent: the guarantee
+        _serve(journal, tmp_path / "refused", 0, monkeypatch)
+    assert refused.value.code == "privacy_budget"
+
+    _restore(copy, journal)
+    rows = Journal(copy).ledger_rows()
+    with pytest.raises(LedgerBehind) as behind:
+        prepare_service(CONFIG, journal=Journal(journal))
+    text = str(behind.value)
+    assert "\n" not in text and "behind the ledger head" in text and "holds only 4" in text
+    assert Journal(journal).ledger_rows() == rows  # refused before anything was charged
+    status, _, err = _cli(["curator", *CLI, "--journal", str(journal),
+                           "--out", str(tmp_path / "cli")])
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert status == 1 and len(errors) == 1 and "LedgerBehind" in errors[0], err
+
+    Path(f"{journal}.head").unlink()  # the operator deletes the head file too
+    again = _serve(journal, tmp_path / "again", 0, monkeypatch)
+    assert again["status"] == "ok" and again["queries"] == [0, 0, 0]  # served: unseen here
+    transcripts = [tmp_path / name / "modeler.transcript" for name in ("before", "spent")]
+    status, out, _ = _cli(["audit", *map(str, transcripts), "--keys", str(_keys(tmp_path))])
+    assert status == 0, out  # the sessions before the rollback are one chain
+    status, out, _ = _cli(["audit", *map(str, transcripts),
+                           str(tmp_path / "again" / "modeler.transcript"),
+                           "--keys", str(_keys(tmp_path))])
+    forked = [line for line in out.splitlines() if "ledger fork" in line]
+    assert status == 2 and forked, out
+    assert all("again" in line for line in forked), forked  # on the session after it
+    assert out.count("signatures: verified") == 3  # the commitments are the curator's
+
+
+def test_a_sequence_of_sessions_across_restarts_audits_clean_and_commits_to_its_spending(
+        tmp_path, monkeypatch):
+    journal = tmp_path / "curator.journal"
+    paths = []
+    for i, row in enumerate((1, 2, 3)):
+        out = tmp_path / f"s{i}"
+        assert _serve(journal, out, row, monkeypatch)["status"] == "ok"
+        paths += [out / "curator.transcript", out / "modeler.transcript"]
+        heads = _heads(out / "modeler.transcript")
+        # the projection, then 3 LDP rewards per session: each End commits to them
+        assert [(k, h.entries) for k, h in heads] == [("welcome", 1 + 3 * i),
+                                                      ("end", 4 + 3 * i)]
+        assert heads[1][1].max_row_epsilon == pytest.approx(3.0)
+    status, out, _ = _cli(["audit", *map(str, paths), "--keys", str(_keys(tmp_path)), "--json"])
+    reports = json.loads(out)
+    assert status == 0 and all(r["ok"] for r in reports), out
+    assert [len(r["ledger_heads"]) for r in reports] == [2] * 6
+    # `pobo ledger` names the head the last End committed to
+    status, out, _ = _cli(["ledger", "--journal", str(journal), "--json"])
+    assert status == 0 and json.loads(out)["chain"] == {"entries": heads[1][1].entries,
+                                                        "head": heads[1][1].chain}
+
+
+def test_the_head_is_the_documented_hash_chain_over_the_journal(tmp_path, monkeypatch):
+    """PROTOCOL.md: head_0 = SHA-256('pobo ledger chain v1'), head_k = SHA-256(head_(k-1)
+    || JSON [session, mechanism, eps.hex(), delta.hex(), scope, row, time.hex()]),
+    recomputed here from the journal's rows by hand."""
+    journal = tmp_path / "curator.journal"
+    _serve(journal, tmp_path / "s", 4, monkeypatch)
+    (_, end), = [(k, h) for k, h in _heads(tmp_path / "s" / "modeler.transcript") if k == "end"]
+    j = Journal(journal)
+    head = hashlib.sha256(b"pobo ledger chain v1").digest()
+    assert head.hex() == GENESIS_HEAD
+    rows = j._db.execute("SELECT session, mechanism, epsilon, delta, scope, row, time FROM "
+                         "ledger ORDER BY n").fetchall()
+    for session, mechanism, eps, delta, scope, row, time in rows:
+        record = json.dumps([session, mechanism, eps.hex(), delta.hex(), scope, row,
+                             time.hex()], separators=(",", ":")).encode()
+        head = hashlib.sha256(head + record).digest()
+    assert end.entries == len(rows) == 4 and end.chain == head.hex()
+    assert (end.central_epsilon, end.max_row_epsilon) == (rows[0][2], 3.0)
+    stored = json.loads(Path(f"{journal}.head").read_text())["head"]
+    assert stored == {f: getattr(end, f) for f in stored}  # the file holds what was signed
+    j.close()
+
+
+@pytest.mark.parametrize("ledger, code", [
+    ({"chain": "zz" * 32}, "malformed"),
+    ({"chain": "AB" * 32}, "malformed"),
+    ({"chain": "ab" * 31}, "malformed"),
+    ({"chain": ""}, "malformed"),  # counts without a chain
+    ({"entries": -1}, "malformed"),
+    ({"central_epsilon": -1.0}, "malformed"),
+    ({"chain": 7}, "malformed"),
+    ({"extra": 1}, "malformed"),
+    ("not a head", "malformed"),
+])
+async def test_a_garbled_head_in_a_welcome_is_a_typed_error(ledger, code):
+    good = {"entries": 3, "chain": "ab" * 32, "central_epsilon": 1.0, "central_delta": 1e-5,
+            "max_row_epsilon": 0.0, "max_row_delta": 0.0}
+    cpipe, mpipe = pipe_pair()
+    curator = Channel(cpipe, Boundary(PRIVATE, CURATOR), timeout=5)
+    modeler = open_channel(mpipe, MODELER, False, None, 5.0)
+
+    async def hostile_curator() -> None:
+        await curator.recv()  # the Hello
+        params = prepare_service(CONFIG).params
+        body = msgpack.unpackb(encode(Welcome(3, "s" * 32, params)), raw=False)
+        body["ledger"] = {**good, **ledger} if isinstance(ledger, dict) else ledger
+        await cpipe.send(seal(msgpack.packb(body, use_bin_type=True),
+                              Link("s" * 32, 0, ZERO, ZERO), None))
+
+    with pytest.raises(ProtocolError) as refused:
+        await asyncio.gather(optimise(modeler, 1), hostile_curator())
+    assert refused.value.code.value == code, refused.value
+    modeler.close()
+    curator.close()
+
+
+def test_a_modeler_end_carrying_a_head_is_refused_by_the_policy():
+    boundary = Boundary(PRIVATE, CURATOR)
+    with pytest.raises(PolicyViolation):
+        boundary.incoming(End("done", LedgerHead(1, "ab" * 32, 0.0, 0.0, 0.0, 0.0)))
+    boundary.incoming(End("done"))  # no head: fine
+    assert End("done").ledger == NO_LEDGER_HEAD
+
+
+def _point(session: str, kind: str, time: float, entries: int, chain: str,
+           opened: float, record: int = 0) -> Checkpoint:
+    return Checkpoint(session, kind, time, LedgerHead(entries, chain, 0.0, 0.0, 0.0, 0.0),
+                      f"{session}.transcript", record, opened)
+
+
+def test_forks_name_a_same_count_fork_and_a_count_that_goes_back_but_not_concurrency():
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    chain = [_point("s1", "welcome", 1, 1, a, 0.5, 1), _point("s1", "end", 2, 4, b, 0.5, 9),
+             _point("s2", "welcome", 3, 4, b, 2.5, 1), _point("s2", "end", 4, 7, c, 2.5, 9)]
+    assert forks(chain) == []
+    # the same number of entries, another head
+    assert len(forks(chain + [_point("s3", "end", 9, 7, "d" * 64, 8)])) == 1
+    # a connection opened after s2's End was recorded, committing to fewer entries
+    late = forks(chain + [_point("s3", "welcome", 5, 4, b, 4.5)])
+    assert len(late) == 1 and "committed to 7" in late[0][1] and late[0][0].session == "s3"
+    # a session that overlaps s2 (opened before s2's End) may hold an older head, even
+    # one that arrives after s2's End (its Welcome was in flight)
+    assert forks(chain + [_point("s3", "welcome", 3.5, 4, b, 3.2),
+                          _point("s3", "end", 5, 8, "e" * 64, 3.2)]) == []
+    assert forks(chain + [_point("s3", "welcome", 4.2, 4, b, 3.9)]) == []
+    # within one transcript the count never goes back (an End below its own Welcome)
+    assert len(forks([_point("s1", "welcome", 1, 5, a, 0.5, 1),
+                      _point("s1", "end", 2, 3, b, 0.5, 9)])) == 1
+
+
+def test_the_head_file_is_checked_typed_and_a_journal_ahead_of_it_starts(tmp_path):
+    journal = tmp_path / "curator.journal"
+    service = prepare_service(CONFIG, journal=Journal(journal))
+    service.checkpoint()  # a Welcome's: the file now holds 1 entry
+    session = service.new_session()
+    session.curator().respond(1, 2)  # charged after the last checkpoint (then killed)
+    service.journal.close()
+    again = prepare_service(CONFIG, journal=Journal(journal))  # ahead of the file: fine
+    latest = again.checkpoint()
+    assert latest.entries == 2
+    again.journal.close()
+    head = Path(f"{journal}.head")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp
+    for content, says in (("{not json", "unreadable"),
+                          (json.dumps({"dataset": again.digest, "head": {"entries": 1}}),
+                           "not a ledger head"),
+                          (json.dumps({"dataset": "ff" * 32, "head": asdict(latest)}),
+                           "another dataset")):
+        head.write_text(content)
+        with pytest.raises(JournalError) as bad:
+            prepare_service(CONFIG, journal=Journal(journal))
+        assert says in str(bad.value) and "\n" not in str(bad.value)
+    status, _, err = _cli(["curator", *CLI, "--ledger-head", str(head),
+                           "--out", str(tmp_path / "cli")])
+    assert status == 1 and "--ledger-head needs --journal" in err
+
+
+
+def test_the_chain_read_in_chunks_finds_every_prefix_and_follows_appends(tmp_path,
+                                                                         monkeypatch):
+    from pobo.parties.checkpoints import LedgerChain
+    from pobo.protocol.checkpoint import chain_head, entry_record
+    from pobo.protocol.ledger import LOCAL, Budget, Entry
+
+    journal = Journal(tmp_path / "j.db")
+    for row in range(7):
+        journal.charge("s", [Entry("ctl-laplace", 1.0, 0.0, LOCAL, row)], Budget())
+    records = [entry_record(*fields) for _, *fields in journal.ledger_rows()]
+    prefixes = [chain_head(records[:k]) for k in range(8)]
+    monkeypatch.setattr(LedgerChain, "CHUNK", 2)
+    chain = LedgerChain(journal)
+    assert chain.current() == (7, prefixes[7])
+    assert [chain.head_at(k) for k in (3, 0, 7, 5)] == [prefixes[k] for k in (3, 0, 7, 5)]
+    assert chain.head_at(8) is None
+    journal.charge("t", [Entry("ctl-laplace", 1.0, 0.0, LOCAL, 0)], Budget())
+    more = entry_record(*journal.ledger_rows(after=journal.ledger_rows()[-2][0])[0][1:])
+    assert chain.current() == (8, chain_head([*records, more]))
+    journal.close()
+
+
+def test_a_head_file_that_cannot_be_written_refuses_the_session_typed_and_spends_nothing(
+        tmp_path, monkeypatch):
+    journal = tmp_path / "curator.journal"
+
+    def full_disk(self, head):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(HeadFile, "write", full_disk)  # the first Welcome's head: 1 entry
+    j = Journal(journal)
+    service = prepare_service(CONFIG, journal=j)
+    session, out = service.new_session(), tmp_path / "first"
+    cpipe, mpipe = pipe_pair()
+    cchan = open_channel(cpipe, CURATOR, False, out, 10.0)
+    mchan = open_channel(mpipe, MODELER, False, out, 10.0)
+
+
+    async def both():
+        return await asyncio.gather(curate(cchan, session, out, verbose=False,
+                                           raise_errors=False), optimise(mchan, 1),
+                                    return_exceptions=True)
+
+    curator, refused = asyncio.run(asyncio.wait_for(both(), 30))
+    cchan.close(), mchan.close(), j.close()
+    assert isinstance(refused, PeerError) and refused.code == "internal", refused
+    assert "ledger head" in refused.peer_message
+    assert curator["status"] == "failed" and "No space left" in curator["error"]
+    assert [r[2] for r in Journal(journal).ledger_rows()] == ["gaussian-rows"]
+    assert not Path(f"{journal}.head").exists()  # no query was answered, nothing else spent
+
+
+def test_a_head_that_cannot_be_kept_at_the_end_is_not_sent(tmp_path, monkeypatch):
+    journal = tmp_path / "curator.journal"
+    writes = []
+
+    def fail_second(self, head):
+        writes.append(head)
+        if len(writes) > 1:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(HeadFile, "write", fail_second)
+    modeler = _serve(journal, tmp_path / "s", 1, monkeypatch)
+    assert modeler["status"] == "ok" and modeler["ledger_head"] is None  # End came, no head
+    kinds = [(k, h.entries) for k, h in _heads(tmp_path / "s" / "modeler.transcript")]
+    assert kinds == [("welcome", 1), ("end", 0)]  # the End carries no head it could not keep

@@ -1,0 +1,97 @@
+"""Projections kept as content-addressed .npy files next to the journal (issue 23 item 2):
+no SQLite blob (and so no 1 GB cap), memory-mapped on load, verified against the digest
+the journal holds, refused in one typed line when missing or altered."""
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+import numpy as np
+import pytest
+
+from pobo.parties.journal import NPY_REF, Journal, JournalError
+from pobo.protocol.ledger import Budget, Entry
+from pobo.protocol.messages import ProjectedDataset
+
+
+def _release(n: int = 500, r: int = 4, seed: int = 0) -> ProjectedDataset:
+    Z = np.random.default_rng(seed).standard_normal((n, r))
+    return ProjectedDataset("gaussian-release", 1.0, 1e-5, 0.0, Z, noise_std=0.25)
+
+
+def _store(journal: Journal, release: ProjectedDataset, key: str = "k") -> None:
+    journal.store_projection(key, release, {"lifted": False}, [Entry("gaussian", 1.0, 1e-5)],
+                             Budget(epsilon=10.0))
+
+
+def _stored_file(journal: Journal, key: str = "k"):
+    frame = journal._db.execute("SELECT frame FROM projections WHERE key = ?",
+                                (key,)).fetchone()[0]
+    assert frame.startswith(NPY_REF) and len(frame) < 4096  # a reference, not Z
+    files = list(journal.projection_dir.glob("*.npy"))
+    assert len(files) == 1
+    return files[0]
+
+
+def test_an_on_disk_journal_keeps_z_in_a_file_named_by_its_digest(tmp_path):
+    journal = Journal(tmp_path / "j.db")
+    release = _release()
+    _store(journal, release)
+    path = _stored_file(journal)
+    assert path.stem == hashlib.sha256(path.read_bytes()).hexdigest()
+    back, report = Journal(tmp_path / "j.db").projection("k")  # as a restarted curator
+    assert report == {"lifted": False} and back == release
+    assert isinstance(back.Z, np.memmap) and not back.Z.flags.writeable
+    assert (back.mechanism, back.noise_std, back.dp) == ("gaussian-release", 0.25, True)
+    assert journal.entries() == [Entry("gaussian", 1.0, 1e-5)]  # charged with the row
+
+
+def test_a_projection_larger_than_sqlites_blob_limit_is_stored(tmp_path):
+    """SQLite's length limit lowered to 64 kB stands for its 1 GB cap: a 320 kB Z (the
+    whole frame inline would be refused) is stored and read back."""
+    journal = Journal(tmp_path / "j.db")
+    journal._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1 << 16)
+    release = _release(n=10_000, r=4)
+    _store(journal, release)
+    assert journal.projection("k")[0] == release
+    inline = Journal(":memory:")
+    inline._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1 << 16)
+    with pytest.raises(Exception):  # what the file store avoids
+        _store(inline, release)
+
+
+def test_an_altered_projection_file_is_refused_on_load(tmp_path):
+    journal = Journal(tmp_path / "j.db")
+    _store(journal, _release())
+    path = _stored_file(journal)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01  # one bit of one coordinate of Z
+    path.write_bytes(bytes(data))
+    with pytest.raises(JournalError, match="corrupt"):
+        journal.projection("k")
+
+
+def test_a_missing_projection_file_is_refused_on_load(tmp_path):
+    journal = Journal(tmp_path / "j.db")
+    _store(journal, _release())
+    _stored_file(journal).unlink()
+    with pytest.raises(JournalError, match="missing"):
+        journal.projection("k")
+
+
+def test_the_same_z_is_stored_once(tmp_path):
+    journal = Journal(tmp_path / "j.db")
+    _store(journal, _release(seed=3), "a")
+    _store(journal, _release(seed=3), "b")
+    assert len(list(journal.projection_dir.glob("*.npy"))) == 1
+    assert journal.projection("a")[0] == journal.projection("b")[0]
+    assert not list(journal.projection_dir.glob("*.tmp"))
+
+
+def test_an_in_memory_journal_keeps_the_frame_in_the_row():
+    journal = Journal()
+    release = _release()
+    _store(journal, release)
+    frame = journal._db.execute("SELECT frame FROM projections").fetchone()[0]
+    assert not frame.startswith(NPY_REF)
+    assert journal.projection("k")[0] == release
