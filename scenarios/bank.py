@@ -9,7 +9,7 @@ with the ratio floored at 0.01 for loans that returned nothing. Completed loans 
 (Fully Paid or Charged Off, including the 'Does not meet the credit policy. Status:...'
 variants). Reads LendingClub's original export (a notice line before the header, footer
 lines after the loans: skipped and counted), the full 2007-2011 file in shared/data
-(42,535 loans; `lending-club-2007-2011.csv.gz`, what FIDELITY.md's bank rows use) and
+(42,535 loans; `lending-club-2007-2011.csv.gz`; FIDELITY.md's bank rows: prep=paper) and
 the course sample.
 Paper settings: r = 15, delta = 1e-5, T = 50; epsilon = e^2.9, the largest of Fig. 2b
 with sigma_min >= omega there. Declared bound for LDP rewards: |f| <= -ln 0.01.
