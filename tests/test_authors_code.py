@@ -223,3 +223,22 @@ def test_random_regret_expectation_is_exact():
     brute = np.mean([f.max() - f[list(q)].max() for q in itertools.product(range(4), repeat=T)])
     assert random_regret_expected(f, T) == pytest.approx(brute, abs=1e-12)
     assert random_regret_expected(np.ones(5), 2) == 0.0
+
+
+def test_moma_is_ranked_beside_the_other_ldp_strategies(tmp_path):
+    from pobo.scenarios.fidelity import render
+
+    head = "scenario,strategy,moma_k,beta_scale,ldp_epsilon,seed,T,cumulative_regret"
+    moma = [head] + [f"ldp-synthetic,moma-gp-ucb,{k},,1.0,{s},2000,{v + s}"
+                     for k, v in ((8, 100.0), (312, 300.0)) for s in range(3)]
+    (tmp_path / "ldp-moma-k.csv").write_text("\n".join(moma) + "\n")
+
+    def others(ata):
+        rows = [head] + [f"ldp-synthetic,{name},,,1.0,{s},2000,{v + s}"
+                         for name, v in (("ata-gp-ucb", ata), ("random", 400.0)) for s in range(3)]
+        (tmp_path / "ldp-strategies.csv").write_text("\n".join(rows) + "\n")
+        return render(tmp_path)
+
+    text = others(50.0)
+    assert "MoMA at its best k is 2 of 4" in text and "\"MoMA best\" is not reproduced" in text
+    assert "\"MoMA best\" is reproduced" in others(200.0)
