@@ -461,7 +461,9 @@ def ldp_ranking(moma: dict, others: list[dict], best: float, theorem: float) -> 
             + f". MoMA at its best k is {order.index(mine) + 1} of {len(order)}"
             + ("" if leader == mine else f", {gap:.1f} se behind {leader}")
             + f": Zhou & Tan's \"MoMA best\" is "
-            + ("reproduced" if leader.startswith("moma") else "not reproduced") + ".")
+            + ("reproduced" if leader.startswith("moma") else
+               "not reproduced" if gap > 2 else
+               "neither reproduced nor refuted (within 2 se of the leader)") + ".")
 
 
 HEADER = """# FIDELITY: the papers' tables and figures, and pobo's

@@ -242,3 +242,4 @@ def test_moma_is_ranked_beside_the_other_ldp_strategies(tmp_path):
     text = others(50.0)
     assert "MoMA at its best k is 2 of 4" in text and "\"MoMA best\" is not reproduced" in text
     assert "\"MoMA best\" is reproduced" in others(200.0)
+    assert "within 2 se of the leader" in others(99.0)
