@@ -220,8 +220,9 @@ class IncrementalGP:
         V[p], V[p + 1] = cs * V[p] + sn * V[p + 1], sn * V[p] - cs * V[p + 1]
         self.indices[[p, p + 1]] = self.indices[[p + 1, p]]
 
-    def ucb_argmax(self, beta: float, rng: np.random.Generator) -> int:
-        """argmax of mean + beta^1/2 std over all candidates.
+    def ucb_argmax(self, beta: float, rng: np.random.Generator, variance: bool = False) -> int:
+        """argmax of mean + beta^1/2 std over all candidates (`variance`: mean + beta var,
+        the score of the PO-GP-UCB authors' code, a reproduction switch).
 
         Before any observation every candidate ties and the choice is a uniform draw
         with `rng`; afterwards ties (to 1e-12 relative: duplicate rows, or rows the kernel
@@ -230,8 +231,11 @@ class IncrementalGP:
         """
         if self.t == 0:
             return int(rng.integers(self.n))
-        score = np.sqrt(self.var, out=self._buf)
-        score *= math.sqrt(beta)
+        if variance:
+            score = np.multiply(self.var, beta, out=self._buf)
+        else:
+            score = np.sqrt(self.var, out=self._buf)
+            score *= math.sqrt(beta)
         score += self.mean
         return argmax_breaking_ties(score, rng)
 

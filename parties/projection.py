@@ -274,7 +274,7 @@ def private_r(sigma_noisy: float, epsilon: float, delta: float, test_epsilon: fl
 def project(X: np.ndarray, epsilon: float, delta: float, r: int, rng: Source, *,
             lift: str = "paper", test_epsilon: float | None = None,
             test_delta: float | None = None, test_source: NoiseSource | None = None,
-            ) -> tuple[ProjectedDataset, ProjectionReport]:
+            additive_lift: bool = False) -> tuple[ProjectedDataset, ProjectionReport]:
     """PO-GP-UCB Algorithm 1 with the branch of line 6 taken by `lift`.
 
     Centre the columns and draw M (d x r) ~ N(0, 1) from `rng`. Unlifted: Z = r^-1/2 X_c M.
@@ -290,10 +290,12 @@ def project(X: np.ndarray, epsilon: float, delta: float, r: int, rng: Source, *,
     the report's test_epsilon/test_delta are 0 when no test ran. Under "paper", when
     n >= d and X has full column rank, X~ M is computed as X V diag(lifted / sigma)
     V^T M from the SVD of the d x d factor R of X = QR, which never forms U.
+    `additive_lift` (lift="paper" only) lifts as the authors' code does, sigma + omega
+    instead of line 9's sqrt(sigma^2 + omega^2): a reproduction switch (FIDELITY.md).
     """
     X = _check_matrix(X)
     _check_r(r)
-    mode = _check_lift(lift)
+    mode = _check_additive(_check_lift(lift), additive_lift)
     if mode in GAUSSIAN_LIFTS:
         if test_epsilon is not None or test_delta is not None:
             raise ValueError(f"test_epsilon/test_delta apply to lift='private', not {mode!r}")
@@ -313,7 +315,7 @@ def project(X: np.ndarray, epsilon: float, delta: float, r: int, rng: Source, *,
         lifted = not noisy >= threshold
     else:
         lifted = mode != "paper" or sigma_min < w
-    Z = _projected(decomposition, w, r, lifted, mode != "paper", rng)
+    Z = _projected(decomposition, w, r, lifted, mode != "paper", rng, additive_lift)
     release = _blocki_release(epsilon, delta, w, Z, lifted, mode)
     return release, ProjectionReport(sigma_min, w, lifted, mode, int(r), te, td, noisy,
                                      threshold, mode != "paper", statistic,
@@ -324,7 +326,7 @@ def choose_projection(X: np.ndarray, epsilon: float, delta: float, r: int | str,
                       rng: Source, *, lift: str = "paper", test_epsilon: float | None = None,
                       test_delta: float | None = None, test_source: NoiseSource | None = None,
                       r_fallback: int | None = None, r_max: int = R_MAX,
-                      ) -> tuple[ProjectedDataset, ProjectionReport]:
+                      additive_lift: bool = False) -> tuple[ProjectedDataset, ProjectionReport]:
     """Algorithm 1 at a given r, or with r = "auto" by the paper's guideline (sec. 3.4).
 
     "auto" under lift="private" with n - 1 <= d: r = private_r on one noisy
@@ -334,12 +336,14 @@ def choose_projection(X: np.ndarray, epsilon: float, delta: float, r: int | str,
     lift="paper": r = largest_admissible_r on the exact sigma_min (not covered by the DP
     claim), lifted at `r_fallback` if none is admissible. lift="always" has no test to
     choose r with: ValueError. `r_fallback` must be given for "auto" whether or not it
-    is used, so that refusing reveals nothing about the data.
+    is used, so that refusing reveals nothing about the data. `additive_lift`: as in
+    `project`.
     """
     if not (isinstance(r, str) and r == "auto"):
         return project(X, epsilon, delta, r, rng, lift=lift, test_epsilon=test_epsilon,
-                       test_delta=test_delta, test_source=test_source)
-    mode = _check_lift(lift)
+                       test_delta=test_delta, test_source=test_source,
+                       additive_lift=additive_lift)
+    mode = _check_additive(_check_lift(lift), additive_lift)
     if mode in ("always", *GAUSSIAN_LIFTS):
         raise ValueError("--r auto needs --lift private or paper (it chooses r by the "
                          "sigma_min test of Algorithm 1)")
@@ -369,7 +373,7 @@ def choose_projection(X: np.ndarray, epsilon: float, delta: float, r: int | str,
     threshold = None  # the test that decided: at the chosen r, or at r = 1 that failed
     if needed:
         threshold = omega(max(chosen, 1), epsilon, delta) + lift_test_margin(te, td)
-    Z = _projected(decomposition, w, r_used, lifted, mode != "paper", rng)
+    Z = _projected(decomposition, w, r_used, lifted, mode != "paper", rng, additive_lift)
     release = _blocki_release(epsilon, delta, w, Z, lifted, mode)
     return release, ProjectionReport(sigma_min, w, lifted, mode, r_used, te, td, noisy,
                                      threshold, mode == "private", statistic,
@@ -432,8 +436,9 @@ def _blocki_release(epsilon: float, delta: float, w: float, Z: np.ndarray, lifte
                             noise_std=float(std), dp=mode != "paper")
 
 
-def lifted_dataset(X: np.ndarray, w: float) -> np.ndarray:
-    """X~ = U sqrt(Sigma^2 + w^2 I) V^T (Algorithm 1, line 9): every singular value lifted.
+def lifted_dataset(X: np.ndarray, w: float, additive: bool = False) -> np.ndarray:
+    """X~ = U sqrt(Sigma^2 + w^2 I) V^T (Algorithm 1, line 9): every singular value lifted;
+    `additive`: U (Sigma + w I) V^T, the authors' code's lift (a reproduction switch).
 
     The paper's lift, used by lift="paper" only. Dense textbook form (full SVD of the
     n x d matrix, as in the paper), so that the min(n, d) singular values of X~ are all
@@ -441,7 +446,7 @@ def lifted_dataset(X: np.ndarray, w: float) -> np.ndarray:
     U, hence the column space of X when n > d (module docstring: not DP for n - 1 > d).
     """
     U, s, Vt = np.linalg.svd(np.asarray(X, dtype=float), full_matrices=False)
-    return (U * np.sqrt(s**2 + w**2)) @ Vt
+    return (U * _lifted_values(s, w, additive)) @ Vt
 
 
 def identity_release(X: np.ndarray) -> ProjectedDataset:
@@ -479,7 +484,7 @@ def _decompose(X: np.ndarray) -> _Decomposition:
 
 
 def _projected(decomposition: _Decomposition, w: float, r: int, lifted: bool,
-               full_lift: bool, rng: Source) -> np.ndarray:
+               full_lift: bool, rng: Source, additive: bool = False) -> np.ndarray:
     """Draw M (d x r); return r^-1/2 X_c M, or lifted: r^-1/2 (X_c M + w G) with G (n x r)
     drawn after M (`full_lift`), or the paper's r^-1/2 X~ M (Algorithm 1, lines 3, 7, 9-10)."""
     Xc, s, Vt, sigma_min = decomposition
@@ -491,12 +496,23 @@ def _projected(decomposition: _Decomposition, w: float, r: int, lifted: bool,
         G = np.asarray(rng.standard_normal((n, r)), dtype=float)
         Z = Xc @ M + w * G
     elif Vt is not None and sigma_min > max(n, d) * np.finfo(float).eps * s[0]:
-        scale = np.sqrt(s**2 + w**2) / s
+        scale = _lifted_values(s, w, additive) / s
         Z = Xc @ (Vt.T @ (scale[:, None] * (Vt @ M)))
     else:  # rank-deficient: the lifted null directions need U itself
-        Z = lifted_dataset(Xc, w) @ M
+        Z = lifted_dataset(Xc, w, additive) @ M
     Z /= math.sqrt(r)
     return Z
+
+
+def _lifted_values(s: np.ndarray, w: float, additive: bool) -> np.ndarray:
+    """The lifted singular values: sqrt(s^2 + w^2) (line 9), or s + w (the authors' code)."""
+    return s + w if additive else np.sqrt(s**2 + w**2)
+
+
+def _check_additive(mode: str, additive: bool) -> str:
+    if additive and mode != "paper":
+        raise ValueError(f"the authors' additive lift applies to lift='paper', not {mode!r}")
+    return mode
 
 
 def _reason(mode: str, needed: bool) -> str:

@@ -59,7 +59,8 @@ class CuratorSettings:
     'paper' (Algorithm 1 as published: the sigma_min branch is not covered by the DP
     claim), 'always' (Blocki et al.) or 'private' (a noisy sigma_min test charging
     (lift_epsilon, lift_delta), default 0.1 epsilon and delta). `reward_bound` and
-    `noise_bound` override the scenario's declared B and R.
+    `noise_bound` override the scenario's declared B and R. `additive_lift` (lift
+    'paper' only): lift sigma + omega as the authors' code does, a reproduction switch.
     """
 
     epsilon: float
@@ -75,11 +76,15 @@ class CuratorSettings:
     seed: int | None = None
     reward_bound: float | None = None
     noise_bound: float | None = None
+    additive_lift: bool = False
     distinct: bool = False  # the scenario's rule, announced in the Welcome: no row twice
 
     def __post_init__(self) -> None:
         if self.lift not in LIFT_MODES:
             raise ValueError(f"--lift must be one of {LIFT_MODES}, got {self.lift!r}")
+        if self.additive_lift and self.lift != "paper":
+            raise ValueError("--authors-code reproduces the authors' lift of Algorithm 1 as "
+                             f"published: it needs --lift paper, not {self.lift}")
         if not (self.r == "auto" or (isinstance(self.r, (int, np.integer)) and self.r >= 1)):
             raise ValueError(f"r must be a positive integer or 'auto', got {self.r!r}")
         if not (isinstance(self.T, (int, np.integer)) and self.T >= 1):
@@ -291,7 +296,8 @@ class CuratorService:
         key = json.dumps({"mechanism": "identity"} if s.non_private else
                          {"mechanism": DP_PROJECTION, "epsilon": s.epsilon, "delta": s.delta,
                           "r": s.r, "lift": s.lift, "test_epsilon": self.test_epsilon,
-                          "test_delta": self.test_delta, "randomness": self.randomness_id},
+                          "test_delta": self.test_delta, "randomness": self.randomness_id,
+                          **({"additive_lift": True} if s.additive_lift else {})},
                          sort_keys=True)
         stored = self.journal.projection(key)
         if stored is not None:
@@ -316,7 +322,7 @@ class CuratorService:
                 NoiseSource(None if seed is None else rng_for(seed, "projection")),
                 lift=s.lift, test_epsilon=s.lift_epsilon, test_delta=s.lift_delta,
                 test_source=NoiseSource(None if seed is None else rng_for(seed, "lift-test")),
-                r_fallback=self.problem.r)
+                r_fallback=self.problem.r, additive_lift=s.additive_lift)
             report = asdict(rep)
         release = replace(release, dp=release.dp and release_is_dp(s))
         self.journal.store_projection(key, release, report, entries, s.budget)
@@ -498,7 +504,8 @@ def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon:
             "paper": "Algorithm 1 as published: NOT covered by any DP claim -- for n - 1 > d "
                      "neither branch is DP (every column of Z lies in the column space of "
                      "X_c; an adversary knowing the other rows reconstructs the last one), "
-                     "and the sigma_min branch is decided on the exact sigma_min",
+                     "and the sigma_min branch is decided on the exact sigma_min" + (" (lifted as the authors' code does, sigma + omega: "
+                                                   "--authors-code)" if s.additive_lift else ""),
             "always": f"always lifted: {lifted}",
             "private": (f"lifted ({lifted}) unless a noisy sigma_(n-1) test charged "
                         f"({test_epsilon:g}, {test_delta:g}) passes; the whole release is "

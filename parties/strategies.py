@@ -28,18 +28,40 @@ def beta_gp_ucb(t: int, n: int, delta: float = 0.05) -> float:
     return 2.0 * math.log(n * t * t * math.pi**2 / (6.0 * delta))
 
 
+AUTHORS_DELTA = 0.1  # the PO-GP-UCB authors' code's delta_ucb (the paper: 0.05)
+
+
 @dataclass(frozen=True)
 class GPUCB:
     """GP-UCB: argmax mu_{t-1}(z) + S beta_t^1/2 sigma_{t-1}(z) over the candidates,
-    S = `beta_scale` (1: Srinivas et al.'s beta_t exactly)."""
+    S = `beta_scale` (1: Srinivas et al.'s beta_t exactly). `variance` scores
+    mu + S^2 beta_t sigma^2 instead, as the PO-GP-UCB authors' code does (with delta
+    0.1: `authors_code_ucb`), a reproduction switch, never a default."""
 
     delta: float = 0.05
     beta_scale: float = 1.0
     name: str = "gp-ucb"
+    variance: bool = False
+
+    def beta(self, t: int, n: int) -> float:
+        """S^2 beta_t at round t over n candidates."""
+        return self.beta_scale**2 * beta_gp_ucb(t, n, self.delta)
+
+    def score(self, gp: IncrementalGP, t: int) -> np.ndarray:
+        """The UCB score of every candidate at round t (a new array)."""
+        width = gp.var if self.variance else np.sqrt(gp.var)
+        beta = self.beta(t, gp.n)
+        return gp.mean + (beta if self.variance else math.sqrt(beta)) * width
 
     def select(self, gp: IncrementalGP, t: int, rng: np.random.Generator) -> int:
         """The UCB maximiser at round t (at t = 1 every row ties: a uniform draw)."""
-        return gp.ucb_argmax(self.beta_scale**2 * beta_gp_ucb(t, gp.n, self.delta), rng)
+        return gp.ucb_argmax(self.beta(t, gp.n), rng, self.variance)
+
+
+def authors_code_ucb(beta_scale: float = 1.0) -> GPUCB:
+    """GP-UCB as the PO-GP-UCB authors' code runs it: mean + beta_t variance, delta 0.1
+    (the paper's text: mean + beta_t^1/2 std, delta 0.05)."""
+    return GPUCB(delta=AUTHORS_DELTA, beta_scale=beta_scale, variance=True)
 
 
 @dataclass(frozen=True)
@@ -119,8 +141,7 @@ class Distinct:
         if isinstance(self.inner, RandomChoice):
             free = np.setdiff1d(np.arange(gp.n), seen, assume_unique=True)
             return int(free[rng.integers(free.size)])
-        beta = self.inner.beta_scale**2 * beta_gp_ucb(t, gp.n, self.inner.delta)
-        score = gp.mean + math.sqrt(beta) * np.sqrt(gp.var)
+        score = self.inner.score(gp, t)
         score[seen] = -np.inf
         return argmax_breaking_ties(score, rng)
 
@@ -152,16 +173,19 @@ def make_strategy(spec: str, beta_scale: float | None = None
     scale = DEFAULT_BETA_SCALE.get(name, 1.0) if beta_scale is None else float(beta_scale)
     if not scale > 0:
         raise ValueError(f"beta scale must be positive, got {scale}")
-    moma_k, distinct = None, False
+    moma_k, distinct, authors = None, False, False
     for option in options:
         if option == "distinct" and name in ("gp-ucb", "random"):
             distinct = True
+        elif option == "authors" and name == "gp-ucb":
+            authors = True
         elif option.startswith("k=") and name == "moma-gp-ucb":
             moma_k = epoch_length_option(option[2:])
         else:
             raise ValueError(f"strategy {name!r} takes no option {option!r}")
     if name == "gp-ucb":
-        return Distinct(GPUCB(beta_scale=scale)) if distinct else GPUCB(beta_scale=scale)
+        ucb = authors_code_ucb(scale) if authors else GPUCB(beta_scale=scale)
+        return Distinct(ucb) if distinct else ucb
     if name == "random":
         return Distinct(RandomChoice()) if distinct else RandomChoice()
     if name in ROBUST_NAMES:

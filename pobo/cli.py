@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 NEEDED = {"run": ("scenario",), "curator": ("scenario",), "modeler": ("connect",),
           "sweep": (), "export-data": ("scenario",)}  # what a command needs from its flags or its --config
 SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objective",
-                    "minimise", "bounds")
+                    "minimise", "bounds", "prep")
 
 
 DEFAULT_MAX_SESSIONS = 1024  # sessions a curator serves at once (each costs ~35 kB, no Z)
@@ -144,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     _scenario_arguments(p, default_seed=0)
     _output_arguments(p, "-v: every answer line, no bar")
     _modeler_arguments(p)
+    _authors_code_argument(p, "both sides")
     p.add_argument("--transport", choices=TRANSPORTS, default="tcp",
                    help="tcp/ipc: two OS processes over loopback; inproc: one process")
     p.add_argument("--out", type=Path, help="output folder (default runs/SCENARIO-TIME)")
@@ -172,17 +173,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=positive_int, help="seeds 0..N-1 (default 10, presets 50)")
     p.add_argument("--T", type=positive_int, help="query budget")
     p.add_argument("--non-private", action="store_true", help="add the non-private baseline")
-    p.add_argument("--strategies", nargs="+", choices=STRATEGIES, default=["gp-ucb"])
+    p.add_argument("--strategies", nargs="+", choices=STRATEGIES,
+                   help="default gp-ucb (a --preset's own)")
     p.add_argument("--workers", type=positive_int, default=2,
                    help="local worker processes (1: run in this process)")
     p.add_argument("--dask", metavar="ADDRESS", help="run on a dask.distributed scheduler")
     p.add_argument("--transcripts", action="store_true", help="keep both transcripts of every run")
     p.add_argument("--lift", choices=LIFT_MODES,
-                   help="the dataset release (default: paper for a table --preset, else "
+                   help="the dataset release (default: paper for a table --preset or "
+                        "--authors-code, else "
                         f"{DEFAULT_LIFT}); see pobo run --help")
+    _authors_code_argument(p, "every run")
     p.add_argument("--grid", type=positive_int, help="synthetic, branin: grid side")
     p.add_argument("--data", help="hospital, bank, realestate: the public CSV")
     p.add_argument("--n", type=positive_int, help="hospital, bank, realestate: use n random rows")
+    p.add_argument("--prep", choices=("default", "paper"),
+                   help="bank, realestate: the paper's preparation (the presets pass it)")
     _ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=positive, nargs="+",
                    help="make every reward eps-LDP (CTL Laplace); several values are swept")
@@ -250,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("curator", help="run the curator alone, bound to an endpoint")
     _scenario_arguments(p, default_seed=None)
+    _authors_code_argument(p, "the curator's part: the sigma + omega lift")
     _output_arguments(p, "-v: every answer line, no bar")
     p.add_argument("--bind", default="tcp://127.0.0.1:5555",
                    help="ZeroMQ endpoint to bind (tcp://HOST:PORT or ipc://PATH; default "
@@ -322,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connect", help="the curator's endpoint (required)")
     p.add_argument("--seed", type=count, default=None, help="modeler seed (default: OS entropy)")
     _modeler_arguments(p)
+    _authors_code_argument(p, "the modeler's part: GP-UCB's mean + beta_t variance, delta 0.1")
     p.add_argument("--non-private", action="store_true",
                    help="accept the curator's non-private identity release of X")
     p.add_argument("--timeout", type=positive, default=60.0, help="seconds to wait for a reply")
@@ -389,6 +397,10 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--data", help="hospital, bank, realestate: the public CSV (.csv or .csv.gz); "
                                   "default: an embedded dataset generated from the seed")
     p.add_argument("--n", type=positive_int, help="hospital, bank, realestate: use n random rows")
+    p.add_argument("--prep", choices=("default", "paper"),
+                   help="bank, realestate: prepare as the PO-GP-UCB paper (bank: n = 36,000, "
+                        "inputs standardised, regret in std(f); realestate: ARD length-scales), "
+                        "outside the privacy claim; the fidelity presets pass paper")
     p.add_argument("--features", metavar="A,B,C",
                    help="table: the CSV columns that are the inputs X")
     p.add_argument("--objective", metavar="COLUMN", help="table: the CSV column that is f")
@@ -414,12 +426,12 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--ldp-row-delta", type=probability, metavar="D",
                    help="the delta at which a row's composed LDP eps is stated and its row "
                         "budget enforced (default 1e-6; 0: pure eps, the basic sum)")
-    p.add_argument("--lift", choices=LIFT_MODES, default=DEFAULT_LIFT,
+    p.add_argument("--lift", choices=LIFT_MODES,
                    help="the dataset release: gaussian (the Gaussian mechanism on the rows, "
                         "then rotated; the default), jl ((X_c M + omega G)/sqrt(r), omega by "
                         "the chi^2-mixture bound), private or always (PO-GP-UCB's lift at "
                         "Blocki et al.'s constant, for comparison) or paper (Algorithm 1 as "
-                        f"published: not DP); default {DEFAULT_LIFT}")
+                        f"published: not DP); default {DEFAULT_LIFT}, paper with --authors-code")
     p.add_argument("--lift-eps", type=positive, help="the private lift test's epsilon (default "
                                                   "0.1 x --eps)")
     p.add_argument("--lift-delta", type=probability, help="the private lift test's delta (default "
@@ -440,6 +452,16 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
                    help="declared public bound on |f| (default: the scenario's constant)")
     p.add_argument("--noise-bound", type=non_negative, metavar="R",
                    help="declared public bound on the measurement noise")
+
+
+def _authors_code_argument(p: argparse.ArgumentParser, who: str) -> None:
+    """--authors-code: the PO-GP-UCB authors' code's two departures from the paper's text."""
+    p.add_argument("--authors-code", action="store_true", default=None,
+                   help=f"reproduction switch ({who}): run as the PO-GP-UCB authors' code "
+                        "does -- the curator lifts sigma + omega (the text: sqrt(sigma^2 + "
+                        "omega^2); --lift paper), GP-UCB scores mean + beta_t variance with "
+                        "delta 0.1 (the text: std, delta 0.05). Never a default; recorded in "
+                        "result.json")
 
 
 def _ldp_synthetic_arguments(p: argparse.ArgumentParser) -> None:
@@ -520,12 +542,13 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             "curator.journal"
     if batch < 1 or max_batch < 1:
         raise ValueError("--batch and --max-batch must be >= 1")
+    authors = bool(getattr(args, "authors_code", False))
     return RunConfig(scenario=args.scenario, epsilon=args.eps, delta=args.delta, r=args.r,
                      T=args.T, seed=args.seed, non_private=args.non_private or None,
                      timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps,
                      budget_epsilon=args.budget_eps, budget_delta=args.budget_delta,
                      ldp_row_budget=args.ldp_row_budget, ldp_row_delta=args.ldp_row_delta,
-                     lift=args.lift,
+                     lift=args.lift or ("paper" if authors else DEFAULT_LIFT),
                      lift_epsilon=args.lift_eps, lift_delta=args.lift_delta,
                      reward_bound=args.reward_bound, noise_bound=args.noise_bound,
                      objective_cmd=getattr(args, "objective_cmd", None),
@@ -533,7 +556,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      results_file=getattr(args, "results_file", None),
                      eval_timeout=getattr(args, "eval_timeout", 3600.0), max_batch=max_batch,
                      journal=None if journal is None else str(journal),
-                     durability=getattr(args, "durability", DEFAULT_DURABILITY), **modeler)
+                     durability=getattr(args, "durability", DEFAULT_DURABILITY),
+                     authors_code=authors, **modeler)
 
 
 def scenario_arg(text: str) -> str:
@@ -640,6 +664,7 @@ def summary(result: dict) -> str:
     if result.get("dp") is False:
         priv += " NOT DP (" + "; ".join(result.get("not_dp") or ["dp: false"]) + ")"
     head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
+    head += " [--authors-code: the authors' lift and UCB]" if result.get("authors_code") else ""
     if not result["queries"]:
         return f"{head}: no query answered (status {result['status']})"
     if result.get("simple_regret") is None:  # f measured on demand: only the queried rows
@@ -670,20 +695,24 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
         epsilons = tuple(args.eps or ()) + tuple(math.exp(x) for x in args.log_eps or ())
     else:
         epsilons = preset.epsilons if preset else (None,)
-    options = {k: getattr(args, k) for k in SCENARIO_OPTIONS if getattr(args, k, None) is not None}
+    options = {**(preset.options if preset else {}),
+               **{k: getattr(args, k) for k in SCENARIO_OPTIONS
+                  if getattr(args, k, None) is not None}}
+    strategies = args.strategies or (preset.strategies if preset else ("gp-ucb",))
     spec = SweepSpec(
         scenario, epsilons, tuple(args.r) if args.r else (preset.rs if preset else (None,)),
         seeds=args.seeds or (preset.seeds if preset else 10),
         T=args.T or (preset.T if preset else None),
         non_private=args.non_private or bool(preset and preset.non_private),
-        strategies=(preset.strategies if preset and args.strategies == ["gp-ucb"]
-                    else tuple(args.strategies)),
+        strategies=tuple(strategies),
         hyper=hyper_from_args(args), options=options,
         transcripts=args.transcripts, ldp_epsilons=tuple(args.ldp_eps or (None,)),
         beta_scales=tuple(args.beta_scales or (None,)),
         moma_ks=tuple(args.moma_k or (None,)),
-        lift=args.lift or (preset.lifts[0] if preset else DEFAULT_LIFT),
-        lifts=() if args.lift or not preset else preset.lifts)
+        lift=args.lift or (preset.lifts[0] if preset else
+                           "paper" if args.authors_code else DEFAULT_LIFT),
+        lifts=() if args.lift or not preset else preset.lifts,
+        authors_code=bool(args.authors_code))
     return spec, preset
 
 
@@ -956,7 +985,8 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
 
     result = asyncio.run(connect_modeler(args.connect, args.out, seed=args.seed,
                                          strategy=strategy_spec(args.strategy, args.moma_k,
-                                                                bool(args.distinct)),
+                                                                bool(args.distinct),
+                                                                bool(args.authors_code)),
                                          hyper=hyper_from_args(args),
                                          beta_scale=args.beta_scale,
                                          release=release_from_args(args),

@@ -73,6 +73,8 @@ def scenario_argv(config: RunConfig) -> list[str]:
         argv.append("--non-private")
     if config.objective_wait:
         argv.append("--objective-wait")
+    if config.authors_code:
+        argv.append("--authors-code")
     for key, value in sorted(config.options.items()):
         if value is True:  # a switch (--minimise)
             argv.append("--" + key.replace("_", "-"))
@@ -102,6 +104,8 @@ def modeler_argv(config: RunConfig) -> list[str]:
         argv.append("--non-private")
     if config.batch != 1:
         argv += ["--batch", str(config.batch)]
+    if config.authors_code:
+        argv.append("--authors-code")
     return argv
 
 

@@ -58,6 +58,7 @@ class RunConfig:
     durability: str = DEFAULT_DURABILITY  # the journal's commits: full (power loss) | normal (kill)
     moma_k: int | None = None  # MoMA's epoch length (None: the theorem's)
     distinct: bool | None = None  # never re-query a row; None: the scenario's default
+    authors_code: bool = False  # reproduce the PO-GP-UCB authors' code (lift, UCB score)
 
     def __post_init__(self) -> None:
         if self.non_private is None:
@@ -68,7 +69,7 @@ class RunConfig:
     @property
     def strategy_spec(self) -> str:
         """The modeler's strategy with its options, as `make_strategy` reads it."""
-        return strategy_spec(self.strategy, self.moma_k, bool(self.distinct))
+        return strategy_spec(self.strategy, self.moma_k, bool(self.distinct), self.authors_code)
 
 
 def startup_warnings(config: RunConfig) -> list[str]:

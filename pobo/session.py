@@ -29,7 +29,7 @@ from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundar
 from pobo.protocol.signing import Signer
 from pobo.protocol.transcript import Transcript
 from pobo.parties.dataset import regret_scale
-from pobo.scenarios.problem import Problem, distinct_hits, rng_for
+from pobo.scenarios.problem import Problem, distinct_hits, random_regret_expected, rng_for
 from pobo.progress import step
 from pobo.scenarios.registry import build_problem
 from pobo.releases import release_handler
@@ -39,6 +39,9 @@ from pobo.runspec import (  # noqa: F401  (re-exported: defined without numpy)
 
 
 CURATOR_LOG = logging.getLogger("pobo.curator")
+AUTHORS_CODE_NOTE = ("reproduction switch --authors-code: lift sigma + omega (the paper's "
+                     "text: sqrt(sigma^2 + omega^2)); the modeler's GP-UCB scores mean + "
+                     "beta_t variance with delta 0.1 (the text: std, delta 0.05)")
 DEFAULT_RELEASE_ALLOWANCE = (2.0, 2e-3)  # central (eps, delta) a default budget leaves for a release
 DEFAULT_ROW_REPORTS = 1  # a row's default LDP budget: this many sessions' worth (T reports)
 MODELER_LOG = logging.getLogger("pobo.modeler")
@@ -81,7 +84,7 @@ def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
         lift_epsilon=config.lift_epsilon, lift_delta=config.lift_delta,
         ldp_epsilon=config.ldp_epsilon,
         seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound,
-        distinct=bool(config.distinct))
+        distinct=bool(config.distinct), additive_lift=config.authors_code)
     return replace(settings, budget=dataset_budget(config, settings, problem.X.shape))
 
 
@@ -181,7 +184,7 @@ def journal_config(config: RunConfig) -> dict:
     keep = ("scenario", "epsilon", "delta", "r", "T", "seed", "non_private", "timeout",
             "options", "ldp_epsilon", "budget_epsilon", "budget_delta", "ldp_row_budget", "ldp_row_delta",
             "lift", "lift_epsilon", "lift_delta", "reward_bound", "noise_bound",
-            "objective_cmd", "objective_wait", "results_file", "max_batch")
+            "objective_cmd", "objective_wait", "results_file", "max_batch", "authors_code")
     return {k: getattr(config, k) for k in keep}
 
 
@@ -327,6 +330,8 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "hits": distinct_hits(f, curator.queries) if hits else None,
         "sense": problem.sense, "metric": problem.metric,
         "random_hits_expected": float(T * f.mean()) if hits else None,
+        "random_regret_expected": (random_regret_expected(f, T)
+                                   if f is not None and not hits else None),
         "f_star": None if f is None else float(np.max(f)),
         "sigma_f": None if f is None else float(np.std(f)),
         **dict(zip(("sigma_y", "sigma_y_source"),
@@ -337,6 +342,7 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "source": problem.source, "dropped": problem.dropped, "seconds": seconds,
         "dataset_digest": service.digest, "ledger": session.ledger_view(),
         "privacy_unit": service.privacy_unit(),
+        "authors_code": AUTHORS_CODE_NOTE if s.additive_lift else None,
     }
 
 

@@ -44,6 +44,7 @@ class SweepSpec:
     beta_scales: tuple[float | None, ...] = (None,)
     lift: str = DEFAULT_LIFT  # the paper presets pin "paper" (Algorithm 1 as published)
     moma_ks: tuple[int | None, ...] = (None,)  # MoMA epoch lengths (moma-gp-ucb runs only)
+    authors_code: bool = False  # reproduce the PO-GP-UCB authors' code (RunConfig.authors_code)
     lifts: tuple[str, ...] = ()  # several releases to compare (the frontier); () = (lift,)
 
     def runs(self) -> list[tuple[str, RunConfig]]:
@@ -61,7 +62,8 @@ class SweepSpec:
         out = []
         for seed in range(self.seeds):
             base = RunConfig(self.scenario, T=self.T, seed=seed, hyper=self.hyper,
-                             options=dict(self.options), lift=self.lift)
+                             options=dict(self.options), lift=self.lift,
+                             authors_code=self.authors_code)
             for strategy in self.strategies:
                 ks = self.moma_ks if strategy == "moma-gp-ucb" else (None,)
                 for k in ks:
@@ -86,6 +88,7 @@ def run_id(cfg: RunConfig, with_lift: bool = False) -> str:
     extra = "" if cfg.ldp_epsilon is None else f"-ldp{cfg.ldp_epsilon:.6g}"
     extra += "" if cfg.beta_scale is None else f"-S{cfg.beta_scale:.6g}"
     extra += "" if cfg.moma_k is None else f"-k{cfg.moma_k}"
+    extra += "-authors" if cfg.authors_code else ""
     extra += f"-{cfg.lift}" if with_lift and not cfg.non_private else ""
     return f"{cfg.scenario}-{cfg.strategy}-{privacy}{extra}-seed{cfg.seed}"
 
@@ -117,12 +120,13 @@ def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
         "policy": result["policy"], "epsilon": result["epsilon"], "r": result["r"],
         "seed": result["seed"], "T": result["T"], "n": result["n"], "d": result["d"],
         "sigma_min": result["sigma_min"], "omega": result["omega"], "lifted": result["lifted"],
-        "lift": result.get("lift"),
+        "lift": result.get("lift"), "authors_code": cfg.authors_code,
         "simple_regret": result["simple_regret"][-1],
         "simple_regret_sigma_y": result["simple_regret"][-1] / sy,
         "cumulative_regret": result["cumulative_regret"][-1],
         "hits": None if result.get("hits") is None else result["hits"][-1],
         "random_hits_expected": result.get("random_hits_expected"),
+        "random_regret_expected": result.get("random_regret_expected"),
         "sigma_y": sy, "sigma_y_source": result.get("sigma_y_source"),
         "sigma_f": result["sigma_f"], "seconds": result["seconds"],
     }

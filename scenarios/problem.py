@@ -52,6 +52,17 @@ def fitted_prior(kernel: str = "se", lengthscale: float = 0.25 * MAX_NORM) -> Ke
     return KernelParams(kernel, float(lengthscale), 1.0, 1e-2, "initial")
 
 
+def random_regret_expected(f: np.ndarray, T: int) -> float:
+    """E[S_T] of T uniformly random queries with replacement (what `random` does), exact:
+    with f sorted descending, sum_k (f_(k) - f_(k+1)) ((n - k)/n)^T -- the best of T draws
+    misses the top k rows with probability ((n - k)/n)^T. Random search's baseline
+    without sampling error."""
+    v = np.sort(np.asarray(f, dtype=float))[::-1]
+    n = v.size
+    miss = ((n - np.arange(1, n)) / n) ** int(T)
+    return float(np.sum((v[:-1] - v[1:]) * miss))
+
+
 def distinct_hits(f: np.ndarray, queries: list[int]) -> list[float]:
     """Hits after each query: the distinct rows queried so far whose tabulated outcome
     f is positive (a patient tested twice is one patient found)."""

@@ -27,8 +27,16 @@ DOMAIN = PublicDomain(("lat", "long"), (1.15, 103.59), (1.48, 104.09), (0.05, 0.
                       conversions=((KM_PER_DEG_LAT, "km"), (km_per_deg_lon(1.35), "km")))
 
 
-def build(seed: int | None, data: str | None = None, n: int | None = None) -> Problem:
-    """The real-estate problem from a URA-derived CSV (`data`) or generated from the seed."""
+PREPS = ("default", "paper")
+
+
+def build(seed: int | None, data: str | None = None, n: int | None = None,
+          prep: str = "default") -> Problem:
+    """The real-estate problem from a URA-derived CSV (`data`) or generated from the seed;
+    prep="paper" (the fidelity presets): the paper's preprocessing, inputs divided by
+    their ARD length-scales fitted on the rows, outside the privacy claim."""
+    if prep not in PREPS:
+        raise ValueError(f"realestate prep must be one of {PREPS}, got {prep!r}")
     if data is None:
         X_raw, log_price = generate(rng_for(seed, "realestate/data"), EMBEDDED_N)
         source, dropped = "embedded synthetic Singapore-like projects", {}
@@ -39,6 +47,11 @@ def build(seed: int | None, data: str | None = None, n: int | None = None) -> Pr
         c = table.columns
         X_raw, log_price = np.column_stack([c["lat"], c["long"]]), np.log(c["avg_price_per_sqm"])
         source, dropped = table.describe(), table.dropped
+    if prep == "paper":
+        return data_problem("realestate", X_raw, log_price, seed, sense="minimise", n=n,
+                            source=source, dropped=dropped, scaling="ard",
+                            row_unit="one project (not a person)", epsilon=math.exp(2.8),
+                            delta=1e-4, r=15, T=100, noise_var=1e-6, B=11.0)
     return data_problem("realestate", X_raw, log_price, seed, sense="minimise", n=n,
                         source=source, dropped=dropped, domain=DOMAIN,
                         row_unit="one project (not a person)", epsilon=math.exp(2.8), delta=1e-4,

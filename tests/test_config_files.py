@@ -11,7 +11,7 @@ import pytest
 from pobo.cli import build_parser, main
 from pobo.config import apply_config, check_required
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "deployment.md"  # the two-machine walkthrough
 
 
 def _args(argv: list[str]):

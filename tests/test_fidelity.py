@@ -152,5 +152,5 @@ def test_fidelity_verdict_follows_the_csv(tmp_path):
         (tmp_path / "table1.csv").write_text("\n".join(rows) + "\n")
         return render(tmp_path)
 
-    assert "**Verdict: reproduces** (6 of 6" in write(0.0)
-    assert "**Verdict: does not reproduce** (0 of 6" in write(0.5)
+    assert "**Verdict (paper's text): reproduces** (6 of 6" in write(0.0)
+    assert "**Verdict (paper's text): does not reproduce** (0 of 6" in write(0.5)
