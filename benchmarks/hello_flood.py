@@ -27,7 +27,7 @@ import zmq.asyncio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.hostile import Sampler, rss_mb, start_curator  # noqa: E402
+from benchmarks.hostile import Sampler, rss_mb, start_curator, stop_curator  # noqa: E402
 from pobo.protocol.codec import decode, encode  # noqa: E402
 from pobo.protocol.messages import PROTOCOL_VERSION, End, Hello, Welcome  # noqa: E402
 from pobo.protocol.signing import ZERO, Link, open_frame, seal  # noqa: E402
@@ -126,11 +126,7 @@ def main() -> None:
             sampler.running = False
             alive = curator.poll() is None
         finally:
-            curator.terminate()
-            try:
-                curator.wait(30)
-            except subprocess.TimeoutExpired:
-                curator.kill()
+            stop_curator(curator)
     print(f"{args.scenario}: {args.hellos} Hellos that never read")
     print(f"curator RSS: baseline {base:.0f} MB, peak {sampler.peak:.0f} MB "
           f"(+{sampler.peak - base:.0f} MB; goal <= +150 MB)")

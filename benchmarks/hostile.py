@@ -166,6 +166,15 @@ def start_curator(cmd: list[str], home: str) -> tuple[subprocess.Popen, str]:
     return curator, line[len(LISTENING):].strip()
 
 
+def stop_curator(curator: subprocess.Popen) -> None:
+    """Terminate a benchmark's curator, killing it after 30 s."""
+    curator.terminate()
+    try:
+        curator.wait(30)
+    except subprocess.TimeoutExpired:
+        curator.kill()
+
+
 def main() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # many short-lived peers
@@ -195,11 +204,7 @@ def main() -> None:
             sampler.running = False
             alive = curator.poll() is None
         finally:
-            curator.terminate()
-            try:
-                curator.wait(30)
-            except subprocess.TimeoutExpired:
-                curator.kill()
+            stop_curator(curator)
         transcripts = list(Path(out).rglob("curator.transcript*"))
         size = sum(p.stat().st_size for p in transcripts)
         blobs = sum(p.stat().st_size for p in Path(out).rglob("blobs/*"))
