@@ -16,7 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from pobo.scenarios.loaders import read_columns
-from pobo.scenarios.problem import Problem, box_domain, data_problem
+from pobo.scenarios.problem import (
+    PREPARATION_SEED, Problem, box_domain, data_problem, fitted_prior, subsample,
+)
 
 
 def columns(names: str | list[str] | tuple[str, ...]) -> list[str]:
@@ -31,11 +33,14 @@ def columns(names: str | list[str] | tuple[str, ...]) -> list[str]:
 def build(seed: int | None, data: str | None = None, features: str | None = None,
           objective: str | None = None, minimise: bool = False,
           n: int | None = None, bounds: str | None = None) -> Problem:
-    """The Problem of a CSV file's `features` columns and its `objective` column."""
-    if data is None or features is None or objective is None:
-        raise ValueError("the table scenario needs --data FILE.csv, --features a,b,c and "
-                         "--objective COLUMN")
+    """The Problem of a CSV file's `features` columns and its `objective` column; with
+    public `bounds` and no objective column, the rows alone, for an objective measured on
+    demand (--objective-cmd, --objective-wait)."""
+    if data is None or features is None:
+        raise ValueError("the table scenario needs --data FILE.csv and --features a,b,c")
     names = columns(features)
+    if objective is None:
+        return rows_only(data, names, bounds, n)
     if objective in names:
         raise ValueError(f"--objective {objective!r} is also a feature")
     table = read_columns(data, [*names, objective])
@@ -49,6 +54,26 @@ def build(seed: int | None, data: str | None = None, features: str | None = None
                         source=f"{table.describe()}; features {names}, objective {objective!r}",
                         dropped=table.dropped, epsilon=1.0, delta=min(1e-5, 0.1 / table.n),
                         r=10, T=50, noise_var=0.0, B=None)
+
+
+def rows_only(data: str, names: list[str], bounds: str | None, n: int | None) -> Problem:
+    """The table's rows with no objective column: f is measured on demand by the curator
+    (a command or values entered later). Preparation needs no f only from public bounds."""
+    if bounds is None:
+        raise ValueError("without --objective the table needs --bounds LO:HI,... (its "
+                         "preparation cannot be fitted on an objective it does not have), "
+                         "and an on-demand objective: --objective-cmd or --objective-wait")
+    table = read_columns(data, names)
+    if table.n < 2:
+        raise ValueError(f"{data}: fewer than 2 usable rows ({table.describe()})")
+    domain = declared_domain(names, bounds)
+    (X_raw,) = subsample((np.column_stack([table.columns[k] for k in names]),), n,
+                         PREPARATION_SEED)
+    X, clipped = domain.prepare(X_raw)
+    return Problem("table", X, None, fitted_prior(lengthscale=domain.kernel_lengthscale),
+                   epsilon=1.0, delta=min(1e-5, 0.1 / X.shape[0]), r=10, T=50,
+                   source=f"{table.describe()}; features {names}, f measured on demand",
+                   dropped=table.dropped, domain=domain, clipped=clipped)
 
 
 def declared_domain(names: list[str], bounds: str):

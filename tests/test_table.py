@@ -69,3 +69,23 @@ def test_table_in_process_from_python(csv_file, tmp_path):
                                               "objective": "yield"})
     result = asyncio.run(run_inproc(config, tmp_path))
     assert len(result["queries"]) == 5 and result["n"] == 60 and result["d"] == 2
+
+
+def test_table_without_an_objective_column_measures_on_demand_from_public_bounds(
+        csv_file, tmp_path):
+    """Issue 22 item 12: the README's on-demand example (`table ... --objective-cmd` with no
+    --objective) runs when the table's preparation comes from --bounds; without bounds it
+    is a one-line error saying what to give."""
+    lab = tmp_path / "lab.py"
+    lab.write_text("import sys\nprint(float(sys.argv[1]) * 0.5)\n")
+    problem = build_problem("table", 0, data=str(csv_file), features="temp,dose",
+                            bounds="0:100,0:100")
+    assert problem.f is None and problem.domain is not None
+    result = asyncio.run(run_inproc(RunConfig(
+        "table", T=3, seed=0, options={"data": str(csv_file), "features": "temp,dose",
+                                       "bounds": "0:100,0:100"},
+        objective_cmd=f"{sys.executable} {lab} {{index}}"), tmp_path / "run"))
+    assert result["status"] == "ok" and len(result["queries"]) == 3
+    assert result["measured"] == [0.5 * i for i in result["queries"]]
+    with pytest.raises(ValueError, match="needs --bounds"):
+        build_problem("table", 0, data=str(csv_file), features="temp,dose")
