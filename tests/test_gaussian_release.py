@@ -239,3 +239,31 @@ def test_gp_ucb_on_the_default_release_beats_random_rows_on_synthetic(tmp_path):
             regrets.append(result["simple_regret"][-1] / result["sigma_y"])
         means[strategy] = float(np.mean(regrets))
     assert means["gp-ucb"] <= 0.5 * means["random"], means
+
+
+def test_pobo_ledger_states_the_release_at_several_scales(tmp_path):
+    """`pobo ledger` (the journal's view) carries the release's statement: epsilon at one
+    unit, one length-scale and a whole row, as the service computed it."""
+    import json
+    import subprocess
+    import sys
+
+    from pobo.parties.journal import Journal
+    from pobo.runspec import RunConfig
+    from pobo.session import prepare_service
+
+    journal = Journal(tmp_path / "journal.db")
+    service = prepare_service(RunConfig("synthetic", options={"grid": 12}), journal=journal)
+    journal.close()
+    done = subprocess.run([sys.executable, "-m", "pobo", "ledger", "--journal",
+                           str(tmp_path / "journal.db"), "--json"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    privacy = json.loads(done.stdout)["privacy"]
+    assert privacy["mechanism"] == "gaussian-rows"
+    assert [d["distance"] for d in privacy["epsilon_by_distance"]] == [1.0, 6.25, 50.0]
+    assert privacy["epsilon_by_distance"] == service.privacy_unit()["epsilon_by_distance"]
+    text = subprocess.run([sys.executable, "-m", "pobo", "ledger", "--journal",
+                           str(tmp_path / "journal.db")], capture_output=True, text=True,
+                          timeout=120).stdout
+    assert "for a move of 50" in text and "whole row" in text
