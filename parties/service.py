@@ -401,7 +401,7 @@ class CuratorService:
                             self.problem)
         if not self.settings.non_private:
             statement = release_statement(self.release, self.problem, self.settings.seed
-                                          is not None)
+                                          is not None, paper=self.settings.lift == "paper")
             unit["dataset"].update(statement, epsilon=self.settings.epsilon + self.test_epsilon,
                                    delta=self.settings.delta + self.test_delta)
             unit["epsilon_whole_row"] = statement["epsilon_whole_row"]

@@ -21,17 +21,21 @@ SEEDED_CLAIM = ("simulation, seeded: no DP claim (whoever knows the seed recompu
                 "noise); the figures say what the same release would give from the OS CSPRNG")
 
 
-def epsilon_at(release: ProjectedDataset, n: int, distance: float) -> float | None:
+def epsilon_at(release: ProjectedDataset, n: int, distance: float,
+               paper: bool = False) -> float | None:
     """The release's epsilon at its own delta for one row moved by `distance` preprocessed
-    units (None where no analysis gives one): exact for the Gaussian rows, the
-    chi^2-mixture bound for every fully lifted sketch (also Blocki's constant)."""
+    units (None where no analysis gives one, and for the paper's release, which is not
+    DP): exact for the Gaussian rows, the chi^2-mixture bound for every fully lifted sketch
+    (also Blocki's constant). Seeded or not, this is the mechanism's calibration."""
     move = distance * math.sqrt(1.0 - 1.0 / n)  # what centring leaves of the move
     if release.mechanism == GAUSSIAN_ROWS:
         return gaussian_epsilon(release.delta, move / release.omega)
-    lifted_sketch = release.mechanism == DP_PROJECTION and release.noise_std > 0 and release.dp
-    if release.mechanism == GAUSSIAN_SKETCH or lifted_sketch:
+    if paper and release.mechanism == DP_PROJECTION:
+        return None
+    if release.mechanism == GAUSSIAN_SKETCH or (release.mechanism == DP_PROJECTION
+                                                and release.noise_std > 0):
         return sketch_epsilon(release.delta, release.omega, release.Z.shape[1], move)
-    if release.mechanism == DP_PROJECTION and release.dp and distance <= 1:
+    if release.mechanism == DP_PROJECTION and distance <= 1:
         return release.epsilon  # the unlifted sketch after a passed test: BT3.1 at |v| <= 1
     return None
 
@@ -49,14 +53,16 @@ def distances(problem: Problem) -> list[tuple[float, str]]:
     return out
 
 
-def release_statement(release: ProjectedDataset, problem: Problem, seeded: bool) -> dict:
+def release_statement(release: ProjectedDataset, problem: Problem, seeded: bool,
+                      paper: bool = False) -> dict:
     """The statement of the dataset release: mechanism, (eps, delta), whether a DP claim
-    is made, and epsilon by distance, including `epsilon_whole_row`."""
+    is made (none for the paper's release, `paper`, nor for a seeded one), and epsilon by
+    distance, including `epsilon_whole_row`."""
     n = release.Z.shape[0]
-    by_distance = [{"distance": d, "what": what, "epsilon": epsilon_at(release, n, d)}
+    by_distance = [{"distance": d, "what": what, "epsilon": epsilon_at(release, n, d, paper)}
                    for d, what in distances(problem)]
-    dp = bool(release.dp) and not seeded
-    claim = ("not DP: " + NOT_DP if not release.dp else SEEDED_CLAIM if seeded else
+    dp = not paper and not seeded
+    claim = ("not DP: " + NOT_DP if paper else SEEDED_CLAIM if seeded else
              f"({release.epsilon:.4g}, {release.delta:.3g})-DP for {problem.row_unit} moved "
              "by at most 1 preprocessed unit")
     return {"dp": dp, "claim": claim, "mechanism": release.mechanism,

@@ -163,7 +163,7 @@ def sweep_headline(rows: list[dict]) -> dict:
     def summary(keys: list[tuple]) -> dict | None:
         if not keys:
             return None
-        scored = [(mean_se(groups[k]), k) for k in keys]
+        scored = [(mean_se(groups[k]), k) for k in sorted(keys, key=repr)]  # ties: stable
         (m, se), key = (max if higher else min)(scored, key=lambda s: s[0][0])
         return {"setting": setting_label(key, varied), "epsilon": key[4], "mean": m,
                 "se": se, "runs": len(groups[key]), "key": key}

@@ -267,3 +267,22 @@ def test_pobo_ledger_states_the_release_at_several_scales(tmp_path):
                            str(tmp_path / "journal.db")], capture_output=True, text=True,
                           timeout=120).stdout
     assert "for a move of 50" in text and "whole row" in text
+
+
+@pytest.mark.parametrize("lift,seed,claim", [
+    ("gaussian", 1, "simulation, seeded"), ("gaussian", None, "(3.004, 1e-05)-DP"),
+    ("always", 1, "simulation, seeded"), ("paper", None, "not DP: Algorithm 1"),
+])
+def test_the_service_states_each_release_as_what_it_is(lift, seed, claim):
+    """A seeded Gaussian release is a simulation (not 'Algorithm 1 as published'); only
+    the paper's release is called not DP for its own reasons; epsilons only where a DP
+    analysis gives them."""
+    from pobo.runspec import RunConfig
+    from pobo.session import prepare_service
+
+    unit = prepare_service(RunConfig("synthetic", seed=seed, lift=lift,
+                                     options={"grid": 12})).privacy_unit()
+    assert unit["dataset"]["claim"].startswith(claim), unit["dataset"]["claim"]
+    assert unit["dataset"]["dp"] is (seed is None and lift != "paper")
+    bounded = [d["epsilon"] is not None for d in unit["epsilon_by_distance"]]
+    assert all(bounded) if lift != "paper" else not any(bounded)

@@ -201,7 +201,10 @@ def test_the_answer_of_a_sweep_is_its_best_private_setting_against_the_baselines
     best = min(private, key=lambda k: mean(lambda r: (r["strategy"], r["r"]) == k
                                            and r["policy"] == "private"))
     best_mean = mean(lambda r: (r["strategy"], r["r"]) == best and r["policy"] == "private")
-    assert f"best private (gp-ucb, ε = 8, r = {best[1]}) {best_mean:.3g}" in first
+    tied = [k for k in private if mean(lambda r: (r["strategy"], r["r"]) == k
+                                       and r["policy"] == "private") == best_mean]
+    assert any(f"best private (gp-ucb, ε = 8, r = {k[1]}) {best_mean:.3g}" in first
+               for k in tied)  # settings with equal means: any of them
     assert f"random {mean(lambda r: r['strategy'] == 'random'):.3g}" in first
     non_private = mean(lambda r: r["policy"] == "non-private" and r["strategy"] == "gp-ucb")
     assert f"non-private {non_private:.3g}" in first
