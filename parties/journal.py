@@ -699,6 +699,18 @@ class Journal:
             "SELECT n, session, mechanism, epsilon, delta, scope, row, time FROM ledger "
             "WHERE n > ? ORDER BY n LIMIT ?", (after, limit))]
 
+    def basic_totals(self) -> dict:
+        """The ledger's basic-composition totals, from running sums (two indexed queries,
+        no accountant): central (epsilon, delta) and the worst-off row's local (epsilon,
+        delta), in the layout a ledger head commits to (protocol.checkpoint.ledger_head)."""
+        eps, dlt = self._db.execute("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) "
+                                    "FROM ledger WHERE scope = ?", (CENTRAL,)).fetchone()
+        row = self._db.execute("SELECT epsilon, delta FROM row_ledger ORDER BY epsilon DESC, "
+                               "delta DESC LIMIT 1").fetchone() or (0.0, 0.0)
+        return {"central": {"epsilon_basic": float(eps), "delta_basic": float(dlt)},
+                "local": {"max_row_epsilon_basic": float(row[0]),
+                          "max_row_delta_basic": float(row[1])}}
+
     def central_entries(self) -> list[dict]:
         """Every central entry with its session and time, oldest first."""
         return [{"mechanism": m, "epsilon": e, "delta": d, "scope": CENTRAL, "session": s,

@@ -383,7 +383,7 @@ class CuratorService:
         (when there is one) before it is returned, so no frame commits to a head the
         file does not hold or extend."""
         entries, chain = self.chain.current()
-        head = ledger_head(entries, chain, self.ledger.to_dict())
+        head = ledger_head(entries, chain, self.journal.basic_totals())  # no accountant
         if self.head_file is not None and (self._committed is None
                                            or head.entries > self._committed.entries):
             self.head_file.write(head)

@@ -56,7 +56,8 @@ def ledger_head(entries: int, chain: str, ledger: dict) -> LedgerHead:
     that anyone recomputes exactly from the entries, not the accountant's tighter (and
     numerically approximate) figures."""
     central, local = ledger["central"], ledger["local"]
-    pick = lambda part, key: float(part.get(key + "_basic", part[key]))  # noqa: E731
+    pick = lambda part, key: float(part[key + "_basic"] if key + "_basic" in part  # noqa: E731
+                                   else part[key])
     return LedgerHead(int(entries), chain, pick(central, "epsilon"), pick(central, "delta"),
                       pick(local, "max_row_epsilon"), pick(local, "max_row_delta"))
 
