@@ -13,7 +13,6 @@ from pobo.protocol.checkpoint import forks
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import PoboError, ProtocolError
 from pobo.protocol.messages import Hello
-from pobo.protocol.signing import body_of
 from pobo.protocol.policy import CURATOR, MODELER
 from pobo.protocol.signing import body_of, key_id, load_verify_key
 from pobo.transport.keyfiles import STORE_TRUSTED, pobo_home, trusted_signing_keys

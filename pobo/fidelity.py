@@ -460,7 +460,7 @@ def ldp_ranking(moma: dict, others: list[dict], best: float, theorem: float) -> 
             + ", ".join(f"{name} {_fmt(*entries[name])}" for name in order)
             + f". MoMA at its best k is {order.index(mine) + 1} of {len(order)}"
             + ("" if leader == mine else f", {gap:.1f} se behind {leader}")
-            + f": Zhou & Tan's \"MoMA best\" is "
+            + ": Zhou & Tan's \"MoMA best\" is "
             + ("reproduced" if leader.startswith("moma") else
                "not reproduced" if gap > 2 else
                "neither reproduced nor refuted (within 2 se of the leader)") + ".")
