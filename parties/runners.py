@@ -387,7 +387,7 @@ class ResumeState:
     answered: list[tuple[int, int, float]]  # (seq, row, reward) in query order
     asked: dict[int, int]  # every query sent: seq -> row
     pending: frozenset[int] = frozenset()  # unanswered queries the curator reported pending
-    ended: bool = False  # the transcript records an End: nothing is left to resume
+    ended: bool = False  # the session finished: the curator's closing End was received
 
     def check(self, welcome: Welcome, dataset: Dataset) -> None:
         """Refuse to resume against a different session or a different dataset."""
@@ -409,10 +409,12 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     pending: set[int] = set()
     ended = False
     for record in read_transcript(transcript, blobs):
-        ended = ended or record.kind == "end"
-        if record.kind not in ("welcome", "dataset", "query", "reward", "pending"):
+        if record.kind not in ("welcome", "dataset", "query", "reward", "pending", "end"):
             continue
         message = decode(body_of(record.frame))
+        if isinstance(message, End):  # only the curator's End closes it: a modeler that
+            ended = ended or record.dir == "recv"  # gave up, or said done before a kill of
+            continue  # the curator, resumes to let the curator finish its record
         if isinstance(message, Welcome):
             if welcome is not None and message.session != welcome.session:
                 raise ValueError(f"{transcript} holds more than one session")
