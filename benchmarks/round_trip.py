@@ -9,11 +9,15 @@ are shared) hits every path alike. The paths:
 
   (a) raw pyzmq REQ/REP echo of a frame as long as a signed Reward;
   (b) raw zmq.asyncio DEALER -> ROUTER echo of the same frame: the baseline of every ratio;
+  (b) with CURVE: the same, CURVE-encrypted (what a deployment's transport costs);
   pipe: pobo's DealerPipe -> RouterHub echo of the same frame (the pipe layer alone);
   (c) pobo's full path: `pobo curator synthetic` with signatures, transcripts and a
       journal on disk, and a modeler Channel (signed, with its transcript) sending a Query
-      and receiving its Reward; the journal at --durability normal and at full, and once
-      more at normal with no signatures on either side.
+      and receiving its Reward. The figure: over CURVE (as every deployment off loopback
+      runs; the signatures of queries and rewards are then verified off the critical
+      path, see protocol.channel.Channel) with the journal at --durability normal; then
+      the same at full; signed in plaintext (every signature verified before the message
+      is used); and unsigned in plaintext.
 
 Each path is printed as the median and p90 of all its round trips in ms, and as the
 median over repetitions of (its median / (b)'s median in the same repetition). Then the
@@ -36,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import zmq
 import zmq.asyncio
+import zmq.auth
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -51,7 +56,9 @@ from pobo.protocol.signing import Signer, load_signing_key, load_verify_key  # n
 from pobo.protocol.transcript import Transcript  # noqa: E402
 from pobo.remote import LISTENING  # noqa: E402
 from pobo.transport.inproc import pipe_pair  # noqa: E402
-from pobo.transport.security import make_signing_keys  # noqa: E402
+from pobo.transport.security import (  # noqa: E402
+    CurveClient, make_keys,
+)
 from pobo.transport.sockets import DealerPipe, RouterHub  # noqa: E402
 
 TIMEOUT = 30.0
@@ -59,8 +66,9 @@ TIMEOUT = 30.0
 
 # ---- the servers, each run as `round_trip.py --serve MODE` in its own process ----------
 
-def serve(mode: str) -> None:
-    """Echo every frame back: REQ/REP, a raw asyncio ROUTER or pobo's RouterHub."""
+def serve(mode: str, keys: Path | None = None) -> None:
+    """Echo every frame back: REQ/REP, a raw asyncio ROUTER (with CURVE given `keys`) or
+    pobo's RouterHub."""
     if mode == "rep":
         ctx = zmq.Context()
         rep = ctx.socket(zmq.REP)
@@ -68,13 +76,16 @@ def serve(mode: str) -> None:
         print(f"{LISTENING}tcp://127.0.0.1:{port}", flush=True)
         while True:
             rep.send(rep.recv())
-    asyncio.run(_serve_async(mode))
+    asyncio.run(_serve_async(mode, keys))
 
 
-async def _serve_async(mode: str) -> None:
+async def _serve_async(mode: str, keys: Path | None) -> None:
     ctx = zmq.asyncio.Context()
-    if mode == "router":
+    if mode in ("router", "router-curve"):
         sock = ctx.socket(zmq.ROUTER)
+        if mode == "router-curve":  # every client admitted: the handshake is not timed
+            public, secret = zmq.auth.load_certificate(keys / "curator.key_secret")
+            sock.curve_secretkey, sock.curve_publickey, sock.curve_server = secret, public, True
         port = sock.bind_to_random_port("tcp://127.0.0.1")
         print(f"{LISTENING}tcp://127.0.0.1:{port}", flush=True)
         while True:
@@ -132,11 +143,14 @@ async def block(path: Path_, rounds: int) -> None:
 
 
 async def pobo_session(ctx, endpoint: str, keys: Path | None, transcript: Path,
-                       rng: np.random.Generator):
+                       rng: np.random.Generator, curve: bool = False):
     """A modeler channel past the handshake, and its round trip (a Query, its Reward)."""
     signer = load_signing_key(keys / "modeler.sign_secret") if keys else None
     expected = frozenset([load_verify_key(keys / "curator.sign_public")]) if keys else None
-    channel = Channel(DealerPipe.connect(ctx, endpoint), Boundary(PRIVATE, MODELER),
+    client = (CurveClient(keys / "modeler.key_secret", keys / "curator.key") if curve
+              else None)
+    channel = Channel(DealerPipe.connect(ctx, endpoint, curve=client),
+                      Boundary(PRIVATE, MODELER),
                       Transcript(transcript), timeout=TIMEOUT, signer=signer,
                       peer_keys=expected)
     await channel.send(Hello(PROTOCOL_VERSION, "round-trip", sign_key=channel.sign_key))
@@ -154,10 +168,14 @@ async def pobo_session(ctx, endpoint: str, keys: Path | None, transcript: Path,
     return channel, (welcome, dataset), trip
 
 
-def curator_argv(where: Path, durability: str, keys: Path | None, T: int) -> list[str]:
+def curator_argv(where: Path, durability: str, keys: Path | None, T: int,
+                 curve: bool = False) -> list[str]:
     """`pobo curator` of the synthetic scenario, journal and transcripts in `where`."""
     sign = ["--sign-secret", str(keys / "curator.sign_secret"),
-            "--sign-allow", str(keys / "allowed")] if keys else []
+            "--sign-allow", str(keys / "allowed")] if keys else ["--unsigned"]
+    if curve:
+        sign += ["--curve-secret", str(keys / "curator.key_secret"),
+                 "--curve-allow", str(keys / "allowed")]
     return [sys.executable, "-m", "pobo", "curator", "synthetic", "--grid", "50", "--T", str(T),
             "--seed", "1", "--bind", "tcp://127.0.0.1:0", "--timeout", "600",
             "--journal", str(where / "journal.db"), "--durability", durability,
@@ -232,35 +250,42 @@ def ratio(path: Path_, base: Path_) -> float:
 async def measure(args: argparse.Namespace, out: Path) -> None:
     """Start every server, run the interleaved blocks, print the table and the pieces."""
     keys = out / "keys"
-    make_signing_keys(keys)
+    make_keys(keys)
     T = args.reps * args.block + 100
-    me = [sys.executable, __file__, "--serve"]
-    servers = {name: start([*me, name], out / f"{name}.log") for name in ("rep", "router", "hub")}
-    curators = {
-        "normal": start(curator_argv(out / "normal", "normal", keys, T), out / "normal.log"),
-        "full": start(curator_argv(out / "full", "full", keys, T), out / "full.log"),
-        "unsigned": start(curator_argv(out / "unsigned", "normal", None, T),
-                          out / "unsigned.log"),
-    }
+    me = [sys.executable, __file__, "--keys", str(keys), "--serve"]
+    servers = {name: start([*me, name], out / f"{name}.log")
+               for name in ("rep", "router", "router-curve", "hub")}
+    curators = {  # name: (durability, signed, CURVE)
+        "curve": ("normal", True, True), "full": ("full", True, True),
+        "plain": ("normal", True, False), "unsigned": ("normal", False, False)}
+    started = {name: start(curator_argv(out / name, d, keys if signed else None, T, curve),
+                           out / f"{name}.log")
+               for name, (d, signed, curve) in curators.items()}
     ctx = zmq.asyncio.Context()
     sync_ctx = zmq.Context()
     rng = np.random.default_rng(0)
     channels = []
     try:
         sessions = {}
-        for name, (_, endpoint) in curators.items():
+        for name, (_, endpoint) in started.items():
+            _, signed, curve = curators[name]
             channel, opening, trip = await pobo_session(
-                ctx, endpoint, None if name == "unsigned" else keys,
-                out / f"{name}.modeler.transcript", rng)
+                ctx, endpoint, keys if signed else None, out / f"{name}.modeler.transcript",
+                rng, curve)
             channels.append(channel)
             await trip()
             sessions[name] = (trip, channel.last_frame)
-        frame = b"x" * len(sessions["normal"][1])  # as long as a signed Reward frame
+        frame = b"x" * len(sessions["plain"][1])  # as long as a signed Reward frame
 
         req = sync_ctx.socket(zmq.REQ)
         req.connect(servers["rep"][1])
         dealer = ctx.socket(zmq.DEALER)
         dealer.connect(servers["router"][1])
+        curved = ctx.socket(zmq.DEALER)
+        public, secret = zmq.auth.load_certificate(keys / "modeler.key_secret")
+        curved.curve_secretkey, curved.curve_publickey = secret, public
+        curved.curve_serverkey, _ = zmq.auth.load_certificate(keys / "curator.key")
+        curved.connect(servers["router-curve"][1])
         pipe = DealerPipe.connect(ctx, servers["hub"][1])
 
         async def reqrep() -> None:
@@ -271,16 +296,22 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
             await dealer.send(frame)
             await dealer.recv()
 
+        async def raw_curve() -> None:
+            await curved.send(frame)
+            await curved.recv()
+
         async def piped() -> None:
             await pipe.send(frame)
             await pipe.recv(TIMEOUT)
 
         paths = [Path_("(a) raw pyzmq REQ/REP", reqrep),
                  Path_("(b) raw asyncio DEALER/ROUTER", raw),
+                 Path_("(b) with CURVE", raw_curve),
                  Path_("pipe: DealerPipe/RouterHub echo", piped),
-                 Path_("(c) pobo, signed, journal normal", sessions["normal"][0]),
+                 Path_("(c) pobo, signed, journal normal", sessions["curve"][0]),
                  Path_("(c) pobo, signed, journal full", sessions["full"][0]),
-                 Path_("(c) pobo, unsigned, journal normal", sessions["unsigned"][0])]
+                 Path_("(c) signed, plaintext, normal", sessions["plain"][0]),
+                 Path_("(c) unsigned, plaintext, normal", sessions["unsigned"][0])]
         for p in paths:  # warm up every path
             for _ in range(20):
                 await p.trip()
@@ -291,6 +322,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
         for channel in channels:
             await channel.send(End("done"))
         pipe.close()
+        curved.close(0)
         dealer.close(0)
         req.close(0)
     finally:
@@ -298,7 +330,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
             channel.close()
         for proc, _ in [*servers.values()]:
             proc.kill()
-        for proc, _ in curators.values():
+        for proc, _ in started.values():
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
@@ -310,10 +342,12 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
     print(f"round trip over loopback tcp, {len(frame)}-byte frames (a signed Reward); "
           f"{args.reps} interleaved repetitions x {args.block} round trips per path; "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print(f"{'path':<38} {'p50 ms':>8} {'p90 ms':>8} {'/ (b) p50':>10}")
+    print("(c) without a qualifier runs over CURVE, as a deployment off loopback does")
+    print(f"{'path':<38} {'p50 ms':>8} {'p90 ms':>8} {'/ (b) p50':>10} {'/ CURVE':>8}")
     for p in paths:
         flat = [t for ts in p.times for t in ts]
-        print(f"{p.label:<38} {ms(flat, 50):>8.3f} {ms(flat, 90):>8.3f} {ratio(p, base):>9.2f}x")
+        print(f"{p.label:<38} {ms(flat, 50):>8.3f} {ms(flat, 90):>8.3f} {ratio(p, base):>9.2f}x"
+              f" {ratio(p, paths[2]):>7.2f}x")
 
     sign_us, verify_us = ed25519_costs()
     alone = await channel_alone(opening, args.reps * args.block, out)
@@ -333,10 +367,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7, help="interleaved repetitions")
     parser.add_argument("--block", type=int, default=300, help="round trips per path per rep")
-    parser.add_argument("--serve", choices=("rep", "router", "hub"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=("rep", "router", "router-curve", "hub"),
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--keys", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.serve)
+        serve(args.serve, args.keys)
         return
     with tempfile.TemporaryDirectory() as out:
         asyncio.run(measure(args, Path(out)))

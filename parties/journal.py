@@ -152,7 +152,7 @@ class Journal:
     """A curator's journal; one per curator process, shared by all of its sessions."""
 
     def __init__(self, path: str | Path = ":memory:", busy_timeout: float = 5.0,
-                 durability: str = DEFAULT_DURABILITY, group_commit: bool = True) -> None:
+                 durability: str = DEFAULT_DURABILITY, group_commit: bool | None = None) -> None:
         if durability not in DURABILITY:
             raise ValueError(f"durability {durability!r}: expected one of {', '.join(DURABILITY)}")
         self.path = str(path)
@@ -161,7 +161,9 @@ class Journal:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self.fault: str | None = None  # the cause of the first failed write, if any
-        self.group_commit = group_commit
+        # answers share a COMMIT where it pays: one fsync for many at durability full; at
+        # normal a COMMIT is a write to the WAL, cheaper than waiting for the group's turn
+        self.group_commit = durability == "full" if group_commit is None else group_commit
         self._group: asyncio.Future | None = None  # the open group transaction's commit
         self.commits = 0  # transactions committed (COMMITs: fsyncs at durability full)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,

@@ -15,7 +15,9 @@ from typing import Protocol
 
 from pobo.protocol.codec import DEFAULT_MAX_FRAME, decode, encode
 from pobo.protocol.errors import ErrorCode, ProtocolError
-from pobo.protocol.messages import Error, Hello, Message, Query, Welcome, kind_of
+from pobo.protocol.messages import (
+    Error, Hello, Message, Pending, Query, Reward, Welcome, kind_of,
+)
 from pobo.protocol.signing import (
     SIGNED, UNSIGNED, ZERO, Link, SharedBody, Signer, key_id, link_map, open_frame, seal,
     verify, verify_key,
@@ -50,6 +52,24 @@ class FramePipe(Protocol):
         """Release the pipe's resources; idempotent."""
 
 
+# what a channel whose pipe authenticated the peer (CURVE) may verify after acting on it:
+# the per-round-trip messages; a handshake, an End, an Error or a release is verified first
+HOT = (Query, Reward, Pending)
+
+
+class LateSignature(ProtocolError):
+    """A frame accepted on an authenticated pipe whose signature, checked after it was
+    acted on, does not verify: the session cannot go on (the frame is in the transcript,
+    followed by a refused record naming it)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.BAD_SIGNATURE)
+
+    @property
+    def recoverable(self) -> bool:
+        return False
+
+
 class Channel:
     """Policy-checked, signed, transcribed message exchange with one peer.
 
@@ -60,10 +80,17 @@ class Channel:
     be in `peer_keys` when that is given: '' = unsigned is then refused too) and its links
     checked (the session; a receipt only for a frame this side sent, never going back)
     BEFORE the policy sees it; a frame that fails is refused with a typed ProtocolError
-    (bad_signature, wrong_key) and recorded as refused. Verification is always on the hot path,
-    CURVE or not: a curator verifies a query before f is evaluated, a modeler a reward
-    before it uses it. A peer whose first frame is bare
-    (no envelope: version-1 framing) is answered bare, and only if it need not sign.
+    (bad_signature, wrong_key) and recorded as refused.
+
+    Where the pipe has authenticated the peer (`pipe.authenticated`: CURVE, whose every
+    frame libsodium has already authenticated as the peer's), a Query, Reward or Pending
+    is acted on first and its signature checked at the next `recv` before it waits (off
+    the round trip's critical path: while the peer works), or at `close`; one that fails
+    raises LateSignature (not recoverable: the session ends) and is recorded as refused
+    after it. Without an authenticated pipe every frame is verified before it is acted
+    on: a curator verifies a query before f is evaluated, a modeler a reward before it
+    uses it. A peer whose first frame is bare (no envelope: version-1 framing) is
+    answered bare, and only if it need not sign.
     """
 
     def __init__(self, pipe: FramePipe, boundary: Boundary,
@@ -90,6 +117,9 @@ class Channel:
         self._peer_seq = -1  # the peer's record number in its last frame
         self._last_recv = ZERO  # SHA-256 of the last frame accepted from the peer
         self._sends = 0
+        # frames accepted before their signatures were checked (an authenticated pipe only)
+        self.late = bool(getattr(pipe, "authenticated", False))
+        self._unverified: list[tuple[bytes, object]] = []
         self._sending = asyncio.Lock()  # one frame at a time: links and transcript in order
 
     @property
@@ -172,6 +202,8 @@ class Channel:
     async def recv(self, timeout: float | None = None) -> Message:
         """The next message from the peer: opened, verified, decoded and admitted by the
         policy."""
+        if self._unverified:
+            self.verify_accepted()
         frame = await self.pipe.recv(self.timeout if timeout is None else timeout)
         self.last_frame = frame
         self._counted_refusal = False
@@ -218,10 +250,15 @@ class Channel:
                                 ErrorCode.BAD_SIGNATURE)
         link = envelope.link
         assert link is not None
-        if self._peer_vk is not None and not verify(envelope, self._peer_vk):
+        message = None
+        if self._peer_vk is not None and self.late:
+            message = decode(envelope.body, self.max_frame)
+        late = message is not None and isinstance(message, HOT)
+        if self._peer_vk is not None and not late and not verify(envelope, self._peer_vk):
             raise ProtocolError(f"bad signature on a frame claiming record {link.seq} of "
                                 f"the peer", ErrorCode.BAD_SIGNATURE)
-        message = decode(envelope.body, self.max_frame)
+        if message is None:
+            message = decode(envelope.body, self.max_frame)
         handshake = self._handshake_key(message)
         session = self.session_id
         if handshake is not None:
@@ -267,6 +304,8 @@ class Channel:
             self._acked = acked
             self._peer_seq = max(self._peer_seq, link.seq)
             self._last_recv = hashlib.sha256(frame).digest()
+            if late:
+                self._unverified.append((frame, envelope))
             if handshake is not None:
                 self.peer_key, self.session_id, self._peer_vk = handshake
         return message, commit
@@ -284,8 +323,26 @@ class Channel:
         session = message.resume if isinstance(message, Hello) else message.session
         return announced, session, verify_key(announced) if announced else None
 
+    def verify_accepted(self) -> None:
+        """Check the signatures of the frames accepted before they were verified (an
+        authenticated pipe's hot messages); LateSignature for the first that fails,
+        recorded in the transcript as refused after the frame itself."""
+        pending, self._unverified = self._unverified, []
+        for frame, envelope in pending:
+            if not verify(envelope, self._peer_vk):
+                why = (f"bad signature on record {envelope.link.seq} of the peer, found after "
+                       "it was accepted (an authenticated pipe verifies off the hot path)")
+                if self.transcript is not None:
+                    self.transcript.refuse(frame, ErrorCode.BAD_SIGNATURE.value, why)
+                raise LateSignature(why)
+
     def close(self) -> None:
-        """Close the pipe and the transcript."""
+        """Check what is still unverified (a failure is recorded), close the pipe and the
+        transcript."""
+        try:
+            self.verify_accepted()
+        except LateSignature:
+            pass  # recorded in the transcript; the session is over either way
         self.pipe.close()
         if self.transcript is not None:
             self.transcript.close()

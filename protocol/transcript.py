@@ -192,7 +192,7 @@ class Transcript:
             for raw, record in raw_records(self.path.read_bytes()):
                 self._seq, self._prev = record.seq + 1, hashlib.sha256(raw).digest()
                 self._refused += record.kind == REFUSED
-        self._file: BinaryIO | None = open(self.path, "ab")
+        self._file: BinaryIO | None = open(self.path, "ab", buffering=0)  # a write per record
         self._end = os.fstat(self._file.fileno()).st_size
 
     @property
@@ -315,8 +315,9 @@ class Transcript:
             raise TranscriptError(f"{self.path} was written by another writer ({size} bytes, "
                                   f"this one wrote up to {self._end}): not appending")
         raw = self._pack(item)
-        self._file.write(raw)
-        self._file.flush()
+        view = memoryview(raw)
+        while view:  # unbuffered: each record reaches the OS (survives kill -9) as written
+            view = view[self._file.write(view):]
         self._end += len(raw)
         self._seq += 1
         self._prev = hashlib.sha256(raw).digest()

@@ -51,6 +51,24 @@ def test_a_synchronous_caller_commits_each_answer_at_once(tmp_path):
     journal.close()
 
 
+def test_at_normal_durability_an_answer_commits_at_once_even_in_a_loop(tmp_path):
+    """At normal a COMMIT is a write to the WAL (no fsync): waiting for the group's turn
+    would cost the round trip more than it saves, so each answer commits as it is
+    written, and another connection sees it before the loop turns."""
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="normal")
+    assert not journal.group_commit and Journal(tmp_path / "f.db").group_commit
+
+    async def main() -> None:
+        before = journal.commits
+        journal.record_answer("s", None, 1, 7, [], Budget(), lambda: (1.0, 1.0))
+        assert journal.commits == before + 1 and _answers(path) == {("s", 1): 1.0}
+        await journal.committed()
+
+    asyncio.run(main())
+    journal.close()
+
+
 def test_a_refused_answer_is_rolled_back_alone_and_later_ones_see_earlier_charges(tmp_path):
     """Row 3's budget is 1.0: the first two 0.5 reports fit, the third (same group) is
     refused, and the answers around it commit."""

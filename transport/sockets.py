@@ -49,6 +49,7 @@ _ERROR_COST = 64  # bytes charged for a queued ProtocolError (a malformed messag
 _MAX_EVENTS = 1024  # monitor events read per check
 _LOG_EVERY_S = 60.0  # at most one "refusing new peers" warning per minute
 _SCHEMES = ("tcp", "ipc", "inproc")
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: an enum's & costs a call
 _LOOPBACK_NAMES = ("localhost", "lo", "lo0")
 _HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                      | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
@@ -260,14 +261,16 @@ class DealerPipe:
                  *, endpoint: str = "", curve: bool = False) -> None:
         self._sock, self._monitor = sock, monitor
         self.endpoint, self._curve = endpoint, curve
+        # CURVE authenticates every frame as the curator's: a Channel may verify the
+        # signatures of rewards off the hot path (protocol.channel.Channel)
+        self.authenticated = curve
         self._failure: tuple[int, int] | None = None  # last failed handshake (event, value)
         self._shook = monitor is None  # a handshake succeeded and none failed since
-        self._rcvtimeo: int | None = None  # the receive timeout last set on the socket
+        # every operation goes through plain sockets sharing the asyncio ones' handles: no
+        # future, timer or permanent reader per frame (see `_wait_readable`)
+        self._sync = zmq.Socket.shadow(sock.underlying)
         self._events = zmq.Socket.shadow(monitor.underlying) if monitor is not None else None
-        self._poller = zmq.asyncio.Poller()
-        self._poller.register(sock, zmq.POLLIN)
-        if monitor is not None:
-            self._poller.register(monitor, zmq.POLLIN)
+        self._waiter: asyncio.Future | None = None
 
     @classmethod
     def connect(cls, ctx: zmq.asyncio.Context, endpoint: str,
@@ -302,13 +305,10 @@ class DealerPipe:
         test_plaintext_client_is_refused_by_a_curve_curator: a Hello sent a little
         after that failure waited for ever)."""
         copy = len(frame) < _COPY_BELOW
-        try:
-            await self._sock.send(frame, flags=zmq.NOBLOCK, copy=copy)
+        if self._try_send(frame, copy):
             return
-        except zmq.Again:  # no pipe (no connection yet, or none any more) or a full one
-            pass
         loop = asyncio.get_running_loop()
-        timeout = self._sock.getsockopt(zmq.SNDTIMEO) / 1000
+        timeout = self._sync.getsockopt(zmq.SNDTIMEO) / 1000
         deadline = loop.time() + (timeout if timeout >= 0 else math.inf)
         delay = 0.001
         while True:
@@ -321,48 +321,46 @@ class DealerPipe:
                                "to it is full (or it never connected)")
             await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
             delay = min(2 * delay, _POLL_MS / 1000)
-            try:
-                await self._sock.send(frame, flags=zmq.NOBLOCK, copy=copy)
+            if self._try_send(frame, copy):
                 return
-            except zmq.Again:
-                pass
+
+    def _try_send(self, frame: bytes, copy: bool) -> bool:
+        """Queue `frame` without waiting; False when it cannot be queued now. A send may
+        take the socket's edge-triggered signal: a recv waiting meanwhile is woken if a
+        message is in."""
+        try:
+            self._sync.send(frame, flags=zmq.NOBLOCK, copy=copy)
+        except zmq.Again:  # no pipe (no connection yet, or none any more) or a full one
+            return False
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and _readable_now(self._sync):
+            waiter.set_result(None)
+        return True
 
     async def recv(self, timeout: float) -> bytes:
         """The next single-frame message from the curator, within `timeout` seconds;
-        AuthenticationFailed as soon as the curator refuses this side's key (within
-        _POLL_MS once a handshake has succeeded: a refusal after a reconnect)."""
+        AuthenticationFailed as soon as the curator refuses this side's key (until a
+        handshake has succeeded the monitor wakes the wait; after it, within _POLL_MS:
+        a refusal after a reconnect)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
         while True:
             self._check_handshake()
-            if not self._shook:
-                return await self._recv_polled(deadline, timeout)
+            if _readable_now(self._sync):
+                try:
+                    return _single(self._sync.recv_multipart(flags=zmq.NOBLOCK))
+                except zmq.Again:
+                    pass
             remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise self._timeout(timeout)
-            wait_ms = max(1, min(math.ceil(remaining * 1000), _POLL_MS))
-            if wait_ms != self._rcvtimeo:  # usually _POLL_MS: set once, not per frame
-                self._sock.setsockopt(zmq.RCVTIMEO, wait_ms)
-                self._rcvtimeo = wait_ms
-            try:
-                parts = await self._sock.recv_multipart(copy=True)
-            except zmq.Again:  # the receive timeout: nothing was taken
-                continue
-            return _single(parts)
-
-    async def _recv_polled(self, deadline: float, timeout: float) -> bytes:
-        """Until a handshake succeeds: poll the socket and its monitor together, so that a
-        refusal or a failed handshake is reported as soon as the monitor says so."""
-        loop = asyncio.get_running_loop()
-        while True:
-            self._check_handshake()
-            remaining = deadline - loop.time()
-            ready = dict(await self._poller.poll(max(0, math.ceil(remaining * 1000))))
-            if self._sock in ready:
-                return _single(await self._sock.recv_multipart(flags=zmq.NOBLOCK, copy=True))
-            if loop.time() >= deadline:  # read the last events, so the error names a cause;
+            if remaining <= 0:  # read the last events, so the error names a cause;
                 self._check_handshake()  # a stream of events never extends the deadline
                 raise self._timeout(timeout)
+            watched = [self._sync] if self._shook else [self._sync, self._events]
+            self._waiter = loop.create_future()
+            try:
+                await _wait_readable(loop, self._waiter, watched, min(remaining, _POLL_MS / 1000))
+            finally:
+                self._waiter = None
 
     def _timeout(self, timeout: float) -> PeerTimeout:
         """The PeerTimeout of a recv that waited `timeout` s (HandshakeFailed with its
@@ -379,7 +377,7 @@ class DealerPipe:
         if events is None:
             return
         for _ in range(_MAX_EVENTS):  # bounded: a peer reconnecting non-stop can't pin us here
-            if not events.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if not events.getsockopt(_EVENTS) & _POLLIN:
                 break
             try:
                 parts = events.recv_multipart(flags=zmq.NOBLOCK)
@@ -401,6 +399,34 @@ class DealerPipe:
     def close(self) -> None:
         """Close the socket at once (LINGER=0), after stopping its monitor."""
         _close_monitored(self._sock, self._monitor)
+
+
+def _readable_now(sock: zmq.Socket) -> bool:
+    """Whether a message can be received from `sock` now (reading ZMQ_EVENTS also re-arms
+    its edge-triggered file descriptor)."""
+    return bool(sock.getsockopt(_EVENTS) & _POLLIN)
+
+
+async def _wait_readable(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future,
+                         socks: list[zmq.Socket | None], timeout: float) -> None:
+    """Wait until `waiter` is set, a socket's file descriptor signals or `timeout` s pass;
+    the caller then checks ZMQ_EVENTS (the descriptor is edge-triggered: it signals a
+    change, not a message). Readers are added for this wait only, so a descriptor never
+    has a reader left behind when its socket closes."""
+    def wake() -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    fds = [sock.FD for sock in socks if sock is not None]
+    for fd in fds:
+        loop.add_reader(fd, wake)
+    timer = loop.call_later(timeout, wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        for fd in fds:
+            loop.remove_reader(fd)
 
 
 def _single(parts: list[bytes]) -> bytes:
@@ -439,8 +465,9 @@ class RouterHub:
     def __init__(self, sock: zmq.asyncio.Socket, endpoint: str, security: str = PLAINTEXT,
                  *, hwm: int = SocketOptions().hwm, limits: HubLimits = HubLimits()) -> None:
         self._sock = sock
-        sock.setsockopt(zmq.RCVTIMEO, _POLL_MS)  # the pump's recv wakes at least this often
-        self._drain = zmq.Socket.shadow(sock.underlying)  # non-blocking reads, no futures
+        # every operation goes through a plain socket sharing the asyncio one's handle: a
+        # reader on its descriptor takes the frames, no future or timer per frame
+        self._drain = zmq.Socket.shadow(sock.underlying)
         self.endpoint = endpoint
         self.security = security
         self.limits = limits
@@ -455,7 +482,10 @@ class RouterHub:
         self._counts = {"dropped_frames": 0, "refused_peers": 0, "expired_peers": 0,
                         "late_frames": 0, "pump_errors": 0}
         self._last_refusal_log = float("-inf")
-        self._pump: asyncio.Task | None = None
+        self._pump: asyncio.AbstractEventLoop | None = None  # the loop reading, once started
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._paused: asyncio.TimerHandle | None = None
+        self._recheck = False  # a read is scheduled for after a send
         self._closed = False
 
     @classmethod
@@ -506,43 +536,54 @@ class RouterHub:
                 "pending_bytes": self._pending_bytes, **self._counts}
 
     def _ensure_pump(self) -> None:
-        """Start the task that moves frames from the socket into the peers' queues."""
-        if self._pump is None:
-            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+        """Start taking frames: a reader on the socket's file descriptor, which is
+        edge-triggered (it signals a change of ZMQ_EVENTS, not a message: every wake-up
+        reads until ZMQ_EVENTS says nothing more is in, and so re-arms it), and a timer
+        that expires idle, never-accepted peers."""
+        if self._pump is not None or self._closed:
+            return
+        loop = self._pump = asyncio.get_running_loop()
+        loop.add_reader(self._drain.FD, self._readable)
+        self._sweeper = loop.call_later(_SWEEP_S, self._sweep)
+        loop.call_soon(self._readable)  # what arrived before the reader was added
 
-    async def _run_pump(self) -> None:
-        """Wait for a message (a recv with a receive timeout, never cancelled), take it and
-        up to a batch more without waiting, expire idle peers; never raise."""
-        loop = asyncio.get_running_loop()
-        next_sweep = loop.time() + _SWEEP_S
-        while not self._closed:
-            try:
-                try:
-                    frames = await self._sock.recv_multipart(copy=False)
-                except zmq.Again:  # the receive timeout: nothing was taken
-                    frames = None
-                if frames is not None:
-                    self._take_one(frames, loop.time())
-                    for _ in range(_BATCH - 1):
-                        try:
-                            frames = self._drain.recv_multipart(flags=zmq.NOBLOCK, copy=False)
-                        except zmq.Again:
-                            break
-                        self._take_one(frames, loop.time())
-                    else:
-                        await asyncio.sleep(0)  # a full batch: let the sessions run
-            except zmq.ZMQError as exc:
-                if self._closed:
-                    break
-                self._pump_error(exc)
-                await asyncio.sleep(_POLL_MS / 1000)
-            except Exception as exc:
-                self._pump_error(exc)
-                await asyncio.sleep(_POLL_MS / 1000)  # never spin: a failing recv may not yield
+    def _readable(self) -> None:
+        """Take the messages the socket holds, up to a batch (the rest on the next loop
+        turn, so that the sessions run in between); never raise. A socket that fails is
+        left alone for _POLL_MS (never spin on it), counted and logged."""
+        loop, sock = self._pump, self._drain
+        self._recheck = False
+        if self._closed or loop is None or self._paused is not None:
+            return
+        try:
             now = loop.time()
-            if now >= next_sweep:
-                self._expire(now)
-                next_sweep = now + _SWEEP_S
+            for _ in range(_BATCH):
+                if not sock.getsockopt(_EVENTS) & _POLLIN:
+                    return
+                self._take_one(sock.recv_multipart(flags=zmq.NOBLOCK, copy=False), now)
+            loop.call_soon(self._readable)  # a full batch: let the sessions run first
+        except zmq.Again:
+            return
+        except Exception as exc:  # a ZMQError or anything else: pause, never spin
+            if self._closed:
+                return
+            self._pump_error(exc)
+            loop.remove_reader(sock.FD)
+            self._paused = loop.call_later(_POLL_MS / 1000, self._resume)
+
+    def _resume(self) -> None:
+        """Read again after a pause that followed a failing receive."""
+        self._paused = None
+        if not self._closed and self._pump is not None:
+            self._pump.add_reader(self._drain.FD, self._readable)
+            self._readable()
+
+    def _sweep(self) -> None:
+        """Expire idle pending peers, and come back in _SWEEP_S."""
+        if self._closed or self._pump is None:
+            return
+        self._expire(self._pump.time())
+        self._sweeper = self._pump.call_later(_SWEEP_S, self._sweep)
 
     def _take_one(self, frames: list[zmq.Frame], now: float) -> None:
         """`_take`, counting (never raising) what goes wrong: one bad message never stops
@@ -670,23 +711,37 @@ class RouterHub:
     async def _send(self, identity: bytes, frame: bytes | list[bytes]) -> None:
         """Send to one peer (one frame, or its parts), retrying a full queue until
         `send_timeout` (then PeerGone)."""
+        parts = frame if isinstance(frame, list) else [frame]
+        copy = sum(map(len, parts)) < _COPY_BELOW
+        if self._try_send([identity, *parts], copy):
+            return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.send_timeout
         delay = 0.001
         while True:
-            try:
-                parts = frame if isinstance(frame, list) else [frame]
-                await self._sock.send_multipart([identity, *parts], flags=zmq.NOBLOCK,
-                                                copy=sum(map(len, parts)) < _COPY_BELOW)
+            if loop.time() >= deadline:
+                raise PeerGone(f"the modeler read nothing for {self.limits.send_timeout:g} s "
+                               "and its queue is full") from None
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 0.05)
+            if self._try_send([identity, *parts], copy):
                 return
-            except zmq.Again:
-                if loop.time() >= deadline:
-                    raise PeerGone(f"the modeler read nothing for {self.limits.send_timeout:g} s "
-                                   "and its queue is full") from None
-                await asyncio.sleep(delay)
-                delay = min(2 * delay, 0.05)
-            except zmq.ZMQError as exc:
-                raise PeerGone(f"cannot reach the modeler: {exc}") from None
+
+    def _try_send(self, message: list[bytes], copy: bool) -> bool:
+        """Queue one message without waiting; False when the peer's queue is full,
+        PeerGone when it cannot be reached. A send may take the descriptor's
+        edge-triggered signal: the socket is read again on the next turn, after the frame
+        has left (reading ZMQ_EVENTS right after a send costs several us)."""
+        try:
+            self._drain.send_multipart(message, flags=zmq.NOBLOCK, copy=copy)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as exc:
+            raise PeerGone(f"cannot reach the modeler: {exc}") from None
+        if self._pump is not None and not self._recheck:
+            self._recheck = True
+            self._pump.call_soon(self._readable)
+        return True
 
     async def _recv(self, identity: bytes, timeout: float) -> bytes:
         """The next frame queued for `identity`, within `timeout` s."""
@@ -717,20 +772,18 @@ class RouterHub:
             self._forgotten.popitem(last=False)
 
     async def aclose(self) -> None:
-        """Stop the pump, wake every waiter and close the socket. The pump ends within
-        _POLL_MS of `_closed`; it is waited for at most a second, and the socket is
-        closed even when the caller is cancelled meanwhile (its cancellation goes on)."""
+        """Stop reading, wake every waiter and close the socket (at once: nothing is
+        awaited, so a cancelled caller cannot leave the socket open)."""
         self._closed = True
         self._arrived.set()
         for peer in self._peers.values():
             peer.ready.set()
-        try:
-            if self._pump is not None and not self._pump.done():
-                await asyncio.wait({self._pump}, timeout=1.0)
-        finally:
-            if self._pump is not None and not self._pump.done():
-                self._pump.cancel()
-            self._sock.close(linger=0)
+        for timer in (self._sweeper, self._paused):
+            if timer is not None:
+                timer.cancel()
+        if self._pump is not None and not self._pump.is_closed():
+            self._pump.remove_reader(self._drain.FD)
+        self._sock.close(linger=0)
 
 
 async def _wait(event: asyncio.Event, timeout: float) -> None:
@@ -756,6 +809,12 @@ class RouterPipe:
 
     def __init__(self, hub: RouterHub, identity: bytes, peer: str = "") -> None:
         self._hub, self.identity, self._peer = hub, identity, peer
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether CURVE authenticates every frame as this peer's (protocol.channel.Channel
+        then verifies the signatures of queries off the hot path)."""
+        return self._hub.security == CURVE
 
     @property
     def peer(self) -> str:
