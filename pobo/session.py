@@ -445,7 +445,9 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
         mchan.close()
         if not all(t.done() and not t.cancelled() and t.exception() is None for t in tasks) \
                 and not records:  # a failed run: each party's record, as `pobo run` leaves
-            await asyncio.wait(tasks)  # both end (their pipes are closed) and keep theirs
+            for task in tasks:  # as asyncio.run would at its end: each keeps its record
+                task.cancel()
+            await asyncio.wait(tasks)
             for name, records_kept in kept.items():
                 if records_kept:
                     write_json(out / name, records_kept[-1])
