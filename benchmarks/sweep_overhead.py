@@ -21,7 +21,7 @@ sweep/reference. Target: <= 2, goal <= 1.5.
 
 A third line times the sweep's own curator and modeler objects called directly, with no
 channel between them, to show how much of the ratio is the protocol path (encode, seal,
-police, link, queue and the event loop).
+police, link, queue and the event loop) and the run's result file.
 """
 from __future__ import annotations
 
@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
           f"({med(refs) / runs * 1e3:.1f} ms a run)")
     print(f"  the parties, no channel:      {med(direct):.3f} s "
           f"({med(direct) / runs * 1e3:.1f} ms a run; {med(direct) / med(refs):.2f}x the "
-          f"reference): the rest of the sweep's time is the protocol path")
+          f"reference): the rest of the sweep's time is the protocol path, the event "
+          f"loop and each run's result.json")
     print(f"  the same rows queried by all three in every run: {'yes' if same else 'NO'}; "
           f"mean S_T {np.mean([r['simple_regret'] for r in rows]):.4f}")
     ratio = med(ratios)
