@@ -117,9 +117,11 @@ def sketch_delta(epsilon: float, omega: float, r: int, distance: float = 1.0) ->
     return min(1.0, total)
 
 
+@lru_cache(maxsize=1024)
 def sketch_omega(epsilon: float, delta: float, r: int, sensitivity: float = 1.0) -> float:
     """The smallest omega (to 1e-9 relative, rounded up) for which the Gaussian sketch at
-    dimension r is (eps, delta)-DP for a neighbour of this sensitivity."""
+    dimension r is (eps, delta)-DP for a neighbour of this sensitivity. A pure function,
+    remembered: ~0.1-0.3 s of quadrature a call, and a sweep asks every seed the same."""
     _check_privacy(epsilon, delta)
     lo, hi = 1e-6, 1.0
     while sketch_delta(epsilon, hi, r, sensitivity) > delta:
@@ -133,8 +135,10 @@ def sketch_omega(epsilon: float, delta: float, r: int, sensitivity: float = 1.0)
     return hi
 
 
+@lru_cache(maxsize=1024)
 def sketch_epsilon(delta: float, omega: float, r: int, distance: float) -> float:
-    """The smallest eps whose sketch bound at this distance is <= delta (inf past 1e4)."""
+    """The smallest eps whose sketch bound at this distance is <= delta (inf past 1e4).
+    Pure and remembered, like `sketch_omega` (a release's statement asks three)."""
     _check_delta(delta)
     return _smallest_epsilon(lambda e: sketch_delta(e, omega, r, distance), delta)
 

@@ -19,7 +19,8 @@ committed answer survives a power loss or an OS crash; "normal" (`synchronous=NO
 leaves the fsync to checkpoints, so a committed answer survives the curator process being
 killed (the log is written to the OS before the commit returns) but the last commits may
 be lost with the machine, and with them ledger charges of rewards the modeler already saw.
-Answers and reservations made from a running event loop are group-committed: each in a
+Answers and reservations made from a running event loop are group-committed (on disk;
+in memory, where a COMMIT has no fsync to share, each commits at once): each in a
 savepoint of the loop turn's one transaction, committed once at the end of the turn
 (`committed()` waits for it; a reward is sent only after). sqlite3 from the standard
 library: no hand-rolled file format for state that must survive a crash.
@@ -27,6 +28,7 @@ library: no hand-rolled file format for state that must survive a crash.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import math
@@ -76,6 +78,7 @@ CREATE TABLE IF NOT EXISTS pending (
 
 from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY  # noqa: E402,F401
 NPY_REF = b"pobo-npy-ref\x00"  # a projections.frame naming a .npy file (then JSON) instead of Z
+MEMORY_REF = b"pobo-memory-ref\x00"  # a projections.frame an in-memory journal holds as bytes
 RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose peer vanished
 FINISHED = ("ok", "failed")
 
@@ -161,9 +164,11 @@ class Journal:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self.fault: str | None = None  # the cause of the first failed write, if any
-        # answers share a COMMIT where it pays: one fsync for many at durability full; at
-        # normal a COMMIT is a write to the WAL, cheaper than waiting for the group's turn
-        self.group_commit = durability == "full" if group_commit is None else group_commit
+        # None: grouped where a COMMIT is an fsync worth sharing (a file at durability
+        # full); in memory or at normal a COMMIT is a write (to the WAL, or nothing),
+        # cheaper than waiting for the loop turn's end: each answer commits at once
+        self.group_commit = (self.path != ":memory:" and durability == "full"
+                             if group_commit is None else group_commit)
         self._group: asyncio.Future | None = None  # the open group transaction's commit
         self.commits = 0  # transactions committed (COMMITs: fsyncs at durability full)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
@@ -174,10 +179,15 @@ class Journal:
             self._db.close()
             raise JournalError(f"{self.path} is a journal of schema {version}, this pobo "
                                f"writes schema {SCHEMA_VERSION}: start a new journal")
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
-        self._db.executescript(SCHEMA)
-        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._frames: dict[str, bytes] = {}  # in memory: projection key -> its Dataset frame
+        if self.path == ":memory:" and hasattr(self._db, "deserialize"):
+            self._db.deserialize(_empty_schema())  # a copy of the empty schema: no DDL per journal
+            self._db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
+        else:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
+            self._db.executescript(SCHEMA)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # -- transactions -------------------------------------------------------------------
 
@@ -371,7 +381,9 @@ class Journal:
         frame, report = row
         from pobo.protocol.codec import decode
 
-        if not frame.startswith(NPY_REF):  # Z held in the row itself (":memory:", older)
+        if frame == MEMORY_REF:
+            frame = self._frames[key]
+        if not frame.startswith(NPY_REF):  # Z in memory, or in the row itself (older)
             return decode(frame).release, json.loads(report)
         ref = json.loads(frame[len(NPY_REF):])
         Z = self._load_npy(ref["npy"], tuple(ref["shape"]))
@@ -381,11 +393,13 @@ class Journal:
         return replace(head, Z=Z), json.loads(report)
 
     def store_projection(self, key: str, release, report: dict, entries: list[Entry],
-                         budget: Budget) -> None:
+                         budget: Budget, dataset: bytes | None = None) -> None:
         """Store a projection and charge its entries atomically (refused past the budget).
         On disk Z goes to a content-addressed .npy file (`projection_dir`), written and
         fsynced before the row that names it by SHA-256 (no SQLite blob: those stop at
-        1 GB); an in-memory journal keeps the whole Dataset frame in the row."""
+        1 GB); an in-memory journal keeps the whole Dataset frame as bytes beside its
+        database, the row naming it (`dataset`: that frame, `encode(Dataset(release))`,
+        when the caller has it already: then the same bytes object, not a second copy)."""
         from dataclasses import replace
 
         import numpy as np
@@ -394,7 +408,8 @@ class Journal:
         from pobo.protocol.messages import Dataset
 
         if self.path == ":memory:":
-            frame = encode(Dataset(release))
+            frame = MEMORY_REF
+            dataset = encode(Dataset(release)) if dataset is None else bytes(dataset)
         else:
             Z = np.ascontiguousarray(release.Z)
             head = encode(Dataset(replace(release, Z=np.empty((0, Z.shape[1]), Z.dtype))))
@@ -403,6 +418,8 @@ class Journal:
         self._transaction([("INSERT INTO projections VALUES (?, ?, ?, ?)",
                             (key, frame, json.dumps(report), time.time()))],
                           "", entries, budget)
+        if frame == MEMORY_REF:  # stored and charged: only now does the key name it
+            self._frames[key] = dataset
 
     @property
     def projection_dir(self) -> Path:
@@ -749,6 +766,19 @@ class Journal:
         with self._lock:
             self._commit_group()
             self._db.close()
+
+
+@functools.lru_cache(maxsize=1)
+def _empty_schema() -> bytes:
+    """The serialized image of an empty in-memory journal (SCHEMA at SCHEMA_VERSION): a
+    new in-memory journal deserializes a private copy of it instead of running the DDL."""
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        db.executescript(SCHEMA)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return db.serialize()
+    finally:
+        db.close()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

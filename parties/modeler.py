@@ -81,7 +81,8 @@ class Modeler:
         # whose noisy release is sized with the declared kernel itself)
         input_noise = 0.0 if isinstance(strategy, KusnerUCB) else release.noise_std
         lengthscale, signal_var, nugget = noisy_input_kernel(
-            kp.lengthscale, kp.signal_var, input_noise, noise_dims(release.Z))
+            kp.lengthscale, kp.signal_var, input_noise,
+            noise_dims(release.Z) if input_noise > 0 else 0)  # (a rank: only with noise)
         kernel = kernel_by_name(hyper.kernel or kp.kernel, lengthscale, signal_var,
                                 dims=release.Z.shape[1])
         noise = kp.noise_var + 2 * model.laplace_scale**2 + nugget

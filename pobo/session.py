@@ -350,10 +350,10 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                    out: Path | None = None, *, hyper: HyperFit = HyperFit(),
                    beta_scale: float | None = None, release: ReleaseRequest | None = None,
                    resume: ResumeState | None = None, verbose: bool = False,
-                   batch: int = 1) -> dict:
+                   batch: int = 1, keep: list | None = None) -> dict:
     """Run the modeler's side of one session (asking for a DP `release` of the result at
     the end, if given); return what it saw and chose, written to out/modeler.json even
-    when the session fails part-way."""
+    when the session fails part-way (and appended to `keep`)."""
     started, status, fits, released = time.perf_counter(), "error", [], {}
     answers: dict[int, tuple[int, float]] = {}  # seq -> (row, reward): a batch answers out of order
 
@@ -399,17 +399,21 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                   "sign_keys": {CURATOR: channel.peer_key or "", MODELER: channel.sign_key}}
         if out is not None:
             write_json(out / "modeler.json", result)
+        if keep is not None:
+            keep.append(result)
     return result
 
 
 async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = False,
                      modeler_verbose: bool = False,
                      problem: Problem | None = None, transcripts: bool = True,
-                     signing: "Signing | None" = None) -> dict:
+                     signing: "Signing | None" = None, records: bool = True) -> dict:
     """Run curator and modeler in this process over an in-process pipe; write result.json.
 
     `problem` reuses an already built dataset (sweeps share one per seed); without
-    `transcripts` the channels still encode, decode and police every message.
+    `transcripts` the channels still encode, decode and police every message. Without
+    `records` (a sweep) each party's own record (curator.json, modeler.json: both are in
+    result.json) is written only when the run fails before result.json is.
     """
     from pobo.transport.inproc import pipe_pair  # scenarios choose the transport
 
@@ -425,14 +429,26 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
                          signer=s.curator, peer_key=s.modeler_keys)
     mchan = open_channel(mpipe, MODELER, config.non_private, where, config.timeout,
                          signer=s.modeler, peer_key=s.curator_key)
+    own = out if records else None
+    kept: dict[str, list] = {"curator.json": [], "modeler.json": []}
+    tasks = [asyncio.ensure_future(curate(cchan, session, own, verbose=verbose,
+                                          keep=kept["curator.json"])),
+             asyncio.ensure_future(optimise(mchan, config.seed, config.strategy_spec, own,
+                                            hyper=config.hyper, verbose=modeler_verbose,
+                                            beta_scale=config.beta_scale,
+                                            release=release_request(config),
+                                            batch=config.batch, keep=kept["modeler.json"]))]
     try:
-        cres, mres = await asyncio.gather(
-            curate(cchan, session, out, verbose=verbose),
-            optimise(mchan, config.seed, config.strategy_spec, out, hyper=config.hyper,
-                     verbose=modeler_verbose,
-                     beta_scale=config.beta_scale, release=release_request(config),
-                     batch=config.batch))
+        cres, mres = await asyncio.gather(*tasks)
     finally:
         cchan.close()
         mchan.close()
+        if not all(t.done() and not t.cancelled() and t.exception() is None for t in tasks) \
+                and not records:  # a failed run: each party's record, as `pobo run` leaves
+            for task in tasks:  # as asyncio.run would at its end: each keeps its record
+                task.cancel()
+            await asyncio.wait(tasks)
+            for name, records_kept in kept.items():
+                if records_kept:
+                    write_json(out / name, records_kept[-1])
     return merge_results(cres, mres, out)

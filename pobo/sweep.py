@@ -104,7 +104,8 @@ def run_group(runs: list[tuple[str, RunConfig]], out: str, transcripts: bool = F
     summaries = []
     for rid, cfg in runs:
         folder = Path(out) / "runs" / rid
-        result = run_blocking(run_inproc(cfg, folder, problem=problem, transcripts=transcripts))
+        result = run_blocking(run_inproc(cfg, folder, problem=problem, transcripts=transcripts,
+                                         records=False))  # result.json holds both parties
         summaries.append(summarise(rid, cfg, result))
     return summaries
 

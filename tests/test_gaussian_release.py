@@ -286,3 +286,24 @@ def test_the_service_states_each_release_as_what_it_is(lift, seed, claim):
     assert unit["dataset"]["dp"] is (seed is None and lift != "paper")
     bounded = [d["epsilon"] is not None for d in unit["epsilon_by_distance"]]
     assert all(bounded) if lift != "paper" else not any(bounded)
+
+
+def test_the_remembered_sketch_calibrations_are_the_computed_ones_for_every_input():
+    """sketch_omega and sketch_epsilon are remembered (a sweep asks every seed the same):
+    each answer is what a fresh computation gives, and every argument is part of what
+    is remembered -- changing any one of them changes the answer."""
+    sketch_omega.cache_clear()
+    sketch_epsilon.cache_clear()
+    base = (1.0, 1e-5, 6, 1.0)
+    omegas = {args: sketch_omega(*args) for args in (
+        base, (2.0, 1e-5, 6, 1.0), (1.0, 1e-3, 6, 1.0), (1.0, 1e-5, 7, 1.0), (1.0, 1e-5, 6, 2.0))}
+    assert len(set(omegas.values())) == len(omegas)
+    assert sketch_omega(*base) == omegas[base] == sketch_omega.__wrapped__(*base)
+    assert sketch_omega.cache_info().hits == 1
+    omega = omegas[base]
+    eps = {args: sketch_epsilon(*args) for args in (
+        (1e-5, omega, 6, 1.0), (1e-3, omega, 6, 1.0), (1e-5, 2 * omega, 6, 1.0),
+        (1e-5, omega, 7, 1.0), (1e-5, omega, 6, 2.0))}
+    assert len(set(eps.values())) == len(eps)
+    assert eps[(1e-5, omega, 6, 1.0)] == sketch_epsilon.__wrapped__(1e-5, omega, 6, 1.0)
+    assert abs(eps[(1e-5, omega, 6, 1.0)] - 1.0) < 1e-6  # omega was calibrated for eps 1

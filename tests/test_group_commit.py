@@ -243,3 +243,35 @@ def test_every_reward_of_concurrent_sessions_is_committed_before_it_is_sent(tmp_
     assert len(seen) == 4 * 12 and all(seen)
     assert journal.commits - before < 4 * 12  # grouped: not one COMMIT per answer
     journal.close()
+
+
+def test_an_in_memory_journal_commits_each_answer_at_once_even_in_a_running_loop():
+    """In memory a COMMIT has no fsync to share: each answer is committed before
+    `record_answer` returns (nothing is staged for the end of the turn), and a refused
+    one is rolled back alone. Asked for, grouping still works in memory."""
+    journal, budget = Journal(), Budget(row_epsilon=1.0)
+
+    def answers(j: Journal) -> dict[tuple[str, int], float]:
+        return {(s, q): v for s, q, v in j._db.execute("SELECT session, seq, value FROM answers")}
+
+    async def main() -> None:
+        before = journal.commits
+        for k in range(3):
+            journal.record_answer("s", None, k + 1, 5, _ldp(5, 0.25), budget,
+                                  lambda k=k: (k, k + 0.5))
+            assert journal.commits == before + k + 1 and journal._group is None
+            assert len(answers(journal)) == k + 1
+        with pytest.raises(PrivacyBudgetExceeded):  # 3 x 0.25 + 0.5 > 1
+            journal.record_answer("s", None, 9, 5, _ldp(5, 0.5), budget, lambda: (9, 9))
+        await journal.committed()
+        assert answers(journal) == {("s", k + 1): k + 0.5 for k in range(3)}
+
+        grouped = Journal(group_commit=True)
+        before = grouped.commits
+        for k in range(3):
+            grouped.record_answer("s", None, k + 1, k, [], Budget(), lambda: (1.0, 1.0))
+        assert grouped.commits == before and grouped._group is not None
+        await grouped.committed()
+        assert grouped.commits == before + 1 and len(answers(grouped)) == 3
+
+    asyncio.run(main())

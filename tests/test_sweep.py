@@ -93,3 +93,55 @@ def test_pobo_sweep_command_prints_a_table_and_the_wall_time(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "wall time" in done.stdout and "| 3.004 | 2 |" in done.stdout and "e^" not in done.stdout
     assert done.stdout.count("[sweep] ") >= 6
+
+
+def test_runs_sharing_a_worker_give_what_each_gives_alone(tmp_path):
+    """A seed's runs share one process, one dataset and whatever a process caches (the
+    in-memory journal's empty schema, ...): each run's record must be the one it gives
+    alone, in a fresh service on a freshly built dataset, so nothing leaks from one run
+    into the next. The sweep runs them forwards; alone they run backwards."""
+    import asyncio
+
+    from pobo.session import run_inproc
+
+    spec = SweepSpec("synthetic", epsilons=(2.0,), rs=(2, 3), seeds=2, T=6, non_private=True,
+                     ldp_epsilons=(None, 4.0), options={"grid": 10})
+    rows = run_sweep(spec, tmp_path / "sweep", workers=1, progress=None)
+    keys = ("queries", "rewards", "measured", "simple_regret", "dataset_digest", "omega",
+            "status", "dp", "privacy_unit")
+    for rid, cfg in reversed(spec.runs()):
+        alone = asyncio.run(run_inproc(cfg, tmp_path / "alone" / rid, transcripts=False))
+        swept = json.loads((tmp_path / "sweep" / "runs" / rid / "result.json").read_text())
+        assert {k: swept[k] for k in keys} == {k: alone[k] for k in keys}, rid
+        assert swept["ledger"]["session"]["entries"] == alone["ledger"]["session"]["entries"]
+    assert len(rows) == 2 * 2 * 3
+
+
+def test_a_sweep_run_writes_result_json_and_a_failed_one_each_partys_record(
+        tmp_path, monkeypatch):
+    """result.json holds both parties' records, so a finished sweep run writes only it;
+    a run that fails part-way leaves curator.json and modeler.json as `pobo run` does."""
+    from pobo.parties.curator import Curator
+
+    small = SweepSpec("synthetic", epsilons=(2.0,), rs=(2,), seeds=1, T=5, options={"grid": 10})
+    (rid, _), = small.runs()
+    run_sweep(small, tmp_path / "ok", workers=1, progress=None)
+    assert sorted(p.name for p in (tmp_path / "ok" / "runs" / rid).iterdir()) == ["result.json"]
+
+    start = Curator.start
+
+    def failing(self, seq, index):
+        if seq == 3:
+            raise RuntimeError("the objective's disk is gone")
+        return start(self, seq, index)
+
+    monkeypatch.setattr(Curator, "start", failing)
+    with pytest.raises(RuntimeError, match="disk is gone"):
+        run_sweep(small, tmp_path / "failed", workers=1, progress=None)
+    folder = tmp_path / "failed" / "runs" / rid
+    assert sorted(p.name for p in folder.iterdir()) == ["curator.json", "modeler.json"]
+    curator = json.loads((folder / "curator.json").read_text())
+    modeler = json.loads((folder / "modeler.json").read_text())
+    assert curator["status"] == "failed" and "disk is gone" in curator["error"]
+    assert len(curator["queries"]) == 2 and modeler["queries"] == curator["queries"]
+    assert modeler["status"] == "error"
