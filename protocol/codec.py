@@ -92,14 +92,22 @@ def _names(cls: type) -> frozenset[str]:
     return frozenset(name for name, _ in _fields(cls))
 
 
+@lru_cache(maxsize=None)
+def _plan(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, type, whether a plain scalar) of each field of a message dataclass: the
+    walk of a frame's fields without the schema's generic machinery per field."""
+    return tuple((name, tp, tp in _SCALARS) for name, tp in _fields(cls))
+
+
 def _to_wire(value: Any, tp: Any, path: str) -> Any:
     if tp in _SCALARS:  # most fields: checked without the schema's generic machinery
         return _check_scalar(value, tp, path)
     if dataclasses.is_dataclass(tp):
         if type(value) is not tp:
             raise ProtocolError(f"{path}: expected {tp.__name__}, got {type(value).__name__}")
-        return {name: _to_wire(getattr(value, name), ftp, f"{path}.{name}")
-                for name, ftp in _fields(tp)}
+        return {name: (_check_scalar(getattr(value, name), ftp, path, name) if scalar else
+                       _to_wire(getattr(value, name), ftp, f"{path}.{name}"))
+                for name, ftp, scalar in _plan(tp)}
     if tp is np.ndarray:
         return _array_to_ext(_check_array(value, path))
     if typing.get_origin(tp) is tuple:
@@ -116,13 +124,13 @@ def _from_wire(value: Any, tp: Any, path: str) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ProtocolError(f"{path}: expected a map, got {type(value).__name__}")
-        fields = _fields(tp)
         missing, extra = _required(tp) - value.keys(), value.keys() - _names(tp)
         if missing or extra:
             raise ProtocolError(f"{path}: missing fields {sorted(missing)}, "
                                 f"unexpected fields {sorted(map(str, extra))[:8]}")
-        return tp(**{name: _from_wire(value[name], ftp, f"{path}.{name}")
-                     for name, ftp in fields if name in value})
+        return tp(**{name: (_check_scalar(value[name], ftp, path, name) if scalar else
+                            _from_wire(value[name], ftp, f"{path}.{name}"))
+                     for name, ftp, scalar in _plan(tp) if name in value})
     if tp is np.ndarray:
         return _check_array(value, path)
     if typing.get_origin(tp) is tuple:
@@ -133,7 +141,15 @@ def _from_wire(value: Any, tp: Any, path: str) -> Any:
     return _check_scalar(value, tp, path)
 
 
-def _check_scalar(value: Any, tp: Any, path: str) -> Any:
+def _check_scalar(value: Any, tp: Any, path: str, name: str = "") -> Any:
+    """`value` as the scalar type `tp` (an int within int64, a finite float); a
+    ProtocolError naming the field (`path`.`name`: formatted only on failure) if not."""
+    kind = type(value)
+    if kind is tp and (tp is str or tp is bool or (tp is float and math.isfinite(value))
+                       or (tp is int and _INT64[0] <= value <= _INT64[1])):
+        return value  # the common case: already exactly the declared type
+    if name:
+        path = f"{path}.{name}"
     if tp is bool:
         if type(value) is not bool:
             raise ProtocolError(f"{path}: expected a bool, got {type(value).__name__}")
@@ -175,7 +191,8 @@ def _check_array(value: Any, path: str) -> np.ndarray:
 def _array_to_ext(array: np.ndarray) -> msgpack.ExtType:
     array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
     header = struct.pack(f"<BB{array.ndim}Q", _CODES[array.dtype], array.ndim, *array.shape)
-    return msgpack.ExtType(ARRAY_EXT, header + array.tobytes())
+    data = memoryview(array.reshape(-1)).cast("B") if array.size else b""
+    return msgpack.ExtType(ARRAY_EXT, header + data)  # one copy of the array, not three
 
 
 def _array_from_ext(code: int, data: bytes) -> np.ndarray:

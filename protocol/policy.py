@@ -111,7 +111,26 @@ class Boundary:
 
     def _admit(self, sender: str, message: Message) -> None:
         check_message(self.policy, sender, message)
-        if isinstance(message, Hello):
+        # the per-round-trip messages first: most frames are queries and rewards
+        if isinstance(message, Query):
+            if message.seq in self.asked and self.asked[message.seq] == message.index:
+                self.outstanding[message.seq] = message.index  # an idempotent retry
+                return
+            self._check_query(message)
+            self.asked[message.seq] = message.index
+            self.outstanding[message.seq] = message.index
+            self.fresh.add(message.seq)
+        elif isinstance(message, Reward):
+            self._check_reward_noise(message)
+            if message.seq not in self.outstanding and self.asked.get(message.seq) == message.index:
+                raise ProtocolError(f"duplicate reward for query {message.seq} (a retry's "
+                                    "answer arriving after the original)", ErrorCode.DUPLICATE)
+            if self.outstanding.get(message.seq) != message.index:
+                raise ProtocolError(f"reward for query {message.seq} (row {message.index}) "
+                                    "answers no outstanding query", ErrorCode.SEQUENCE)
+            del self.outstanding[message.seq]
+            self.fresh.discard(message.seq)
+        elif isinstance(message, Hello):
             if self.hello_seen:  # whatever its version: the session is already open
                 raise ProtocolError("a second hello in one session", ErrorCode.SEQUENCE)
             self._check_version(message.version)
@@ -127,14 +146,6 @@ class Boundary:
         elif isinstance(message, Dataset):
             self._check_dataset(message)
             self.dataset_sent = True
-        elif isinstance(message, Query):
-            if message.seq in self.asked and self.asked[message.seq] == message.index:
-                self.outstanding[message.seq] = message.index  # an idempotent retry
-                return
-            self._check_query(message)
-            self.asked[message.seq] = message.index
-            self.outstanding[message.seq] = message.index
-            self.fresh.add(message.seq)
         elif isinstance(message, ReleaseRequest):
             self._check_release_request(message)
             self.release_requested = True
@@ -151,16 +162,6 @@ class Boundary:
                                     "which is not outstanding", code)
             if not (math.isfinite(message.waited) and message.waited >= 0):
                 raise ProtocolError("a pending message's waited time must be finite and >= 0")
-            self.fresh.discard(message.seq)
-        elif isinstance(message, Reward):
-            self._check_reward_noise(message)
-            if message.seq not in self.outstanding and self.asked.get(message.seq) == message.index:
-                raise ProtocolError(f"duplicate reward for query {message.seq} (a retry's "
-                                    "answer arriving after the original)", ErrorCode.DUPLICATE)
-            if self.outstanding.get(message.seq) != message.index:
-                raise ProtocolError(f"reward for query {message.seq} (row {message.index}) "
-                                    "answers no outstanding query", ErrorCode.SEQUENCE)
-            del self.outstanding[message.seq]
             self.fresh.discard(message.seq)
         elif isinstance(message, Error) and sender == CURATOR:
             self._withdraw(message)
