@@ -1,0 +1,142 @@
+"""Signatures checked off the critical path, only where the transport authenticated the
+peer (CURVE): a forged query is acted on, then found at the next receive, the session
+ends and the transcript records the refusal; without an authenticated pipe the same
+frame is refused before f is evaluated and the session goes on."""
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import zmq.asyncio
+
+from pobo.parties.journal import Journal
+from pobo.protocol.channel import LateSignature
+from pobo.protocol.errors import ErrorCode
+from pobo.protocol.messages import PROTOCOL_VERSION, End, Error, Hello, Query, Reward
+from pobo.protocol.policy import CURATOR, MODELER
+from pobo.protocol.signing import Signer
+from pobo.protocol.transcript import REFUSED, read_transcript
+from pobo.session import RunConfig, curate, open_channel, prepare_service
+from pobo.transport.inproc import pipe_pair
+from pobo.transport.security import CurveClient, CurveServer, make_keys, start_authenticator
+from pobo.transport.sockets import DealerPipe, RouterHub
+
+
+async def _session(tmp_path, authenticated: bool):
+    """A signed in-process session whose curator pipe is (or not) authenticated; the
+    modeler's channel past the opening, the curator's task and where things are."""
+    service = prepare_service(RunConfig("synthetic", T=20, seed=1, options={"grid": 8}),
+                              journal=Journal(tmp_path / "j.db", durability="normal"))
+    session = service.new_session()
+    cpipe, mpipe = pipe_pair()
+    cpipe.authenticated = authenticated
+    cur = open_channel(cpipe, CURATOR, False, tmp_path / "c", 5, signer=Signer.generate())
+    mod = open_channel(mpipe, MODELER, False, tmp_path / "m", 5, signer=Signer.generate())
+    assert cur.late is authenticated and not mod.late
+    task = asyncio.ensure_future(curate(cur, session, tmp_path / "c", verbose=False,
+                                        raise_errors=False))
+    await mod.send(Hello(PROTOCOL_VERSION, "late", sign_key=mod.sign_key))
+    await mod.recv()
+    await mod.recv()
+    return service, session, mod, task
+
+
+async def _forged(mod, seq: int, row: int) -> None:
+    """Send a query signed by a key other than the one the modeler announced."""
+    honest, mod.signer = mod.signer, Signer.generate()
+    try:
+        await mod.send(Query(seq, row))
+    finally:
+        mod.signer = honest
+
+
+async def test_over_an_authenticated_pipe_a_forged_query_ends_the_session_after_its_answer(
+        tmp_path):
+    service, session, mod, task = await _session(tmp_path, authenticated=True)
+    await mod.send(Query(1, 3))
+    assert isinstance(await mod.recv(), Reward)
+    await _forged(mod, 2, 5)
+    reward = await mod.recv()  # acted on first: the curator verifies it at its next recv
+    assert isinstance(reward, Reward) and reward.seq == 2
+    error = await mod.recv()  # ... and then ends the session
+    assert isinstance(error, Error) and error.code == ErrorCode.BAD_SIGNATURE.value
+    assert "found after it was accepted" in error.message
+    result = await asyncio.wait_for(task, 5)
+    assert result["status"] == "failed" and "LateSignature" in result["error"]
+    records = list(read_transcript(tmp_path / "c" / "curator.transcript"))
+    queries = [i for i, r in enumerate(records) if r.dir == "recv" and r.kind == "query"]
+    refused = [i for i, r in enumerate(records) if r.kind == REFUSED]
+    assert len(queries) == 2 and len(refused) == 1 and refused[0] > queries[1]
+    assert records[refused[0]].code == "bad_signature"
+    assert not LateSignature("x").recoverable
+    mod.close()
+
+
+async def test_without_an_authenticated_pipe_a_forged_query_is_refused_before_f(tmp_path):
+    service, session, mod, task = await _session(tmp_path, authenticated=False)
+    await _forged(mod, 1, 5)
+    error = await mod.recv()
+    assert isinstance(error, Error) and error.code == ErrorCode.BAD_SIGNATURE.value
+    await mod.send(Query(1, 5))  # the session goes on: the honest query is answered
+    reward = await mod.recv()
+    assert isinstance(reward, Reward) and reward.seq == 1 and reward.index == 5
+    await mod.send(End("done"))
+    await mod.recv()
+    result = await asyncio.wait_for(task, 5)
+    assert result["status"] == "ok" and result["queries"] == [5]
+    mod.close()
+
+
+async def test_an_authenticated_pipe_still_verifies_an_end_before_acting_on_it(tmp_path):
+    service, session, mod, task = await _session(tmp_path, authenticated=True)
+    honest, mod.signer = mod.signer, Signer.generate()
+    await mod.send(End("done"))  # a forged End: refused at once, the session goes on
+    mod.signer = honest
+    error = await mod.recv()
+    assert isinstance(error, Error) and error.code == ErrorCode.BAD_SIGNATURE.value
+    await mod.send(Query(1, 2))
+    assert isinstance(await mod.recv(), Reward)
+    assert not task.done()
+    await mod.send(End("done"))
+    await mod.recv()
+    assert (await asyncio.wait_for(task, 5))["status"] == "ok"
+    mod.close()
+
+
+@pytest.mark.parametrize("curve", [True, False])
+async def test_zeromq_pipes_are_authenticated_exactly_under_curve(tmp_path, curve):
+    keys = make_keys(tmp_path / "keys")
+    ctx = zmq.asyncio.Context()
+    auth = start_authenticator(ctx, CurveServer(keys["curator_secret"], keys["allowed"])) \
+        if curve else None
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0",
+                         curve=CurveServer(keys["curator_secret"], keys["allowed"])
+                         if curve else None)
+    dealer = DealerPipe.connect(ctx, hub.endpoint, curve=CurveClient(
+        keys["modeler_secret"], keys["curator_public"]) if curve else None)
+    try:
+        await dealer.send(b"hi")
+        pipe = await hub.accept(10)
+        assert await pipe.recv(10) == b"hi"
+        assert pipe.authenticated is curve and dealer.authenticated is curve
+    finally:
+        dealer.close()
+        await hub.aclose()
+        if auth is not None:
+            await auth.aclose()
+        ctx.term()
+
+
+def test_close_records_a_forged_frame_it_had_not_verified_yet(tmp_path):
+    async def main() -> None:
+        service, session, mod, task = await _session(tmp_path, authenticated=True)
+        await _forged(mod, 1, 4)
+        assert isinstance(await mod.recv(), Reward)
+        mod.close()  # the curator's next recv finds the peer gone or the signature bad
+        await asyncio.wait_for(task, 5)
+
+    asyncio.run(main())
+    records = list(read_transcript(tmp_path / "c" / "curator.transcript"))
+    assert [r.code for r in records if r.kind == REFUSED] == ["bad_signature"]
+    assert np.isfinite(records[-1].time)
