@@ -47,11 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from load import ed25519_costs  # noqa: E402  (benchmarks/ is this script's folder)
 from pobo.parties.journal import Journal  # noqa: E402
 from pobo.protocol.channel import Channel  # noqa: E402
-from pobo.protocol.ledger import Budget, Entry  # noqa: E402
+from pobo.protocol.ledger import LOCAL, Budget, Entry  # noqa: E402
 from pobo.protocol.messages import (  # noqa: E402
     PROTOCOL_VERSION, Dataset, End, Hello, Query, Reward, Welcome,
 )
-from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary  # noqa: E402
+from pobo.protocol.policy import (  # noqa: E402
+    CURATOR, LDP_REWARD, MODELER, PRIVATE, Boundary,
+)
 from pobo.protocol.signing import Signer, load_signing_key, load_verify_key  # noqa: E402
 from pobo.protocol.transcript import Transcript  # noqa: E402
 from pobo.remote import LISTENING  # noqa: E402
@@ -215,8 +217,9 @@ async def channel_alone(opening: tuple[Welcome, Dataset], rounds: int,
 
 
 async def journal_commits(where: Path, rounds: int, reps: int) -> dict[str, list[float]]:
-    """Seconds per committed answer (with one ledger entry), normal and full interleaved:
-    staged and group-committed as the curator does it (`committed()` awaited)."""
+    """Seconds per committed answer with its ledger entry (an LDP answer's: the row's
+    local entry), normal and full interleaved, written as the curator does it
+    (`committed()` awaited: a group commit at full, at once at normal)."""
     journals = {d: Journal(where / f"commit-{d}.db", durability=d) for d in ("normal", "full")}
     budget, times = Budget(), {d: [] for d in journals}
     seq = 0
@@ -226,7 +229,7 @@ async def journal_commits(where: Path, rounds: int, reps: int) -> dict[str, list
                 seq += 1
                 start_ = time.perf_counter()
                 journal.record_answer("s", None, seq, seq % 97,
-                                      [Entry("gaussian", 0.01, 0.0, "central", -1)], budget,
+                                      [Entry(LDP_REWARD, 0.5, 0.0, LOCAL, seq % 97)], budget,
                                       lambda: (0.5, 0.5))
                 await journal.committed()
                 times[d].append(time.perf_counter() - start_)
