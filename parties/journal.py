@@ -160,6 +160,7 @@ class Journal:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._arrays: dict[str, object] = {}  # ":memory:": each projection's Z, by key
         self.fault: str | None = None  # the cause of the first failed write, if any
         self.group_commit = group_commit
         self._group: asyncio.Future | None = None  # the open group transaction's commit
@@ -372,7 +373,8 @@ class Journal:
         if not frame.startswith(NPY_REF):  # Z held in the row itself (":memory:", older)
             return decode(frame).release, json.loads(report)
         ref = json.loads(frame[len(NPY_REF):])
-        Z = self._load_npy(ref["npy"], tuple(ref["shape"]))
+        Z = (self._arrays[ref["memory"]] if "memory" in ref
+             else self._load_npy(ref["npy"], tuple(ref["shape"])))
         head = decode(bytes.fromhex(ref["dataset"])).release
         from dataclasses import replace
 
@@ -383,7 +385,8 @@ class Journal:
         """Store a projection and charge its entries atomically (refused past the budget).
         On disk Z goes to a content-addressed .npy file (`projection_dir`), written and
         fsynced before the row that names it by SHA-256 (no SQLite blob: those stop at
-        1 GB); an in-memory journal keeps the whole Dataset frame in the row."""
+        1 GB); an in-memory journal, which lives as long as the process, keeps Z itself
+        (the release's own array, not a copy) and a reference to it in the row."""
         from dataclasses import replace
 
         import numpy as np
@@ -391,13 +394,15 @@ class Journal:
         from pobo.protocol.codec import encode
         from pobo.protocol.messages import Dataset
 
+        Z = release.Z if self.path == ":memory:" else np.ascontiguousarray(release.Z)
+        head = encode(Dataset(replace(release, Z=np.empty((0, Z.shape[1]), Z.dtype))))
         if self.path == ":memory:":
-            frame = encode(Dataset(release))
+            self._arrays[key] = Z
+            where = {"memory": key}
         else:
-            Z = np.ascontiguousarray(release.Z)
-            head = encode(Dataset(replace(release, Z=np.empty((0, Z.shape[1]), Z.dtype))))
-            frame = NPY_REF + json.dumps({"npy": self._save_npy(Z), "shape": list(Z.shape),
-                                          "dataset": head.hex()}).encode()
+            where = {"npy": self._save_npy(Z)}
+        frame = NPY_REF + json.dumps({**where, "shape": list(Z.shape),
+                                      "dataset": head.hex()}).encode()
         self._transaction([("INSERT INTO projections VALUES (?, ?, ?, ?)",
                             (key, frame, json.dumps(report), time.time()))],
                           "", entries, budget)

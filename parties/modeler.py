@@ -98,6 +98,9 @@ class Modeler:
         self.release: Release | None = None
         self.release_error: str | None = None
         self.ledger_head = None  # the curator's closing checkpoint (protocol.checkpoint)
+        # the session's wall times, set by the runner: preparation (handshake, Dataset, GP
+        # set-up, a resume's replay) and per step (query to reward, the choice included)
+        self.timing: dict | None = None
         self.queries: list[int] = []
         self.rewards: list[float] = []
         self._design = (rng.permutation(self.gp.n)[:hyper.n_init]

@@ -45,7 +45,7 @@ from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, LedgerHead, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
-from pobo.protocol.signing import SharedBody
+from pobo.protocol.chunks import shared_dataset
 
 MAX_FAILURES = 5  # failed evaluations of one query before it is evaluated no more
 LDP_DELTA = 1e-6  # P(some of T Gaussian noises exceeds the clip): a utility figure, not privacy
@@ -270,8 +270,9 @@ class CuratorService:
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
         # the Dataset every session sends: encoded, hashed and kept once (memory under a
-        # flood of Hellos is one copy, not one per session)
-        self.dataset_body = SharedBody.of(encode(Dataset(self.release)))
+        # flood of Hellos is one copy, not one per session); a Z larger than one chunk is
+        # sent in chunk frames that are views of the release's own array (protocol.chunks)
+        self.dataset_body = shared_dataset(Dataset(self.release))
         self.params = self._session_params()
         # the release's statement, computed once (the chi^2 bound takes ~0.2 s a call)
         self.statement = (None if settings.non_private else release_statement(
