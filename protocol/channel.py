@@ -13,9 +13,7 @@ import asyncio
 import hashlib
 from typing import Protocol
 
-from pobo.protocol.chunks import (
-    CHUNK_BYTES, MAX_BODY_BYTES, ChunkedDataset, is_chunk_frame, receive_body,
-)
+from pobo.protocol.chunks import MAX_BODY_BYTES, ChunkedDataset, is_chunk_frame, receive_body
 from pobo.protocol.codec import DEFAULT_MAX_FRAME, decode, encode
 from pobo.protocol.errors import ChunkError, ErrorCode, ProtocolError
 from pobo.protocol.messages import Dataset, Error, Hello, Message, Query, Welcome, kind_of
@@ -67,7 +65,8 @@ class Channel:
     CURVE or not: a curator verifies a query before f is evaluated, a modeler a reward
     before it uses it. A peer whose first frame is bare
     (no envelope: version-1 framing) is answered bare, and only if it need not sign.
-    A Dataset whose Z is larger than `chunk_bytes` goes out in chunk frames after it, and
+    A Dataset whose Z is larger than `chunk_bytes` (default protocol.chunks.CHUNK_BYTES)
+    goes out in chunk frames after it, and
     one received so is reassembled (up to `max_body` bytes) before the policy sees it
     (protocol.chunks).
     """
@@ -76,7 +75,7 @@ class Channel:
                  transcript: Transcript | None = None, *,
                  max_frame: int = DEFAULT_MAX_FRAME, timeout: float = 30.0,
                  signer: Signer | None = None, peer_keys: frozenset[str] | None = None,
-                 chunk_bytes: int = CHUNK_BYTES, max_body: int = MAX_BODY_BYTES) -> None:
+                 chunk_bytes: int | None = None, max_body: int = MAX_BODY_BYTES) -> None:
         self.pipe = pipe
         self.chunk_bytes, self.max_body = chunk_bytes, max_body
         self.boundary = boundary

@@ -78,9 +78,11 @@ class ChunkedDataset:
     row_bytes: int
 
     @classmethod
-    def of(cls, message: Dataset, chunk_bytes: int = CHUNK_BYTES) -> "ChunkedDataset | None":
-        """`message` prepared for chunks, or None when its Z fits one chunk (it is then sent
-        whole, in the Dataset frame) or it announces a body already."""
+    def of(cls, message: Dataset, chunk_bytes: int | None = None) -> "ChunkedDataset | None":
+        """`message` prepared for chunks of at most `chunk_bytes` (default CHUNK_BYTES),
+        or None when its Z fits one chunk (it is then sent whole, in the Dataset frame) or
+        it announces a body already."""
+        chunk_bytes = CHUNK_BYTES if chunk_bytes is None else int(chunk_bytes)
         Z = message.release.Z
         if message.rows or Z.nbytes <= chunk_bytes or Z.ndim != 2 or not Z.size:
             return None
@@ -107,7 +109,8 @@ class ChunkedDataset:
             yield [chunk_header(index, len(part)), part]
 
 
-def shared_dataset(message: Dataset, chunk_bytes: int = CHUNK_BYTES) -> SharedBody | ChunkedDataset:
+def shared_dataset(message: Dataset,
+                   chunk_bytes: int | None = None) -> SharedBody | ChunkedDataset:
     """The Dataset every session of a curator sends, prepared once: in chunks when Z is
     larger than one chunk, else its one frame's body (protocol.signing.SharedBody)."""
     chunked = ChunkedDataset.of(message, chunk_bytes)
@@ -211,15 +214,16 @@ class Reassembly:
 
 def parse_chunk(frame: bytes, chunk_bytes: int, due: int = 0, count: int = 0) -> tuple[int, bytes]:
     """(index, data) of a chunk frame whose data may be at most `chunk_bytes` long;
-    ChunkError for an oversized frame (never unpacked), a message frame where chunk `due`
-    (of `count`) was expected, or anything else that is not a chunk frame."""
+    ChunkError for a frame that does not start as a chunk frame does (a message where
+    chunk `due` of `count` was due), an oversized one (never unpacked), or anything else
+    that is not a chunk frame."""
+    if not is_chunk_frame(frame):
+        raise ChunkError(f"a frame that is not a dataset chunk where chunk {due} of {count} "
+                         "was due", ErrorCode.SEQUENCE)
     if len(frame) > chunk_bytes + _OVERHEAD:
         raise ChunkError(f"a dataset chunk frame of {len(frame)} bytes, over the "
                          f"{chunk_bytes + _OVERHEAD} a chunk of this dataset may have",
                          ErrorCode.OVERSIZED)
-    if not is_chunk_frame(frame):
-        raise ChunkError(f"a frame that is not a dataset chunk where chunk {due} of {count} "
-                         "was due", ErrorCode.SEQUENCE)
     try:
         item = msgpack.unpackb(frame, raw=False, strict_map_key=True, max_map_len=2,
                                max_array_len=0, max_str_len=8, max_ext_len=0,

@@ -229,10 +229,11 @@ class Transcript:
         """Refused frames so far: recorded one by one in the file, and counted past the cap."""
         return {"recorded": self._refused, "counted": self._counted, "replies": self._replies}
 
-    def append(self, direction: str, kind: str, frame: bytes, body: Body | None = None) -> None:
+    def append(self, direction: str, kind: str, frame: bytes,
+               dataset_body: Body | None = None) -> None:
         """Write one record for a frame sent or received (a large one to the blob store,
-        referenced by digest), and flush it to the OS; `body`: the chunked body the frame
-        announced, stored as a blob and named by the record."""
+        referenced by digest), and flush it to the OS; `dataset_body`: the chunked body
+        the frame announced, stored as a blob and named by the record."""
         frame = bytes(frame)
         item: dict = {"seq": self._seq, "time": time.time(), "dir": direction, "kind": kind}
         split = (split_envelope(frame) if self.blobs is not None
@@ -251,8 +252,8 @@ class Transcript:
             item.update(ref=digest, size=len(frame))
         else:
             item["frame"] = frame
-        if body is not None:
-            self._store_body(item, body)
+        if dataset_body is not None:
+            self._store_body(item, dataset_body)
         self._write(item)
 
     def _store_body(self, item: dict, body: Body) -> None:
@@ -267,12 +268,12 @@ class Transcript:
         item.update(body=body.digest, body_size=memoryview(body.data).nbytes)
 
     def append_shared(self, direction: str, kind: str, shared: SharedBody, link: dict,
-                      sig: bytes, frame_digest: bytes, body: Body | None = None) -> None:
+                      sig: bytes, frame_digest: bytes, dataset_body: Body | None = None) -> None:
         """`append` for the envelope of a body sealed by `shared.seal` (the same record,
         byte for byte): the body goes to the blob store once per store, never rehashed
         or copied per session. Without a blob store the whole frame is recorded."""
         if self.blobs is None or len(shared.body) <= self.blob_threshold:
-            self.append(direction, kind, rebuild(shared.body, link, sig), body)
+            self.append(direction, kind, rebuild(shared.body, link, sig), dataset_body)
             return
         item: dict = {"seq": self._seq, "time": time.time(), "dir": direction, "kind": kind}
         self._check_open()
@@ -282,8 +283,8 @@ class Transcript:
             shared.stored.add(root)
         item.update(ref=shared.digest, size=len(shared.body), fsha=frame_digest, link=link,
                     sig=sig)
-        if body is not None:
-            self._store_body(item, body)
+        if dataset_body is not None:
+            self._store_body(item, dataset_body)
         self._write(item)
 
     def refuse(self, frame: bytes, code: str, error: str) -> bool:
