@@ -79,6 +79,15 @@ class _Pair:
         self.curator.close()
         self.modeler.close()
 
+    async def refusal(self, kind: type = ProtocolError) -> ProtocolError:
+        """The error the modeler's next recv raises (a `kind`); the pair closed."""
+        try:
+            with pytest.raises(kind) as caught:
+                await self.modeler.recv()
+        finally:
+            self.close()
+        return caught.value
+
 
 def _deliver(tmp_path: Path, release: ProjectedDataset) -> Dataset:
     """A session that sends `release` and ends: the Dataset the modeler received."""
@@ -180,12 +189,7 @@ def test_hostile_chunks_are_a_typed_one_line_refusal(tmp_path, name, code):
         await pair.curator._send_shared(Dataset(release), chunked.head, chunked.body)
         for frame in _hostile(name, chunked):
             await pair.curator_pipe.send(frame)
-        try:
-            with pytest.raises(ChunkError) as caught:
-                await pair.modeler.recv()
-        finally:
-            pair.close()
-        return caught.value
+        return await pair.refusal(ChunkError)
 
     error = asyncio.run(session())
     assert error.code is code and "\n" not in str(error) and len(str(error)) < 200, error
@@ -229,12 +233,7 @@ def test_a_head_is_refused_before_anything_is_allocated(tmp_path):
         pair.modeler.max_body = max_body
         await pair.open()
         await pair.curator_pipe.send(_raw(pair.curator, head))
-        try:
-            with pytest.raises(ProtocolError) as caught:
-                await pair.modeler.recv()
-        finally:
-            pair.close()
-        return caught.value
+        return await pair.refusal()
 
     head = chunked.message
     wrong_n = asyncio.run(receive(head, n=N + 1))
