@@ -13,7 +13,7 @@ Prints per run: wall time, the modeler's preparation (handshake, Dataset, GP set
 and time per step (the modeler's record: its T queries' wall time / T), each party's
 peak RSS and their sum against --target-gb (issue 23: 16 GB at n = 1e7), and the floor
 the parties cannot go below: Z (n r float64, held by each party) plus the modeler's GP
-cache (T n float32). The last lines give the ratios of the big run to the comparison
+cache (T n float64, float32 past 2 GiB: parties/gp.py). The last lines give the ratios of the big run to the comparison
 row: n, time per step and peak memory (linear scaling keeps them near the n ratio).
 """
 from __future__ import annotations
@@ -29,7 +29,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 GB = 1e9
+
+from pobo.parties.gp import cache_dtype  # noqa: E402
 
 
 def vm_hwm(pid: int) -> int:
@@ -111,7 +114,7 @@ def run_once(grid: int, r: int, T: int, out: Path, interval: float,
     return {"grid": grid, "n": n, "wall": wall,
             "prepare": modeler.get("prepare_seconds"), "step": modeler.get("step_seconds"),
             "curator": watcher.peaks["curator"], "modeler": watcher.peaks["modeler"],
-            "floor": 2 * n * r * 8 + T * n * 4}
+            "floor": 2 * n * r * 8 + T * n * cache_dtype("auto", n, T).itemsize}
 
 
 def show(row: dict, target: float) -> None:
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     grids = [g for g in (args.compare, args.grid) if g]
     print(f"pobo run synthetic --r {args.r} --T {args.T}: grids {grids}; target: both "
           f"parties' peaks <= {args.target_gb:g} GB; floor = 2 n r 8 B (Z in each party) "
-          f"+ T n 4 B (the GP cache)")
+          f"+ the GP cache (T n 8 B, or 4 B past 2 GiB)")
     print(f"{'n':>10} {'wall s':>8} {'prepare':>9} {'s/step':>9} {'cur GB':>8} "
           f"{'mod GB':>8} {'sum GB':>7} {'/target':>9} {'/floor':>8}")
     rows = []
