@@ -322,16 +322,22 @@ class IncrementalGP:
         r = self.t - len(self._pending)
         return self.indices[:r].copy(), self.y[:r].copy()
 
-    def rebuilt(self, kernel: Kernel, noise_var: float, prior_mean: float = 0.0) -> IncrementalGP:
+    def rebuilt(self, kernel: Kernel, noise_var: float, prior_mean: float = 0.0,
+                in_place: bool = False) -> IncrementalGP:
         """A fresh engine with new hyperparameters holding the same observations, O(n t^2).
+        `in_place`: it takes this engine's cache over (one T x n cache in memory, not
+        two: 4 GB at n = 1e7), and this engine is unusable afterwards.
 
         Refused (ValueError) while slots are pending: hyperparameters are fitted to real
         values only, and the pending slots' numbers would not carry over."""
         if self._pending:
             raise ValueError(f"cannot rebuild with {len(self._pending)} slots pending")
+        observations = self.observations()
         gp = IncrementalGP(self.Z, kernel, noise_var, self.capacity, self.jitter, prior_mean,
                            self.cache)
-        for i, y in zip(*self.observations()):
+        if in_place:  # the new cache, never written, was never resident: swap it for ours
+            gp.V, self.V = self.V, None
+        for i, y in zip(*observations):
             gp.add(int(i), float(y))
         return gp
 

@@ -195,7 +195,7 @@ class Modeler:
             fit = fit_hyperparameters(self.gp.kernel, self.gp.noise_var, X, y, self.rng,
                                       self.hyper.restarts)
             self.fits.append(fit)
-            self.gp = self.gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean)
+            self.gp = self.gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean, in_place=True)
 
     def _name(self) -> str:
         """The strategy's name as the sequential-only refusal gives it."""

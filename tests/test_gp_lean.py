@@ -128,3 +128,19 @@ def test_a_step_allocates_no_candidate_sized_float_vector(cache):
             assert peak < 8 * n, f"step {t}: {peak / 1e6:.1f} MB of temporaries"
     finally:
         tracemalloc.stop()
+
+
+@pytest.mark.parametrize("cache", ["float64", "float32"])
+def test_a_rebuild_in_place_takes_the_cache_over_and_matches_a_fresh_one(cache):
+    """The modeler's refit keeps one T x n cache, not two, and gets the same engine."""
+    rng = np.random.default_rng(6)
+    Z = rng.normal(size=(2000, 3))
+    gp = IncrementalGP(Z, squared_exponential(1.0), 1e-2, 30, cache=cache)
+    for i in rng.integers(2000, size=20):
+        gp.add(int(i), float(np.sin(Z[i]).sum()))
+    fresh = gp.rebuilt(squared_exponential(0.7), 2e-2, 0.1)
+    cache_memory = gp.V
+    taken = gp.rebuilt(squared_exponential(0.7), 2e-2, 0.1, in_place=True)
+    assert taken.V is cache_memory and gp.V is None
+    assert np.array_equal(taken.mean, fresh.mean) and np.array_equal(taken.var, fresh.var)
+    assert np.array_equal(taken.V[:20], fresh.V[:20])
