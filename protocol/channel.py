@@ -153,6 +153,7 @@ class Channel:
                 await send_parts(parts)
             else:
                 await self.pipe.send(b"".join(parts))
+            await asyncio.sleep(0)  # an in-process receiver takes each chunk before the next
 
     async def _send_shared(self, message: Message, shared: SharedBody, body=None) -> None:
         self.boundary.outgoing(message)

@@ -323,3 +323,26 @@ def test_pobo_run_sends_a_two_chunk_dataset_between_two_processes(tmp_path):
                             str(out / "modeler.transcript")], cwd=ROOT, capture_output=True,
                            text=True, timeout=240)
     assert audit.returncode == 0 and audit.stdout.count(": OK") == 2, audit.stdout
+
+
+def test_an_in_process_pipe_holds_one_chunk_at_a_time(tmp_path):
+    """Over asyncio queues (pobo run --transport inproc) the sender yields after each
+    chunk, so the queue never holds the whole body a second time."""
+    release = _release()
+    seen: list[int] = []
+
+    async def session():
+        pair = _Pair(tmp_path)
+        await pair.open()
+        inbox, recv = pair.modeler_pipe._inbox, pair.modeler_pipe.recv
+
+        async def counting(timeout):
+            seen.append(inbox.qsize())
+            return await recv(timeout)
+
+        pair.modeler_pipe.recv = counting
+        await asyncio.gather(pair.curator.send(Dataset(release)), pair.modeler.recv())
+        pair.close()
+
+    asyncio.run(session())
+    assert len(seen) == 9 and max(seen) <= 2, seen  # the head and 8 chunks
