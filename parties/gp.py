@@ -27,6 +27,18 @@ the exact posterior of the real values (the pending alphas stay 0: their halluci
 values move with the mean). A resolve costs O(t) + O(n) + O(n + t) per pending slot
 asked before it; in order, it is the arithmetic of `add` exactly.
 
+Memory (`cache`): V is the engine's only large state, T x n. "float64" keeps it exact;
+"float32" (what "auto" picks when the float64 cache would pass LEAN_CACHE_BYTES: 8 GB at
+n = 1e7, T = 100) halves it and keeps the arithmetic in float64: a new row is computed
+in float64 (the t x n product over column blocks of the stored rows, each block widened
+to float64) and updates mean and variance before it is rounded for storage, and the row
+l of L comes from L and the kernel (l = L^-1 k(X_t, z_i), a t x t triangular solve)
+instead of the rounded column of V. Only the stored rows carry float32 rounding (2^-24
+relative), which reaches later rows through the product, amplified at most by the
+conditioning of L; tests/test_gp_lean.py bounds the difference from the float64 engine.
+The candidates are never copied: a kernel column is Z (z_i / l^2) and |z / l|^2 is
+computed once over row blocks.
+
 `posterior_dense` is the textbook formula (Rasmussen & Williams eq. 2.25-2.26), the
 reference and the "full recompute" of the benchmark.
 """
@@ -41,6 +53,20 @@ from pobo.protocol.errors import PoboError
 
 DEFAULT_JITTER = 1e-10
 PIVOT_FLOOR = 1e-12  # a Cholesky pivot below this fraction of its diagonal is lost to rounding
+CACHES = ("auto", "float64", "float32")
+LEAN_CACHE_BYTES = 1 << 31  # "auto": a float64 cache larger than this is stored as float32
+SCRATCH = 1 << 19  # float64 elements of the float32 product's scratch (4 MB: stays in cache)
+ROW_BLOCK = 1 << 16  # candidates per block when computing |z / l|^2
+
+
+def cache_dtype(cache: str, n: int, capacity: int) -> np.dtype:
+    """The dtype of V (capacity x n) for a `cache` policy: "auto" is float64 unless that
+    would exceed LEAN_CACHE_BYTES."""
+    if cache not in CACHES:
+        raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
+    if cache == "auto":
+        cache = "float32" if 8 * n * capacity > LEAN_CACHE_BYTES else "float64"
+    return np.dtype(cache)
 
 
 class NumericalError(PoboError):
@@ -64,12 +90,13 @@ class IncrementalGP:
     Jitter policy: `jitter` (default 1e-10, absolute) is added to the noise variance on
     the diagonal, here and in `posterior_dense` alike. A Cholesky pivot below 1e-12 of
     its diagonal raises NumericalError instead of producing NaN; the engine is left as
-    it was. Memory: V is preallocated for `capacity` rows (8 n capacity bytes) plus a
-    few length-n vectors and one n x r copy of the candidates scaled by the length-scales.
+    it was. Memory: V is preallocated for `capacity` rows (8 or 4 n capacity bytes, by
+    `cache`: module docstring) plus six length-n float64 vectors; Z is not copied.
     """
 
     def __init__(self, Z: np.ndarray, kernel: Kernel, noise_var: float, capacity: int,
-                 jitter: float = DEFAULT_JITTER, prior_mean: float = 0.0) -> None:
+                 jitter: float = DEFAULT_JITTER, prior_mean: float = 0.0,
+                 cache: str = "auto") -> None:
         self.Z = np.asarray(Z, dtype=float)
         if self.Z.ndim != 2:
             raise ValueError(f"candidates must be an n x r matrix, got shape {self.Z.shape}")
@@ -81,14 +108,24 @@ class IncrementalGP:
         self.kernel, self.noise_var, self.jitter = kernel, float(noise_var), float(jitter)
         self.prior_mean = float(prior_mean)
         self.capacity = int(capacity)
+        self.cache = cache
         n = self.n
-        # inputs divided by their length-scales and their squared norms: a kernel column
-        # costs one n x r product and a few O(n) passes
-        self._Zs = kernel.scale(self.Z)
-        self._zz = np.einsum("ij,ij->i", self._Zs, self._Zs)
-        # SE: k(Z, z_i) = exp(Zs z_i + h - |zs_i|^2 / 2), h = log(variance) - |Zs|^2 / 2
-        self._h = (math.log(kernel.variance) - 0.5 * self._zz) if kernel.family == "se" else None
-        self.V = np.empty((self.capacity, n))
+        # 1 / l^2 per input dimension and |z / l|^2 per candidate: a kernel column costs one
+        # n x r product with z_i / l^2 and a few O(n) passes, with no scaled copy of Z
+        self._inv_l2 = 1.0 / np.square(np.broadcast_to(
+            np.asarray(kernel.lengthscales, dtype=float), (self.Z.shape[1],)))
+        self._zz = np.empty(n)
+        for start in range(0, n, ROW_BLOCK):
+            block = self.Z[start:start + ROW_BLOCK]
+            np.einsum("ij,ij,j->i", block, block, self._inv_l2, out=self._zz[start:start + ROW_BLOCK])
+        # SE: k(Z, z_i) = exp(Zs zs_i + h - |zs_i|^2 / 2), h = log(variance) - |Zs|^2 / 2
+        if kernel.family == "se":
+            self._h = np.multiply(self._zz, -0.5)
+            self._h += math.log(kernel.variance)
+        else:
+            self._h = None
+        self.V = np.empty((self.capacity, n), dtype=cache_dtype(cache, n, self.capacity))
+        self._lean = self.V.dtype != np.float64
         self.L = np.zeros((self.capacity, self.capacity))
         self.alpha = np.empty(self.capacity)
         self.indices = np.empty(self.capacity, dtype=np.int64)
@@ -98,6 +135,14 @@ class IncrementalGP:
         self.mean = np.full(n, self.prior_mean)
         self.var = np.full(n, kernel.variance)
         self._buf = np.empty(n)
+        # the float32 cache's newest row in float64, and its position (-1: none held)
+        self._row = np.empty(n) if self._lean else None
+        self._row_at = -1
+        # the float32 product's scratch: capacity x block float64, the block one row of V
+        # widened (a preallocated copy is 4x faster than numpy's mixed-type product)
+        self._block = max(256, min(n, SCRATCH // max(1, self.capacity)))
+        self._scratch = (np.empty((self.capacity, self._block)), np.empty(self._block)) \
+            if self._lean else None
 
     @property
     def n(self) -> int:
@@ -111,7 +156,7 @@ class IncrementalGP:
 
     def kernel_column(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
         """k(Z, z_index) over all candidates, O(n r), into `out` if given."""
-        out = np.dot(self._Zs, self._Zs[index], out=out)
+        out = np.dot(self.Z, self.Z[index] * self._inv_l2, out=out)
         if self._h is not None:
             out += self._h
             out += -0.5 * self._zz[index]
@@ -140,8 +185,7 @@ class IncrementalGP:
             self.resolve(self.add_pending(index), y)
             return
         t = self.t
-        l_row, d = self._new_row(index)
-        v = self.V[t]
+        l_row, d, v = self._new_row(index)
         a = (y - self.prior_mean - l_row @ self.alpha[:t]) / d
         self._append(index, l_row, d, a, y)
         self.mean += np.multiply(v, a, out=self._buf)
@@ -151,9 +195,9 @@ class IncrementalGP:
         """Hallucinate an observation at `index` (y = posterior mean, GP-BUCB): the mean
         stays, the variance shrinks; O(n t). Returns the slot to `resolve` later."""
         slot = self.t
-        l_row, d = self._new_row(index)
+        l_row, d, v = self._new_row(index)
         self._append(index, l_row, d, 0.0, math.nan)
-        self._shrink(self.V[slot])
+        self._shrink(v)
         self._pending.append(slot)
         return slot
 
@@ -172,28 +216,55 @@ class IncrementalGP:
         del self._pending[j]
         a = (y - self.prior_mean - self.L[r, :r] @ self.alpha[:r]) / self.L[r, r]
         self.alpha[r], self.y[r] = a, y
-        self.mean += np.multiply(self.V[r], a, out=self._buf)
+        row = self._row if self._row_at == r else self.V[r]
+        self.mean += np.multiply(row, a, out=self._buf, dtype=np.float64)
 
-    def _new_row(self, index: int) -> tuple[np.ndarray, float]:
-        """Row t of L (l, d) for candidate `index`, and row t of V written in place."""
+    def _new_row(self, index: int) -> tuple[np.ndarray, float, np.ndarray]:
+        """Row t of L (l, d) for candidate `index`, and row t of V written in place; the
+        third value is that row in float64 (V[t] itself unless the cache is float32)."""
         t = self.t
         if t >= self.capacity:
             raise ValueError(f"engine is full: capacity {self.capacity} observations")
         if not 0 <= index < self.n:
             raise IndexError(f"candidate {index} out of range [0, {self.n})")
-        l_row = self.V[:t, index].copy()
+        l_row = self._l_row(index)
         diag = self.kernel.variance + self.noise_var + self.jitter
         pivot = diag - l_row @ l_row
         if not pivot > PIVOT_FLOOR * diag:
             raise NumericalError(f"Cholesky pivot {pivot:.3e} at step {t + 1} (row {index}) "
                                  "is not positive; raise the noise variance or jitter")
         d = math.sqrt(pivot)
-        v = self.V[t]
-        self.kernel_column(index, out=v)
-        if t:
-            v -= np.dot(l_row, self.V[:t], out=self._buf)
+        if not self._lean:
+            v = self.V[t]
+            self.kernel_column(index, out=v)
+            if t:
+                v -= np.dot(l_row, self.V[:t], out=self._buf)
+            v *= 1.0 / d
+            return l_row, d, v
+        v = self.kernel_column(index, out=self._row)
+        self._row_at = -1
+        if t:  # float64 products over blocks of columns of V, each widened to float64
+            wide, part = self._scratch
+            for start in range(0, self.n, self._block):
+                stop = min(start + self._block, self.n)
+                block = wide[:t, :stop - start]
+                np.copyto(block, self.V[:t, start:stop])
+                v[start:stop] -= np.dot(l_row, block, out=part[:stop - start])
         v *= 1.0 / d
-        return l_row, d
+        self.V[t] = v
+        self._row_at = t
+        return l_row, d, v
+
+    def _l_row(self, index: int) -> np.ndarray:
+        """L^-1 k(X_t, z_index): column `index` of V, read from a float64 cache, or solved
+        from L in float64 (O(t^2)) when the cache is float32 and holds it rounded."""
+        t = self.t
+        if not self._lean:
+            return self.V[:t, index].copy()
+        if not t:
+            return np.empty(0)
+        k = self.kernel(self.Z[self.indices[:t]], self.Z[index:index + 1])[:, 0]
+        return np.linalg.solve(self.L[:t, :t], k)
 
     def _append(self, index: int, l_row: np.ndarray, d: float, a: float, y: float) -> None:
         """Record row t of L, alpha, the candidate and its value; t += 1."""
@@ -219,6 +290,7 @@ class IncrementalGP:
         L[p + 2:t, p:p + 2] = L[p + 2:t, p:p + 2] @ np.array([[cs, sn], [sn, -cs]])
         V[p], V[p + 1] = cs * V[p] + sn * V[p + 1], sn * V[p] - cs * V[p + 1]
         self.indices[[p, p + 1]] = self.indices[[p + 1, p]]
+        self._row_at = -1  # the float64 copy of a row no longer matches its position
 
     def ucb_argmax(self, beta: float, rng: np.random.Generator, variance: bool = False) -> int:
         """argmax of mean + beta^1/2 std over all candidates (`variance`: mean + beta var,
@@ -231,13 +303,18 @@ class IncrementalGP:
         """
         if self.t == 0:
             return int(rng.integers(self.n))
+        return argmax_breaking_ties(self.ucb_score(beta, variance), rng)
+
+    def ucb_score(self, beta: float, variance: bool = False) -> np.ndarray:
+        """mean + beta^1/2 std (`variance`: mean + beta var) over all candidates, in the
+        engine's scratch vector: no n-sized temporary; valid until the engine's next call."""
         if variance:
             score = np.multiply(self.var, beta, out=self._buf)
         else:
             score = np.sqrt(self.var, out=self._buf)
             score *= math.sqrt(beta)
         score += self.mean
-        return argmax_breaking_ties(score, rng)
+        return score
 
     def observations(self) -> tuple[np.ndarray, np.ndarray]:
         """(candidate indices, real values) conditioned on so far, in the order they became
@@ -245,15 +322,22 @@ class IncrementalGP:
         r = self.t - len(self._pending)
         return self.indices[:r].copy(), self.y[:r].copy()
 
-    def rebuilt(self, kernel: Kernel, noise_var: float, prior_mean: float = 0.0) -> IncrementalGP:
+    def rebuilt(self, kernel: Kernel, noise_var: float, prior_mean: float = 0.0,
+                in_place: bool = False) -> IncrementalGP:
         """A fresh engine with new hyperparameters holding the same observations, O(n t^2).
+        `in_place`: it takes this engine's cache over (one T x n cache in memory, not
+        two: 4 GB at n = 1e7), and this engine is unusable afterwards.
 
         Refused (ValueError) while slots are pending: hyperparameters are fitted to real
         values only, and the pending slots' numbers would not carry over."""
         if self._pending:
             raise ValueError(f"cannot rebuild with {len(self._pending)} slots pending")
-        gp = IncrementalGP(self.Z, kernel, noise_var, self.capacity, self.jitter, prior_mean)
-        for i, y in zip(*self.observations()):
+        observations = self.observations()
+        gp = IncrementalGP(self.Z, kernel, noise_var, self.capacity, self.jitter, prior_mean,
+                           self.cache)
+        if in_place:  # the new cache, never written, was never resident: swap it for ours
+            gp.V, self.V = self.V, None
+        for i, y in zip(*observations):
             gp.add(int(i), float(y))
         return gp
 

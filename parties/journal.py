@@ -78,7 +78,6 @@ CREATE TABLE IF NOT EXISTS pending (
 
 from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY  # noqa: E402,F401
 NPY_REF = b"pobo-npy-ref\x00"  # a projections.frame naming a .npy file (then JSON) instead of Z
-MEMORY_REF = b"pobo-memory-ref\x00"  # a projections.frame an in-memory journal holds as bytes
 RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose peer vanished
 FINISHED = ("ok", "failed")
 
@@ -163,6 +162,7 @@ class Journal:
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._arrays: dict[str, object] = {}  # ":memory:": each projection's Z, by key
         self.fault: str | None = None  # the cause of the first failed write, if any
         # None: grouped where a COMMIT is an fsync worth sharing (a file at durability
         # full); in memory or at normal a COMMIT is a write (to the WAL, or nothing),
@@ -179,7 +179,6 @@ class Journal:
             self._db.close()
             raise JournalError(f"{self.path} is a journal of schema {version}, this pobo "
                                f"writes schema {SCHEMA_VERSION}: start a new journal")
-        self._frames: dict[str, bytes] = {}  # in memory: projection key -> its Dataset frame
         if self.path == ":memory:" and hasattr(self._db, "deserialize"):
             self._db.deserialize(_empty_schema())  # a copy of the empty schema: no DDL per journal
             self._db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
@@ -381,25 +380,23 @@ class Journal:
         frame, report = row
         from pobo.protocol.codec import decode
 
-        if frame == MEMORY_REF:
-            frame = self._frames[key]
         if not frame.startswith(NPY_REF):  # Z in memory, or in the row itself (older)
             return decode(frame).release, json.loads(report)
         ref = json.loads(frame[len(NPY_REF):])
-        Z = self._load_npy(ref["npy"], tuple(ref["shape"]))
+        Z = (self._arrays[ref["memory"]] if "memory" in ref
+             else self._load_npy(ref["npy"], tuple(ref["shape"])))
         head = decode(bytes.fromhex(ref["dataset"])).release
         from dataclasses import replace
 
         return replace(head, Z=Z), json.loads(report)
 
     def store_projection(self, key: str, release, report: dict, entries: list[Entry],
-                         budget: Budget, dataset: bytes | None = None) -> None:
+                         budget: Budget) -> None:
         """Store a projection and charge its entries atomically (refused past the budget).
         On disk Z goes to a content-addressed .npy file (`projection_dir`), written and
         fsynced before the row that names it by SHA-256 (no SQLite blob: those stop at
-        1 GB); an in-memory journal keeps the whole Dataset frame as bytes beside its
-        database, the row naming it (`dataset`: that frame, `encode(Dataset(release))`,
-        when the caller has it already: then the same bytes object, not a second copy)."""
+        1 GB); an in-memory journal, which lives as long as the process, keeps Z itself
+        (the release's own array, not a copy) and a reference to it in the row."""
         from dataclasses import replace
 
         import numpy as np
@@ -407,19 +404,16 @@ class Journal:
         from pobo.protocol.codec import encode
         from pobo.protocol.messages import Dataset
 
-        if self.path == ":memory:":
-            frame = MEMORY_REF
-            dataset = encode(Dataset(release)) if dataset is None else bytes(dataset)
-        else:
-            Z = np.ascontiguousarray(release.Z)
-            head = encode(Dataset(replace(release, Z=np.empty((0, Z.shape[1]), Z.dtype))))
-            frame = NPY_REF + json.dumps({"npy": self._save_npy(Z), "shape": list(Z.shape),
-                                          "dataset": head.hex()}).encode()
+        Z = release.Z if self.path == ":memory:" else np.ascontiguousarray(release.Z)
+        head = encode(Dataset(replace(release, Z=np.empty((0, Z.shape[1]), Z.dtype))))
+        where = {"memory": key} if self.path == ":memory:" else {"npy": self._save_npy(Z)}
+        frame = NPY_REF + json.dumps({**where, "shape": list(Z.shape),
+                                      "dataset": head.hex()}).encode()
         self._transaction([("INSERT INTO projections VALUES (?, ?, ?, ?)",
                             (key, frame, json.dumps(report), time.time()))],
                           "", entries, budget)
-        if frame == MEMORY_REF:  # stored and charged: only now does the key name it
-            self._frames[key] = dataset
+        if "memory" in where:  # stored and charged: only now does the key name Z
+            self._arrays[key] = Z
 
     @property
     def projection_dir(self) -> Path:

@@ -99,6 +99,9 @@ class Modeler:
         self.release: Release | None = None
         self.release_error: str | None = None
         self.ledger_head = None  # the curator's closing checkpoint (protocol.checkpoint)
+        # the session's wall times, set by the runner: preparation (handshake, Dataset, GP
+        # set-up, a resume's replay) and per step (query to reward, the choice included)
+        self.timing: dict | None = None
         self.queries: list[int] = []
         self.rewards: list[float] = []
         self._design = (rng.permutation(self.gp.n)[:hyper.n_init]
@@ -193,7 +196,7 @@ class Modeler:
             fit = fit_hyperparameters(self.gp.kernel, self.gp.noise_var, X, y, self.rng,
                                       self.hyper.restarts)
             self.fits.append(fit)
-            self.gp = self.gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean)
+            self.gp = self.gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean, in_place=True)
 
     def _name(self) -> str:
         """The strategy's name as the sequential-only refusal gives it."""

@@ -18,10 +18,11 @@ from pobo.parties.strategies import (
     KusnerUCB, Robust, Strategy, declaration, for_release, under_rules,
 )
 from pobo.protocol.channel import Channel, before_handshake
+from pobo.protocol.chunks import ChunkedDataset, with_body
 from pobo.protocol.policy import CURATOR
 from pobo.protocol.codec import decode
 from pobo.protocol.signing import SharedBody, body_of
-from pobo.protocol.transcript import read_transcript
+from pobo.protocol.transcript import blob_dirs, read_transcript
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, LedgerHead, Pending,
@@ -44,7 +45,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         on_evaluate: StepCallback | None = None,
                         on_measured: Callable[[int], None] | None = None,
                         checkpoint: Callable[[], LedgerHead] | None = None,
-                        dataset: SharedBody | None = None) -> str:
+                        dataset: SharedBody | ChunkedDataset | None = None) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
     Every answer is committed to the dataset's journal by `curator` before its reward is
@@ -61,8 +62,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     `on_measured(seq)` when its answer is committed. With `checkpoint` (the dataset
     ledger's head now) the Welcome carries the head, and the modeler's End is answered
     with an End carrying it again (protocol.checkpoint). `dataset`: the Dataset message
-    of `release` encoded once for every session (its bytes are then never copied per
-    session).
+    of `release` prepared once for every session (protocol.chunks.shared_dataset: its
+    bytes are then never copied per session, and a large Z goes in chunk frames).
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
         await receive_hello(channel)
@@ -230,6 +231,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                          + (" for Kusner et al.'s noisy release" if isinstance(strategy, KusnerUCB)
                             else "") + " chooses one query at a time (its proof is sequential)")
     declared, release_delta = declaration(strategy)
+    started = time.perf_counter()
     await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else "",
                              declared, release_delta, channel.sign_key, batch, new_nonce()))
     welcome = expect(await channel.recv(), Welcome)
@@ -256,6 +258,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         next_seq = max(resume.asked, default=len(answered)) + 1
         for query in in_flight:
             await window.send(query)
+    prepared, told = time.perf_counter(), modeler.t
     try:
         T = welcome.params.T
         while modeler.t < T:
@@ -270,6 +273,9 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         with contextlib.suppress(Exception):  # wait out its timeout (the session stays resumable)
             await channel.send(End(f"the modeler gives up: {exc}"[:200]))
         raise
+    modeler.timing = {"prepare_seconds": prepared - started,
+                      "step_seconds": (time.perf_counter() - prepared) / max(1, modeler.t - told),
+                      "steps": modeler.t - told}
     if release is not None:
         await channel.send(modeler.with_kernel(release))
         reply = await channel.recv()
@@ -408,10 +414,13 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     answered: dict[int, tuple[int, float]] = {}
     pending: set[int] = set()
     ended = False
+    dirs = blob_dirs(transcript, blobs)
     for record in read_transcript(transcript, blobs):
         if record.kind not in ("welcome", "dataset", "query", "reward", "pending", "end"):
             continue
         message = decode(body_of(record.frame))
+        if isinstance(message, Dataset) and dataset is None:  # its chunked body, read back
+            message = with_body(message, record, dirs)
         if isinstance(message, End):  # only the curator's End closes it: a modeler that
             ended = ended or record.dir == "recv"  # gave up, or said done before a kill of
             continue  # the curator, resumes to let the curator finish its record

@@ -45,7 +45,7 @@ from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, LedgerHead, Mechanism, ProjectedDataset, SessionParams, Welcome,
 )
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
-from pobo.protocol.signing import SharedBody
+from pobo.protocol.chunks import shared_dataset
 
 MAX_FAILURES = 5  # failed evaluations of one query before it is evaluated no more
 LDP_DELTA = 1e-6  # P(some of T Gaussian noises exceeds the clip): a utility figure, not privacy
@@ -268,10 +268,11 @@ class CuratorService:
         self.ledger = DatasetLedger(self.journal, settings.budget)
         self.ldp = ldp_mechanism(problem, settings)
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
-        self.projection_key, self.release, self.report, frame = self._prepare_projection()
+        self.projection_key, self.release, self.report = self._prepare_projection()
         # the Dataset every session sends: encoded, hashed and kept once (memory under a
-        # flood of Hellos is one copy, not one per session)
-        self.dataset_body = SharedBody.of(frame)
+        # flood of Hellos is one copy, not one per session); a Z larger than one chunk is
+        # sent in chunk frames that are views of the release's own array (protocol.chunks)
+        self.dataset_body = shared_dataset(Dataset(self.release))
         self.params = self._session_params()
         # the release's statement, computed once (the chi^2 bound takes ~0.2 s a call)
         self.statement = (None if settings.non_private else release_statement(
@@ -293,9 +294,8 @@ class CuratorService:
             return SECURE
         return f"{SEEDED}:{hashlib.sha256(str(int(self.settings.seed)).encode()).hexdigest()}"
 
-    def _prepare_projection(self) -> tuple[str, ProjectedDataset, dict, bytes]:
-        """The projection for the settings, from the journal or drawn and charged once,
-        and its Dataset message encoded (once: an in-memory journal keeps these bytes)."""
+    def _prepare_projection(self) -> tuple[str, ProjectedDataset, dict]:
+        """The projection for the settings: from the journal, or drawn and charged once."""
         s = self.settings
         key = json.dumps({"mechanism": "identity"} if s.non_private else
                          {"mechanism": DP_PROJECTION, "epsilon": s.epsilon, "delta": s.delta,
@@ -306,7 +306,7 @@ class CuratorService:
         stored = self.journal.projection(key)
         if stored is not None:
             release, report = stored
-            return key, release, report, encode(Dataset(release))
+            return key, release, report
         if s.non_private:
             if math.isfinite(s.budget.epsilon):
                 raise PrivacyBudgetExceeded("the non-private baseline releases X itself, which "
@@ -329,9 +329,8 @@ class CuratorService:
                 r_fallback=self.problem.r, additive_lift=s.additive_lift)
             report = asdict(rep)
         release = replace(release, dp=release.dp and release_is_dp(s))
-        frame = encode(Dataset(release))
-        self.journal.store_projection(key, release, report, entries, s.budget, frame)
-        return key, release, report, frame
+        self.journal.store_projection(key, release, report, entries, s.budget)
+        return key, release, report
 
     def _session_params(self) -> SessionParams:
         s, problem = self.settings, self.problem

@@ -141,7 +141,7 @@ class Distinct:
         if isinstance(self.inner, RandomChoice):
             free = np.setdiff1d(np.arange(gp.n), seen, assume_unique=True)
             return int(free[rng.integers(free.size)])
-        score = self.inner.score(gp, t)
+        score = gp.ucb_score(self.inner.beta(t, gp.n), self.inner.variance)  # scratch: no copy
         score[seen] = -np.inf
         return argmax_breaking_ties(score, rng)
 

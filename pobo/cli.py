@@ -640,6 +640,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     print("\n".join(privacy_lines(result.get("privacy_unit"))))
     print(describe_ledger(result["ledger"]))
+    timing = timing_line(result.get("modeler") or {})
+    if timing:
+        print(timing)
     released, refused = result["modeler"].get("release"), result["modeler"].get("release_error")
     if released:
         print(f"DP release ({released['algorithm']}, eps={released['epsilon']:g}, "
@@ -649,6 +652,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"DP release refused: {refused}")
     print(f"result: {Path(out) / 'result.json'}")
     return 0
+
+
+def timing_line(modeler: dict) -> str | None:
+    """The modeler's time per step and its preparation, for the closing note (None when
+    its record has none)."""
+    if modeler.get("step_seconds") is None:
+        return None
+    return (f"time: {modeler['step_seconds']:.3g} s per step over {modeler['steps']} steps "
+            f"(the modeler's query to reward, its choice included), after "
+            f"{modeler['prepare_seconds']:.3g} s of preparation (handshake, dataset, GP)")
 
 
 def summary(result: dict) -> str:

@@ -374,7 +374,8 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                                     rng_for(seed, "modeler"),
                                     hyper=hyper, on_step=progress, release=release,
                                     resume=resume, batch=batch, on_pending=pending)
-        released = {"release": None if modeler.release is None else asdict(modeler.release),
+        released = {**(modeler.timing or {}),
+                    "release": None if modeler.release is None else asdict(modeler.release),
                     "release_error": modeler.release_error,
                     "ledger_head": None if modeler.ledger_head is None
                     else asdict(modeler.ledger_head)}

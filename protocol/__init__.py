@@ -4,13 +4,13 @@ Knows no sockets and no Bayesian optimisation: everything here is about what may
 cross between the curator and the modeler, and in what form.
 """
 __all__ = [
-    "PROTOCOL_VERSION", "Dataset", "End", "Error", "ErrorCode", "Hello", "KernelParams",
+    "PROTOCOL_VERSION", "ChunkError", "Dataset", "End", "Error", "ErrorCode", "Hello", "KernelParams",
     "Mechanism", "Message", "PeerError", "PeerGone", "PeerTimeout", "PoboError", "PolicyViolation",
     "ProjectedDataset", "ProtocolError", "Query", "Reward", "SessionParams", "Welcome",
 ]
 
 _HOMES = {name: "errors" for name in (
-    "ErrorCode", "PeerError", "PeerGone", "PeerTimeout", "PoboError", "PolicyViolation",
+    "ChunkError", "ErrorCode", "PeerError", "PeerGone", "PeerTimeout", "PoboError", "PolicyViolation",
     "ProtocolError")}
 
 

@@ -58,6 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pobo.protocol.chunks import with_body
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
@@ -193,7 +194,10 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
             messages.append((r, None))
             continue
         try:
-            messages.append((r, decode(body_of(r.frame))))
+            messages.append((r, with_body(decode(body_of(r.frame)), r, dirs)))
+        except TranscriptError as exc:
+            report.violations.append(f"record {r.seq}: {r.kind} body unreadable: {exc}")
+            messages.append((r, None))
         except ProtocolError as exc:
             if r.dir == "sent":
                 report.violations.append(f"record {r.seq}: the party sent an undecodable "

@@ -13,10 +13,11 @@ import asyncio
 import hashlib
 from typing import Protocol
 
+from pobo.protocol.chunks import MAX_BODY_BYTES, ChunkedDataset, is_chunk_frame, receive_body
 from pobo.protocol.codec import DEFAULT_MAX_FRAME, decode, encode
-from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.errors import ChunkError, ErrorCode, ProtocolError
 from pobo.protocol.messages import (
-    Error, Hello, Message, Pending, Query, Reward, Welcome, kind_of,
+    Dataset, Error, Hello, Message, Pending, Query, Reward, Welcome, kind_of,
 )
 from pobo.protocol.signing import (
     SIGNED, UNSIGNED, ZERO, Link, SharedBody, Signer, key_id, link_map, open_frame, seal,
@@ -90,14 +91,19 @@ class Channel:
     after it. Without an authenticated pipe every frame is verified before it is acted
     on: a curator verifies a query before f is evaluated, a modeler a reward before it
     uses it. A peer whose first frame is bare (no envelope: version-1 framing) is
-    answered bare, and only if it need not sign.
+    answered bare, and only if it need not sign. A Dataset whose Z is larger than
+    `chunk_bytes` (default protocol.chunks.CHUNK_BYTES) goes out in chunk frames after
+    it, and one received so is reassembled (up to `max_body` bytes) before the policy
+    sees it (protocol.chunks).
     """
 
     def __init__(self, pipe: FramePipe, boundary: Boundary,
                  transcript: Transcript | None = None, *,
                  max_frame: int = DEFAULT_MAX_FRAME, timeout: float = 30.0,
-                 signer: Signer | None = None, peer_keys: frozenset[str] | None = None) -> None:
+                 signer: Signer | None = None, peer_keys: frozenset[str] | None = None,
+                 chunk_bytes: int | None = None, max_body: int = MAX_BODY_BYTES) -> None:
         self.pipe = pipe
+        self.chunk_bytes, self.max_body = chunk_bytes, max_body
         self.boundary = boundary
         self.transcript = transcript
         self.max_frame = max_frame
@@ -147,15 +153,38 @@ class Channel:
         tasks may send on one channel: their frames go out one at a time, in order).
         `shared`: `message` already encoded once for every session (SharedBody.of(
         encode(message))): sealed and recorded without copying or hashing the body again,
-        and sent as parts the pipe may pass on without a copy (`send_parts`)."""
+        and sent as parts the pipe may pass on without a copy (`send_parts`); for a
+        Dataset, a ChunkedDataset (protocol.chunks) too."""
         async with self._sending:
-            if shared is not None and self.bare is not True and not (
+            if type(message) is Dataset and not isinstance(shared, SharedBody):
+                await self._send_dataset(message, shared)
+            elif shared is not None and self.bare is not True and not (
                     self.bare is None and self._last_bare):
                 await self._send_shared(message, shared)
             else:
                 await self._send(message)
 
-    async def _send_shared(self, message: Message, shared: SharedBody) -> None:
+    async def _send_dataset(self, message: Dataset, chunked: ChunkedDataset | None) -> None:
+        """A Dataset: in one frame when its Z fits one chunk, else its head then its chunk
+        frames, nothing in between (the send lock is held), the body recorded once."""
+        if chunked is None:
+            chunked = ChunkedDataset.of(message, self.chunk_bytes)
+            if chunked is None:
+                await self._send(message)
+                return
+        if self.bare if self.bare is not None else self._last_bare:
+            raise ProtocolError("a dataset in chunks needs envelopes: this peer speaks bare "
+                                "frames", ErrorCode.POLICY)
+        await self._send_shared(message, chunked.head, chunked.body)
+        send_parts = getattr(self.pipe, "send_parts", None)
+        for parts in chunked.frames():
+            if send_parts is not None:
+                await send_parts(parts)
+            else:
+                await self.pipe.send(b"".join(parts))
+            await asyncio.sleep(0)  # an in-process receiver takes each chunk before the next
+
+    async def _send_shared(self, message: Message, shared: SharedBody, body=None) -> None:
         self.boundary.outgoing(message)
         seq, prev = (self.transcript.position if self.transcript is not None
                      else (self._sends, ZERO))
@@ -163,7 +192,7 @@ class Channel:
         parts, digest, sig = shared.seal(link, self.signer)
         if self.transcript is not None:
             self.transcript.append_shared("sent", kind_of(message), shared, link_map(link),
-                                          sig, digest)
+                                          sig, digest, body)
         self._counted_refusal = False
         self._sent[digest] = self._sends
         self._sends += 1
@@ -207,8 +236,13 @@ class Channel:
         frame = await self.pipe.recv(self.timeout if timeout is None else timeout)
         self.last_frame = frame
         self._counted_refusal = False
+        body = None
         try:
             message, commit = self._open(frame)
+            if type(message) is Dataset and message.rows:  # its Z follows in chunk frames
+                message, body = await receive_body(self.pipe.recv, message, self.timeout,
+                                                   self.boundary.incoming_head,
+                                                   self.max_body)
             self.boundary.incoming(message)  # refuses without changing the boundary's state
         except ProtocolError as exc:
             if self.transcript is not None:
@@ -217,7 +251,7 @@ class Channel:
             raise
         commit()
         if self.transcript is not None:
-            self.transcript.append("recv", kind_of(message), frame)
+            self.transcript.append("recv", kind_of(message), frame, body)
         return message
 
     def _open(self, frame: bytes):
@@ -229,6 +263,9 @@ class Channel:
         self._last_bare = envelope.bare
         bare = self.bare if self.bare is not None else envelope.bare
         if envelope.bare:
+            if is_chunk_frame(frame):
+                raise ChunkError("a dataset chunk frame outside a dataset body",
+                                 ErrorCode.SEQUENCE)
             message = decode(envelope.body, self.max_frame)
             if isinstance(message, Hello) and message.version not in self.boundary.versions:
                 self.boundary.incoming(message)  # the typed version_mismatch, answered bare

@@ -52,6 +52,12 @@ class ProtocolError(PoboError):
                              ErrorCode.BAD_SIGNATURE, ErrorCode.EVALUATION_FAILED)
 
 
+class ChunkError(ProtocolError):
+    """A chunked Dataset body that cannot be accepted (protocol.chunks): a head announcing
+    too much, a chunk frame that is oversized, short, out of order, missing or after the
+    end, or a body that does not match its digest. Its code says which kind of fault."""
+
+
 class PolicyViolation(ProtocolError):
     """A message the boundary policy forbids in this direction or with this payload."""
 

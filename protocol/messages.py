@@ -11,9 +11,10 @@ from typing import Union
 
 import numpy as np
 
-PROTOCOL_VERSION = 4  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches,
+PROTOCOL_VERSION = 5  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches,
 # Error.seq; 4: Hello.nonce, every per-query Error names its query, refused queries are not
-# asked, session_lost and replay (PROTOCOL.md)
+# asked, session_lost and replay; 5: a Dataset's Z in chunk frames (protocol.chunks,
+# PROTOCOL.md)
 
 
 @dataclass(frozen=True)
@@ -157,9 +158,18 @@ class Welcome:
 
 @dataclass(frozen=True)
 class Dataset:
-    """The released dataset, sent once after Welcome."""
+    """The released dataset, sent once after Welcome.
+
+    With `rows` = 0 (the default) Z is `release.Z` itself, in this frame. With `rows` > 0
+    the frame carries `release.Z` as an empty (0, r) array (its dtype and r) and Z's
+    `rows` rows follow in chunk frames of `chunk_rows` rows each, whose bytes hash to
+    `digest` (SHA-256, lowercase hex): protocol.chunks, PROTOCOL.md section 5.1. A
+    receiver hands the party the Dataset with the whole Z and these fields as sent."""
 
     release: ProjectedDataset
+    rows: int = 0  # version 5: rows of Z sent in chunk frames after this one (0: none)
+    chunk_rows: int = 0  # rows per chunk frame (the last one may hold fewer)
+    digest: str = ""  # SHA-256 of Z's bytes (little-endian, C order), 64 hex digits
 
 
 @dataclass(frozen=True)

@@ -198,14 +198,27 @@ class Boundary:
                                 f"(this side speaks {PROTOCOL_VERSION})",
                                 ErrorCode.VERSION_MISMATCH)
 
-    def _check_dataset(self, message: Dataset) -> None:
+    def incoming_head(self, head: Dataset, shape: tuple[int, ...]) -> None:
+        """Refuse now what `incoming` would refuse of the whole Dataset a head announces
+        (its body still to come in chunks, not yet allocated): a peer that may not send
+        one, a mechanism the policy refuses, no session yet, a second one, another shape."""
+        check_message(self.policy, self.peer, head)
+        self.check_dataset_shape(shape)
+
+    def check_dataset_shape(self, shape: tuple[int, ...]) -> None:
+        """Refuse a dataset of `shape` now (before a chunked body is received and
+        allocated): no session yet, a second dataset, or not the Welcome's (n, r)."""
         params = self._session("dataset")
         if self.dataset_sent:
             raise ProtocolError("a second dataset in one session", ErrorCode.SEQUENCE)
-        release = message.release
-        if release.Z.shape != (params.n, params.r):
-            raise ProtocolError(f"dataset of shape {release.Z.shape}, session announced "
+        if tuple(shape) != (params.n, params.r):
+            raise ProtocolError(f"dataset of shape {tuple(shape)}, session announced "
                                 f"({params.n}, {params.r})")
+
+    def _check_dataset(self, message: Dataset) -> None:
+        params = self._session("dataset")
+        self.check_dataset_shape(message.release.Z.shape)
+        release = message.release
         announced = {m.name: m for m in params.mechanisms}
         if release.mechanism != IDENTITY:
             mech = announced.get(release.mechanism)

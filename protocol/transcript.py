@@ -15,6 +15,10 @@ before held 64 hex characters; both read back as hex). By kind:
   every session, so one copy of Z for all of them) goes to the blob store under `ref`, and
   the record keeps `link` and `sig` (the envelope without its body) and `fsha`, the
   SHA-256 of the whole envelope frame, which reading it back rebuilds and checks.
+- a `dataset` record whose Dataset announced a body in chunk frames (protocol.chunks)
+  also carries `body` (its SHA-256, 32 bytes) and `body_size`: the body itself (Z's
+  bytes, once, however many chunks carried it) is a blob, written before the record, in
+  the blob store or, without one, in `blobs/` beside the transcript.
 - `refused`: a received frame the party refused (undecodable, or refused by the boundary
   policy), as `sha256` (32 bytes), `size`, `code` (the ErrorCode) and `error` (a short
   message), never the frame: a record is at most REFUSED_RECORD_BYTES. At most
@@ -34,7 +38,7 @@ import os
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -49,7 +53,7 @@ REFUSED_RECORD_BYTES = 200  # a refused record's message is trimmed to keep it w
 REFUSED_MESSAGE_CHARS = 80
 DEFAULT_MAX_REFUSED = 1000
 DEFAULT_BLOB_THRESHOLD = 1 << 16
-_DIGESTS = ("prev", "ref", "sha256", "replies_sha256", "fsha")  # 32 raw bytes on disk, hex in Record
+_DIGESTS = ("prev", "ref", "sha256", "replies_sha256", "fsha", "body")  # 32 raw bytes on disk, hex in Record
 log = logging.getLogger("pobo.transcript")
 
 
@@ -74,6 +78,8 @@ class Record:
     fsha: str = ""  # a split envelope: the SHA-256 of the whole frame (its body is `ref`)
     link: dict | None = None  # a split envelope: its link map ...
     sig: bytes = b""  # ... and its signature
+    body: str = ""  # a chunked Dataset: the SHA-256 of its body, a blob (protocol.chunks)
+    body_size: int = 0
 
     @property
     def digest(self) -> str:
@@ -85,6 +91,17 @@ class Record:
         if self.kind == REFUSED:
             return self.sha256
         return hashlib.sha256(self.frame).hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class Body:
+    """Bytes a frame record stands for besides its frame (a chunked Dataset's Z): `data`
+    (bytes-like) whose SHA-256 is `digest`, stored once per blob store (`stored` holds
+    the stores that have it), never copied."""
+
+    digest: bytes
+    data: object
+    stored: set = field(default_factory=set)
 
 
 class TranscriptError(ValueError):
@@ -212,9 +229,11 @@ class Transcript:
         """Refused frames so far: recorded one by one in the file, and counted past the cap."""
         return {"recorded": self._refused, "counted": self._counted, "replies": self._replies}
 
-    def append(self, direction: str, kind: str, frame: bytes) -> None:
+    def append(self, direction: str, kind: str, frame: bytes,
+               dataset_body: Body | None = None) -> None:
         """Write one record for a frame sent or received (a large one to the blob store,
-        referenced by digest), and flush it to the OS."""
+        referenced by digest), and flush it to the OS; `dataset_body`: the chunked body
+        the frame announced, stored as a blob and named by the record."""
         frame = bytes(frame)
         item: dict = {"seq": self._seq, "time": time.time(), "dir": direction, "kind": kind}
         split = (split_envelope(frame) if self.blobs is not None
@@ -233,15 +252,28 @@ class Transcript:
             item.update(ref=digest, size=len(frame))
         else:
             item["frame"] = frame
+        if dataset_body is not None:
+            self._store_body(item, dataset_body)
         self._write(item)
 
+    def _store_body(self, item: dict, body: Body) -> None:
+        """Put a chunked Dataset's body in the blob store (or `blobs/` beside the
+        transcript) unless this store holds it already, and name it in `item`."""
+        self._check_open()
+        store = self.blobs if self.blobs is not None else BlobStore(self.path.parent / "blobs")
+        root = str(store.root.resolve())
+        if root not in body.stored:
+            store.put(body.data, body.digest.hex())  # before the record that names it
+            body.stored.add(root)
+        item.update(body=body.digest, body_size=memoryview(body.data).nbytes)
+
     def append_shared(self, direction: str, kind: str, shared: SharedBody, link: dict,
-                      sig: bytes, frame_digest: bytes) -> None:
+                      sig: bytes, frame_digest: bytes, dataset_body: Body | None = None) -> None:
         """`append` for the envelope of a body sealed by `shared.seal` (the same record,
         byte for byte): the body goes to the blob store once per store, never rehashed
         or copied per session. Without a blob store the whole frame is recorded."""
         if self.blobs is None or len(shared.body) <= self.blob_threshold:
-            self.append(direction, kind, rebuild(shared.body, link, sig))
+            self.append(direction, kind, rebuild(shared.body, link, sig), dataset_body)
             return
         item: dict = {"seq": self._seq, "time": time.time(), "dir": direction, "kind": kind}
         self._check_open()
@@ -251,6 +283,8 @@ class Transcript:
             shared.stored.add(root)
         item.update(ref=shared.digest, size=len(shared.body), fsha=frame_digest, link=link,
                     sig=sig)
+        if dataset_body is not None:
+            self._store_body(item, dataset_body)
         self._write(item)
 
     def refuse(self, frame: bytes, code: str, error: str) -> bool:
@@ -383,4 +417,9 @@ def _record(item: object) -> Record:
                                         and len(record.fsha) == 64
                                         and isinstance(record.sig, bytes)):
         raise ValueError("a split envelope without its blob reference and digest")
+    if (record.body or record.body_size) and not (len(record.body) == 64
+                                                  and isinstance(record.body_size, int)
+                                                  and record.body_size > 0
+                                                  and record.kind == "dataset"):
+        raise ValueError("a body reference outside a dataset record, or without its size")
     return record

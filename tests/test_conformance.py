@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from pobo.protocol.chunks import ChunkedDataset, Reassembly, chunk_header  # noqa: E402
 from pobo.protocol.codec import decode, encode  # noqa: E402
 from pobo.protocol.errors import ErrorCode, ProtocolError  # noqa: E402
 from pobo.protocol.messages import (  # noqa: E402
@@ -102,6 +103,10 @@ def _valid_messages() -> list[tuple[str, object]]:
                                                 Z.astype("<f4")))),
         ("dataset-i8-identity", Dataset(ProjectedDataset("identity", 0.0, 0.0, 0.0,
                                                          np.arange(6, dtype="<i8").reshape(3, 2)))),
+        # version 5: Z's 3 rows follow in chunk frames of 2 rows (section 5.1)
+        ("dataset-chunked-head", Dataset(ProjectedDataset("po-gp-ucb-projection", 3.0, 1e-05,
+                                                          976.0, Z[:0]), 3, 2,
+                                         hashlib.sha256(Z.tobytes()).hexdigest())),
         ("query", Query(1, 2)),
         ("query-large-index", Query(70000, 4_000_000_000)),
         ("reward", Reward(1, 2, -0.4421021965429601, "")),
@@ -214,6 +219,9 @@ def _malformed() -> list[tuple[str, bytes, str]]:
                            "noise_var": 0.1}, "randomness": "seeded"}}), "malformed"),
         ("hello-nonce-bytes", _pack({"version": V, "client": "x", "nonce": bytes(16),
                                      "kind": "hello"}), "malformed"),
+        ("dataset-rows-float", _pack({"release": msgpack.unpackb(_dataset_body(
+            _ext(1, 2, [0, 2], b"")), raw=False)["release"], "rows": 3.0, "chunk_rows": 2,
+            "digest": "00" * 32, "kind": "dataset"}), "malformed"),
     ]
 
 
@@ -289,6 +297,70 @@ def _envelopes() -> list[dict]:
             {"kind": "hack"})}), "error": "unknown_kind"},
     ]
     return out
+
+
+# --------------------------------------------------------------------------- chunks
+
+def _chunked() -> dict:
+    """Section 5.1: a Dataset head and the chunk frames of its Z (5 x 2 float64, 2 rows a
+    chunk), as pobo sends them, then hostile variants, each with the error code a
+    receiver must refuse it with (heads: at the head; chunks: when that frame or the end
+    comes)."""
+    Z = np.round(np.linspace(-1.0, 1.0, 10), 3).reshape(5, 2)
+    chunked = ChunkedDataset.of(Dataset(ProjectedDataset("gaussian-rows", 1.0, 1e-05, 0.5,
+                                                         Z)), chunk_bytes=32)
+    head = chunked.message
+    frames = [b"".join(parts) for parts in chunked.frames()]
+    data = [msgpack.unpackb(f, raw=False)["data"] for f in frames]
+    nan = Z.copy()
+    nan[4, 1] = math.nan
+    nan_digest = hashlib.sha256(nan.tobytes()).hexdigest()
+
+    def chunk(i, payload):
+        return chunk_header(i, len(payload)) + payload
+
+    def headed(**changes):
+        return encode(dataclasses.replace(head, **changes))
+
+    flipped = bytearray(data[1])
+    flipped[3] ^= 0x01
+    hostile = [
+        ("wrong-digest", encode(head), [frames[0], chunk(1, bytes(flipped)), frames[2]],
+         "malformed"),
+        ("too-many-bytes", encode(head), [frames[0], frames[1], chunk(2, data[2] + bytes(8))],
+         "oversized"),
+        ("short-chunk", encode(head), [chunk(0, data[0][:-8]), frames[1], frames[2]],
+         "malformed"),
+        ("out-of-order", encode(head), [frames[1], frames[0], frames[2]], "sequence"),
+        ("missing-chunk", encode(head), [frames[0], frames[2]], "sequence"),
+        ("missing-last-chunk", encode(head), [frames[0], frames[1]], "sequence"),
+        ("chunk-after-the-end", encode(head), frames + [frames[2]], "sequence"),
+        ("oversized-chunk-frame", encode(head), [chunk(0, data[0] * 8)], "oversized"),
+        ("message-where-a-chunk-is-due", encode(head), [frames[0], encode(End("done"))],
+         "sequence"),
+        ("chunk-index-not-int", encode(head), [_pack({"chunk": "0", "data": data[0]})],
+         "malformed"),
+        ("nan-in-body", headed(digest=nan_digest), [
+            chunk(i, nan.tobytes()[32 * i:32 * (i + 1)]) for i in range(3)], "malformed"),
+        ("head-chunks-over-64-MiB", headed(chunk_rows=1 << 23), [], "oversized"),
+        ("head-body-over-the-limit", headed(rows=1 << 40), [], "oversized"),
+        ("head-digest-not-hex", headed(digest="Z" * 64), [], "malformed"),
+        ("head-z-not-empty", encode(dataclasses.replace(head, release=dataclasses.replace(
+            head.release, Z=Z[:1]))), [], "malformed"),
+    ]
+    return {"about": "PROTOCOL.md 5.1: a Dataset body (head_hex) and its chunk frames",
+            "head_hex": encode(head).hex(), "chunks_hex": [f.hex() for f in frames],
+            "Z": to_json(Z),
+            "hostile": [{"name": name, "head_hex": h.hex(), "chunks_hex": [c.hex() for c in cs],
+                         "expect": {"error": code}} for name, h, cs, code in hostile]}
+
+
+def _reassemble(head_hex: str, chunks_hex: list[str]) -> np.ndarray:
+    """Receive a chunked Dataset as section 5.1 says: the head, then the chunk frames."""
+    reassembly = Reassembly(decode(bytes.fromhex(head_hex)))
+    for frame in chunks_hex:
+        reassembly.feed(bytes.fromhex(frame))
+    return reassembly.result()
 
 
 # --------------------------------------------------------------------------- transcripts
@@ -418,6 +490,7 @@ def generate() -> dict:
         },
         "vectors": vectors,
         "transcript": _transcript(),
+        "chunked": _chunked(),
     }
 
 
@@ -488,6 +561,26 @@ def test_vectors_cover_every_kind_and_error():
     assert any(v["layer"] == "envelope" and "verify_key" in v and "kind" in v["expect"]
                for v in vectors)
     assert len({v["name"] for v in vectors}) == len(vectors)
+
+
+def test_chunked_vector_reassembles_to_its_z():
+    """Section 5.1's example: the head and chunk frames give Z back, and pobo's sender
+    makes exactly these frames."""
+    vector = _DATA["chunked"]
+    Z = _reassemble(vector["head_hex"], vector["chunks_hex"])
+    assert to_json(Z) == vector["Z"] and not Z.flags.writeable
+    sent = ChunkedDataset.of(Dataset(dataclasses.replace(
+        decode(bytes.fromhex(vector["head_hex"])).release, Z=Z.copy())), chunk_bytes=32)
+    assert encode(sent.message).hex() == vector["head_hex"]
+    assert [b"".join(p).hex() for p in sent.frames()] == vector["chunks_hex"]
+
+
+@pytest.mark.parametrize("vector", _DATA.get("chunked", {}).get("hostile", []),
+                         ids=lambda v: v["name"])
+def test_hostile_chunks_are_refused_with_their_code(vector):
+    with pytest.raises(ProtocolError) as caught:
+        _reassemble(vector["head_hex"], vector["chunks_hex"])
+    assert caught.value.code.value == vector["expect"]["error"], str(caught.value)
 
 
 def test_test_key_is_the_declared_one():

@@ -434,3 +434,33 @@ def test_lift_arguments_are_validated():
             with pytest.raises(ValueError):
                 project(data, 1.0, 1e-5, 4, np.random.default_rng(0), lift="private",
                         test_epsilon=te, test_delta=td)
+
+
+def test_release_noise_added_in_row_blocks_is_the_one_shot_noise_bit_for_bit(monkeypatch):
+    """A seeded release is unchanged by drawing its noise a block of rows at a time."""
+    from pobo.parties import projection
+
+    A = np.random.default_rng(3).normal(size=(50, 4))
+    expected = A + 2.5 * np.random.default_rng(4).standard_normal(A.shape)
+    monkeypatch.setattr(projection, "NOISE_ROWS", 7)  # 8 blocks, the last of 1 row
+    assert np.array_equal(projection.add_gaussian(A.copy(), 2.5, np.random.default_rng(4)),
+                          expected)
+
+
+@pytest.mark.parametrize("sketch", [False, True])
+def test_a_gaussian_release_holds_no_second_n_by_r_array(sketch):
+    """n x r noise is added in blocks: the release's peak is Z plus O(n d), not 4 n x r
+    arrays (n = 1e7, r = 20: 1.6 GB each)."""
+    import tracemalloc
+
+    from pobo.parties.projection import gaussian_projection
+
+    X = np.random.default_rng(5).normal(size=(400_000, 3))
+    tracemalloc.start()
+    try:
+        release, _ = gaussian_projection(X, 2.0, 1e-5, 10, np.random.default_rng(6),
+                                         sketch=sketch)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * release.Z.nbytes, f"{peak / 1e6:.0f} MB for a {release.Z.nbytes / 1e6:.0f} MB Z"

@@ -9,7 +9,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from pobo.parties.journal import MEMORY_REF, NPY_REF, Journal, JournalError
+from pobo.parties.journal import NPY_REF, Journal, JournalError
 from pobo.protocol.codec import encode
 from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
 from pobo.protocol.messages import Dataset, ProjectedDataset
@@ -20,10 +20,9 @@ def _release(n: int = 500, r: int = 4, seed: int = 0) -> ProjectedDataset:
     return ProjectedDataset("gaussian-release", 1.0, 1e-5, 0.0, Z, noise_std=0.25)
 
 
-def _store(journal: Journal, release: ProjectedDataset, key: str = "k",
-           dataset: bytes | None = None) -> None:
+def _store(journal: Journal, release: ProjectedDataset, key: str = "k") -> None:
     journal.store_projection(key, release, {"lifted": False}, [Entry("gaussian", 1.0, 1e-5)],
-                             Budget(epsilon=10.0), dataset)
+                             Budget(epsilon=10.0))
 
 
 def _stored_file(journal: Journal, key: str = "k"):
@@ -56,16 +55,10 @@ def test_a_projection_larger_than_sqlites_blob_limit_is_stored(tmp_path):
     release = _release(n=10_000, r=4)
     _store(journal, release)
     assert journal.projection("k")[0] == release
-    inline = sqlite3.connect(":memory:")  # what the file store avoids: the frame as a blob
-    inline.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1 << 16)
-    inline.execute("CREATE TABLE projections (frame BLOB)")
-    with pytest.raises(sqlite3.DataError):
-        inline.execute("INSERT INTO projections VALUES (?)",
-                       (encode(Dataset(release)),))
-    memory = Journal(":memory:")  # nor does an in-memory journal put it in SQLite
-    memory._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1 << 16)
-    _store(memory, release)
-    assert memory.projection("k")[0] == release
+    inline = Journal(":memory:")  # keeps Z in the process, a reference in the row
+    inline._db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1 << 16)
+    _store(inline, release)
+    assert inline.projection("k")[0] == release
 
 
 def test_an_altered_projection_file_is_refused_on_load(tmp_path):
@@ -96,43 +89,38 @@ def test_the_same_z_is_stored_once(tmp_path):
     assert not list(journal.projection_dir.glob("*.tmp"))
 
 
-def test_an_in_memory_journal_keeps_the_frame_as_bytes_named_by_the_row():
-    """No .npy file and no second copy in SQLite's pages: the row names the frame the
-    journal holds, the very bytes object the caller encoded when it gives one."""
+def test_an_in_memory_journal_keeps_z_itself_not_a_copy():
+    """n = 1e7 x r = 20 is 1.6 GB: an in-memory journal holds the release's own array and
+    a reference to it in the row, never an encoded copy (which SQLite caps at 1 GB)."""
     journal = Journal()
     release = _release()
-    frame = encode(Dataset(release))
-    _store(journal, release, dataset=frame)
-    row = journal._db.execute("SELECT frame FROM projections").fetchone()[0]
-    assert row == MEMORY_REF and not row.startswith(NPY_REF)
-    assert journal._frames["k"] is frame
-    assert journal.projection("k")[0] == release
-    other = Journal()  # another in-memory journal holds none of it
-    assert other.projection("k") is None and not other._frames
+    _store(journal, release)
+    frame = journal._db.execute("SELECT frame FROM projections").fetchone()[0]
+    assert frame.startswith(NPY_REF) and len(frame) < 4096
+    back = journal.projection("k")[0]
+    assert back == release and back.Z is release.Z
 
 
 def test_a_refused_in_memory_projection_is_not_kept():
-    """Past the budget the row is rolled back, and the frame is not held either."""
+    """Past the budget the row is rolled back, and Z is not held either."""
     journal = Journal()
     with pytest.raises(PrivacyBudgetExceeded):
         journal.store_projection("k", _release(), {}, [Entry("gaussian", 2.0, 1e-5)],
                                  Budget(epsilon=1.0))
-    assert journal.projection("k") is None and not journal._frames
+    assert journal.projection("k") is None and not journal._arrays
 
 
-def test_a_service_encodes_its_dataset_once_and_an_in_memory_journal_holds_those_bytes(
+def test_a_service_in_memory_keeps_the_releases_own_z_and_sends_what_a_disk_one_sends(
         tmp_path):
-    """The Dataset frame the service sends every session is the one its in-memory
-    journal keeps for a resume; on disk the journal names a .npy file and the service
-    sends the same bytes as before."""
+    """The in-memory journal holds the release's own array (no copy); a service on
+    disk sends the same Dataset bytes."""
     from pobo.protocol.codec import decode
     from pobo.session import RunConfig, prepare_service
 
     config = RunConfig("synthetic", T=5, seed=1, options={"grid": 10})
     memory = prepare_service(config)
-    assert memory.journal._frames[memory.projection_key] is memory.dataset_body.body
+    assert memory.journal._arrays[memory.projection_key] is memory.release.Z
     assert decode(memory.dataset_body.body).release == memory.release
-    assert memory.journal.projection(memory.projection_key)[0] == memory.release
     disk = prepare_service(config, journal=Journal(tmp_path / "j.db"))
     assert disk.dataset_body.body == memory.dataset_body.body
     assert disk.journal.projection(disk.projection_key)[0] == memory.release
