@@ -11,6 +11,12 @@ are shared) hits every path alike. The paths:
   (b) raw zmq.asyncio DEALER -> ROUTER echo of the same frame: the baseline of every ratio;
   (b) with CURVE: the same, CURVE-encrypted (what a deployment's transport costs);
   pipe: pobo's DealerPipe -> RouterHub echo of the same frame (the pipe layer alone);
+  (p) the same work as (c) written flat, outside pobo, on raw zmq.asyncio sockets: each
+      side msgpack-encodes its message, signs it (libsodium), appends it to a transcript
+      file (a record chained by SHA-256) and sends; the server commits the answer to a
+      SQLite journal (WAL, synchronous=NORMAL) before it replies; each side verifies the
+      peer's signature after its own send (as (c) does over CURVE). No policy, links,
+      codec validation or session machinery: the floor of this work in Python here;
   (c) pobo's full path: `pobo curator synthetic` with signatures, transcripts and a
       journal on disk, and a modeler Channel (signed, with its transcript) sending a Query
       and receiving its Reward. The figure: over CURVE (as every deployment off loopback
@@ -83,6 +89,8 @@ def serve(mode: str, keys: Path | None = None) -> None:
 
 async def _serve_async(mode: str, keys: Path | None) -> None:
     ctx = zmq.asyncio.Context()
+    if mode == "flat":
+        await _serve_flat(ctx, keys.parent)
     if mode in ("router", "router-curve"):
         sock = ctx.socket(zmq.ROUTER)
         if mode == "router-curve":  # every client admitted: the handshake is not timed
@@ -102,6 +110,76 @@ async def _serve_async(mode: str, keys: Path | None) -> None:
     tasks = []
     while True:
         tasks.append(asyncio.ensure_future(echo(await hub.accept(3600))))
+
+
+PROTO_KEYS = (b"\x01" * 32, b"\x02" * 32)  # (server, client) signing seeds: a benchmark's
+
+
+class FlatSide:
+    """One side of the (p) prototype: its signing key, the peer's verify key, a chained
+    transcript file and the peer frames not yet verified."""
+
+    def __init__(self, mine: bytes, peer: bytes, transcript: Path) -> None:
+        from nacl.signing import SigningKey
+
+        self.key, self.peer = SigningKey(mine), SigningKey(peer).verify_key
+        self.file = open(transcript, "ab", buffering=0)
+        self.prev, self.unverified = bytes(32), []
+
+    def record(self, direction: str, frame: bytes) -> None:
+        import hashlib
+
+        import msgpack
+
+        raw = msgpack.packb({"dir": direction, "frame": frame, "prev": self.prev,
+                             "time": time.time()}, use_bin_type=True)
+        self.file.write(raw)
+        self.prev = hashlib.sha256(raw).digest()
+
+    def seal(self, message: dict) -> bytes:
+        import msgpack
+
+        body = msgpack.packb(message, use_bin_type=True)
+        frame = msgpack.packb({"body": body, "sig": self.key.sign(body).signature},
+                              use_bin_type=True)
+        self.record("sent", frame)
+        return frame
+
+    def open(self, frame: bytes) -> dict:
+        import msgpack
+
+        envelope = msgpack.unpackb(frame, raw=False)
+        self.unverified.append((envelope["body"], envelope["sig"]))
+        self.record("recv", frame)
+        return msgpack.unpackb(envelope["body"], raw=False)
+
+    def verify(self) -> None:
+        for body, sig in self.unverified:
+            self.peer.verify(body, sig)
+        self.unverified.clear()
+
+
+async def _serve_flat(ctx, where: Path) -> None:
+    """The (p) server: answer each query from a table, committed to SQLite first."""
+    import sqlite3
+
+    sock = ctx.socket(zmq.ROUTER)
+    port = sock.bind_to_random_port("tcp://127.0.0.1")
+    db = sqlite3.connect(where / "flat.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE answers (seq INTEGER PRIMARY KEY, row INTEGER, value REAL)")
+    side = FlatSide(PROTO_KEYS[0], PROTO_KEYS[1], where / "flat-server.transcript")
+    f = np.random.default_rng(0).standard_normal(2500)
+    print(f"{LISTENING}tcp://127.0.0.1:{port}", flush=True)
+    while True:
+        identity, frame = await sock.recv_multipart()
+        query = side.open(frame)
+        value = float(f[query["index"]])
+        db.execute("INSERT INTO answers VALUES (?, ?, ?)", (query["seq"], query["index"], value))
+        await sock.send_multipart([identity, side.seal(
+            {"kind": "reward", "seq": query["seq"], "index": query["index"], "value": value})])
+        side.verify()
 
 
 def start(argv: list[str], log: Path) -> tuple[subprocess.Popen, str]:
@@ -257,7 +335,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
     T = args.reps * args.block + 100
     me = [sys.executable, __file__, "--keys", str(keys), "--serve"]
     servers = {name: start([*me, name], out / f"{name}.log")
-               for name in ("rep", "router", "router-curve", "hub")}
+               for name in ("rep", "router", "router-curve", "hub", "flat")}
     curators = {  # name: (durability, signed, CURVE)
         "curve": ("normal", True, True), "full": ("full", True, True),
         "plain": ("normal", True, False), "unsigned": ("normal", False, False)}
@@ -303,6 +381,19 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
             await curved.send(frame)
             await curved.recv()
 
+        flat_sock = ctx.socket(zmq.DEALER)
+        flat_sock.connect(servers["flat"][1])
+        flat = FlatSide(PROTO_KEYS[1], PROTO_KEYS[0], out / "flat-client.transcript")
+        flat_seq = [0]
+
+        async def flat_trip() -> None:
+            flat_seq[0] += 1
+            await flat_sock.send(flat.seal({"kind": "query", "seq": flat_seq[0],
+                                            "index": int(rng.integers(2500))}))
+            flat.verify()  # the previous reward, while the server works
+            reward = flat.open(await flat_sock.recv())
+            assert reward["seq"] == flat_seq[0]
+
         async def piped() -> None:
             await pipe.send(frame)
             await pipe.recv(TIMEOUT)
@@ -311,6 +402,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
                  Path_("(b) raw asyncio DEALER/ROUTER", raw),
                  Path_("(b) with CURVE", raw_curve),
                  Path_("pipe: DealerPipe/RouterHub echo", piped),
+                 Path_("(p) the same work, flat, no pobo", flat_trip),
                  Path_("(c) pobo, signed, journal normal", sessions["curve"][0]),
                  Path_("(c) pobo, signed, journal full", sessions["full"][0]),
                  Path_("(c) signed, plaintext, normal", sessions["plain"][0]),
@@ -325,6 +417,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
         for channel in channels:
             await channel.send(End("done"))
         pipe.close()
+        flat_sock.close(0)
         curved.close(0)
         dealer.close(0)
         req.close(0)
@@ -370,7 +463,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7, help="interleaved repetitions")
     parser.add_argument("--block", type=int, default=300, help="round trips per path per rep")
-    parser.add_argument("--serve", choices=("rep", "router", "router-curve", "hub"),
+    parser.add_argument("--serve", choices=("rep", "router", "router-curve", "hub", "flat"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--keys", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
