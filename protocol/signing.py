@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import msgpack
@@ -87,13 +88,19 @@ class SharedBody:
     signature and never copies the body: the frame goes out as parts [head, body, tail]
     whose concatenation is exactly `seal(body, link, signer)` (same bytes, same
     signature), the body part the same object in every session. `stored` remembers the
-    blob stores that already hold it (protocol.transcript.Transcript.append_shared)."""
+    blob stores that already hold it (protocol.transcript.Transcript.append_shared).
+    The body's own SHA-256 (`digest`) is computed when first needed (a signature or a
+    blob store needs it; an unsigned in-process sweep run does not)."""
 
     body: bytes
-    digest: bytes
     head: bytes
     prefix: object  # hashlib sha256 state after head + body
     stored: set = field(default_factory=set)
+
+    @cached_property
+    def digest(self) -> bytes:
+        """The SHA-256 of the body (what a signature covers, what a blob is named by)."""
+        return hashlib.sha256(self.body).digest()
 
     @classmethod
     def of(cls, body: bytes) -> "SharedBody":
@@ -106,7 +113,7 @@ class SharedBody:
         head = b"\x83" + msgpack.packb("body") + header  # a map of 3: body, link, sig
         prefix = hashlib.sha256(head)
         prefix.update(body)
-        return cls(body, hashlib.sha256(body).digest(), head, prefix)
+        return cls(body, head, prefix)
 
     def seal(self, link: Link, signer: "Signer | None") -> tuple[list[bytes], bytes, bytes]:
         """(the frame's parts, the frame's SHA-256, the signature) at `link`."""
