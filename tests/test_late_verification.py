@@ -14,7 +14,7 @@ import zmq.asyncio
 from pobo.parties.journal import Journal
 from pobo.protocol.channel import LateSignature
 from pobo.protocol.errors import ErrorCode
-from pobo.protocol.messages import PROTOCOL_VERSION, End, Error, Hello, Query, Reward
+from pobo.protocol.messages import PROTOCOL_VERSION, End, Error, Hello, Pending, Query, Reward
 from pobo.protocol.policy import CURATOR, MODELER
 from pobo.protocol.signing import Signer
 from pobo.protocol.transcript import REFUSED, read_transcript
@@ -162,11 +162,11 @@ def _forging(channel, forge) -> None:
 
 
 async def _modeler_against(tmp_path, forge, *, T: int = 6, batch: int = 1,
-                           journal: bool = True):
+                           journal: bool = True, objective_cmd: str | None = None):
     """A whole in-process session over authenticated pipes whose curator forges the
-    rewards `forge` picks: the modeler's result (or exception) and both folders."""
+    messages `forge` picks: the modeler's result (or exception) and both folders."""
     service = prepare_service(
-        RunConfig("synthetic", T=T, seed=1, options={"grid": 8}),
+        RunConfig("synthetic", T=T, seed=1, options={"grid": 8}, objective_cmd=objective_cmd),
         journal=Journal(tmp_path / "j.db", durability="normal") if journal else None)
     session = service.new_session(batch=batch)
     cpipe, mpipe = pipe_pair()
@@ -268,3 +268,14 @@ async def test_the_audit_flags_a_transcript_holding_a_late_refused_frame(tmp_pat
     report, = audit_files(paths, keys=announced_keys(paths))
     assert not report.ok and report.signatures.startswith("FAILED at record")
     assert report.refused["codes"] == {"bad_signature": 1}
+
+
+async def test_a_forged_pending_ends_the_modeler_at_its_next_receive(tmp_path):
+    lab = tmp_path / "lab.sh"
+    lab.write_text("sleep 0.05; echo 0.5\n")
+    outcome = await _modeler_against(tmp_path, lambda m: isinstance(m, Pending), T=3,
+                                     objective_cmd=f"sh {lab} {{index}}")
+    assert isinstance(outcome, LateSignature), outcome
+    assert _late_refusals(tmp_path / "m" / "modeler.transcript") == ["bad_signature"]
+    record = json.loads((tmp_path / "m" / "modeler.json").read_text())
+    assert record["status"] == "error" and record["rewards"] == []
