@@ -22,7 +22,7 @@ from pobo.protocol.chunks import ChunkedDataset, with_body
 from pobo.protocol.policy import CURATOR
 from pobo.protocol.codec import decode
 from pobo.protocol.signing import SharedBody, body_of
-from pobo.protocol.transcript import blob_dirs, read_transcript
+from pobo.protocol.transcript import REFUSED, blob_dirs, read_transcript
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, LedgerHead, Pending,
@@ -269,6 +269,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
             modeler.tell(reward.seq - 1, reward.value)
             if on_step is not None:
                 on_step(reward.seq, reward.index, reward.value)
+        channel.verify_accepted()  # an authenticated pipe's last rewards: before any End
     except (PeerError, ProtocolError) as exc:  # giving up: say so, so the curator need not
         with contextlib.suppress(Exception):  # wait out its timeout (the session stays resumable)
             await channel.send(End(f"the modeler gives up: {exc}"[:200]))
@@ -415,8 +416,15 @@ def resume_state(transcript: str | Path, blobs: str | Path | None = None) -> Res
     pending: set[int] = set()
     ended = False
     dirs = blob_dirs(transcript, blobs)
-    for record in read_transcript(transcript, blobs):
+    records = list(read_transcript(transcript, blobs))
+    # a frame accepted on an authenticated pipe and then found forged (protocol.channel:
+    # LateSignature) is followed by its refusal: it never counts
+    forged = {r.sha256 for r in records if r.kind == REFUSED
+              and r.code == ErrorCode.BAD_SIGNATURE.value}
+    for record in records:
         if record.kind not in ("welcome", "dataset", "query", "reward", "pending", "end"):
+            continue
+        if forged and record.dir == "recv" and record.digest in forged:
             continue
         message = decode(body_of(record.frame))
         if isinstance(message, Dataset) and dataset is None:  # its chunked body, read back

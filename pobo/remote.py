@@ -18,6 +18,7 @@ from pathlib import Path
 from pobo.parties.modeler import HyperFit
 from pobo.parties.runners import receive_hello, resume_state
 from pobo.parties.service import CuratorService
+from pobo.protocol.channel import LateSignature
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import Error, ReleaseRequest
 from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
@@ -330,6 +331,8 @@ RECONNECT_CODES = (ErrorCode.SEQUENCE.value, ErrorCode.BAD_SIGNATURE.value,
 def _reconnectable(exc: Exception, out: Path | None, deadline: float):
     """The session to resume after losing the curator, or None when giving up is right:
     no transcript, nothing pending, patience spent, or a definite refusal."""
+    if isinstance(exc, LateSignature):
+        return None  # the curator's own signature failed: resuming would not change it
     code = getattr(exc, "code", None)
     code = code.value if isinstance(code, ErrorCode) else code
     if isinstance(exc, (ProtocolError, PeerError)) and code not in RECONNECT_CODES:

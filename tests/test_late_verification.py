@@ -5,6 +5,7 @@ frame is refused before f is evaluated and the session goes on."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 import pytest
@@ -13,11 +14,12 @@ import zmq.asyncio
 from pobo.parties.journal import Journal
 from pobo.protocol.channel import LateSignature
 from pobo.protocol.errors import ErrorCode
-from pobo.protocol.messages import PROTOCOL_VERSION, End, Error, Hello, Query, Reward
+from pobo.protocol.messages import PROTOCOL_VERSION, End, Error, Hello, Pending, Query, Reward
 from pobo.protocol.policy import CURATOR, MODELER
 from pobo.protocol.signing import Signer
 from pobo.protocol.transcript import REFUSED, read_transcript
-from pobo.session import RunConfig, curate, open_channel, prepare_service
+from pobo.parties.runners import resume_state
+from pobo.session import RunConfig, curate, open_channel, optimise, prepare_service
 from pobo.transport.inproc import pipe_pair
 from pobo.transport.security import CurveClient, CurveServer, make_keys, start_authenticator
 from pobo.transport.sockets import DealerPipe, RouterHub
@@ -140,3 +142,140 @@ def test_close_records_a_forged_frame_it_had_not_verified_yet(tmp_path):
     records = list(read_transcript(tmp_path / "c" / "curator.transcript"))
     assert [r.code for r in records if r.kind == REFUSED] == ["bad_signature"]
     assert np.isfinite(records[-1].time)
+
+
+def _forging(channel, forge) -> None:
+    """Make `channel` sign the messages `forge(message)` picks with a key other than the
+    one it announced (the frames still come over the authenticated pipe)."""
+    send, stranger = channel.send, Signer.generate()
+
+    async def send_forging(message, *args, **kwargs):
+        if not forge(message):
+            return await send(message, *args, **kwargs)
+        honest, channel.signer = channel.signer, stranger
+        try:
+            return await send(message, *args, **kwargs)
+        finally:
+            channel.signer = honest
+
+    channel.send = send_forging
+
+
+async def _modeler_against(tmp_path, forge, *, T: int = 6, batch: int = 1,
+                           journal: bool = True, objective_cmd: str | None = None):
+    """A whole in-process session over authenticated pipes whose curator forges the
+    messages `forge` picks: the modeler's result (or exception) and both folders."""
+    service = prepare_service(
+        RunConfig("synthetic", T=T, seed=1, options={"grid": 8}, objective_cmd=objective_cmd),
+        journal=Journal(tmp_path / "j.db", durability="normal") if journal else None)
+    session = service.new_session(batch=batch)
+    cpipe, mpipe = pipe_pair()
+    cpipe.authenticated = mpipe.authenticated = True
+    cur = open_channel(cpipe, CURATOR, False, tmp_path / "c", 5, signer=Signer.generate())
+    mod = open_channel(mpipe, MODELER, False, tmp_path / "m", 5, signer=Signer.generate())
+    assert cur.late and mod.late
+    _forging(cur, forge)
+    curating = asyncio.ensure_future(curate(cur, session, tmp_path / "c", verbose=False,
+                                            raise_errors=False))
+    try:
+        outcome = await optimise(mod, 0, out=tmp_path / "m", batch=batch)
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        outcome = exc
+    finally:
+        mod.close()
+    await asyncio.wait({curating}, timeout=5)
+    curating.cancel()
+    cur.close()
+    return outcome
+
+
+def _late_refusals(path) -> list[str]:
+    return [r.code for r in read_transcript(path) if r.kind == REFUSED]
+
+
+@pytest.mark.parametrize("journal", [True, False])
+async def test_a_forged_last_reward_fails_the_modeler_and_its_record_says_so(tmp_path, journal):
+    """The T-th reward is the last frame before the modeler's End: it must still be
+    verified before the modeler reports success (neither swallowed by the wait for the
+    curator's closing End nor by close)."""
+    outcome = await _modeler_against(tmp_path, lambda m: isinstance(m, Reward) and m.seq == 6,
+                                     journal=journal)
+    assert isinstance(outcome, LateSignature), outcome
+    record = json.loads((tmp_path / "m" / "modeler.json").read_text())
+    assert record["status"] == "error" and len(record["rewards"]) == 6  # records kept
+    assert _late_refusals(tmp_path / "m" / "modeler.transcript") == ["bad_signature"]
+    sent = [r for r in read_transcript(tmp_path / "m" / "modeler.transcript")
+            if r.dir == "sent" and r.kind == "end"]
+    assert not [r for r in sent if b"done" in r.frame], "said done after a forged reward"
+
+
+async def test_a_forged_reward_mid_session_ends_the_modeler_at_its_next_receive(tmp_path):
+    outcome = await _modeler_against(tmp_path, lambda m: isinstance(m, Reward) and m.seq == 3)
+    assert isinstance(outcome, LateSignature) and not outcome.recoverable
+    record = json.loads((tmp_path / "m" / "modeler.json").read_text())
+    assert record["status"] == "error" and len(record["rewards"]) == 3
+    assert _late_refusals(tmp_path / "m" / "modeler.transcript") == ["bad_signature"]
+
+
+async def test_a_batch_of_forged_rewards_is_refused_at_the_first(tmp_path):
+    outcome = await _modeler_against(tmp_path, lambda m: isinstance(m, Reward), batch=4)
+    assert isinstance(outcome, LateSignature)
+    assert _late_refusals(tmp_path / "m" / "modeler.transcript") == ["bad_signature"]
+    assert len(json.loads((tmp_path / "m" / "modeler.json").read_text())["rewards"]) == 1
+
+
+def test_the_in_process_pipe_never_defers_verification():
+    for pipe in pipe_pair():
+        assert not getattr(pipe, "authenticated", False)
+        assert not open_channel(pipe, MODELER, False, None, 1).late
+
+
+async def test_a_resumed_modeler_never_replays_a_reward_refused_late(tmp_path):
+    """A reward refused after it was accepted is in the transcript (then its refusal):
+    resume_state must not count it as answered."""
+    outcome = await _modeler_against(tmp_path, lambda m: isinstance(m, Reward) and m.seq == 2)
+    assert isinstance(outcome, LateSignature)
+    state = resume_state(tmp_path / "m" / "modeler.transcript")
+    assert [seq for seq, _, _ in state.answered] == [1]
+    assert 2 in state.asked
+
+
+async def test_a_late_signature_is_never_reconnected_to_under_patience(tmp_path, monkeypatch):
+    """BAD_SIGNATURE from a restarted curator is worth a reconnect; the modeler's own
+    LateSignature (the curator's frame was forged) is not, even with queries pending."""
+    import types
+
+    from pobo import remote
+    from pobo.protocol.errors import PeerGone
+    monkeypatch.setattr(remote, "resume_state",
+                        lambda path: types.SimpleNamespace(pending=frozenset({1})))
+    far = asyncio.get_running_loop().time() + 3600
+    assert remote._reconnectable(PeerGone("lost"), tmp_path, far) is not None
+    assert remote._reconnectable(LateSignature("forged"), tmp_path, far) is None
+
+
+async def test_the_audit_flags_a_transcript_holding_a_late_refused_frame(tmp_path):
+    from pobo.auditing import announced_keys, audit_files
+    service, session, mod, task = await _session(tmp_path, authenticated=True)
+    await mod.send(Query(1, 3))
+    await mod.recv()
+    await _forged(mod, 2, 5)
+    await mod.recv()  # its reward
+    await mod.recv()  # the Error ending the session
+    await asyncio.wait_for(task, 5)
+    mod.close()
+    paths = [tmp_path / "c" / "curator.transcript"]
+    report, = audit_files(paths, keys=announced_keys(paths))
+    assert not report.ok and report.signatures.startswith("FAILED at record")
+    assert report.refused["codes"] == {"bad_signature": 1}
+
+
+async def test_a_forged_pending_ends_the_modeler_at_its_next_receive(tmp_path):
+    lab = tmp_path / "lab.sh"
+    lab.write_text("sleep 0.05; echo 0.5\n")
+    outcome = await _modeler_against(tmp_path, lambda m: isinstance(m, Pending), T=3,
+                                     objective_cmd=f"sh {lab} {{index}}")
+    assert isinstance(outcome, LateSignature), outcome
+    assert _late_refusals(tmp_path / "m" / "modeler.transcript") == ["bad_signature"]
+    record = json.loads((tmp_path / "m" / "modeler.json").read_text())
+    assert record["status"] == "error" and record["rewards"] == []

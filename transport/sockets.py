@@ -271,6 +271,8 @@ class DealerPipe:
         self._sync = zmq.Socket.shadow(sock.underlying)
         self._events = zmq.Socket.shadow(monitor.underlying) if monitor is not None else None
         self._waiter: asyncio.Future | None = None
+        self._watched: list[int] = []  # the descriptors a waiting recv has readers on
+        self._closed = False
 
     @classmethod
     def connect(cls, ctx: zmq.asyncio.Context, endpoint: str,
@@ -345,6 +347,8 @@ class DealerPipe:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
         while True:
+            if self._closed:
+                raise PeerGone("the pipe to the curator is closed")
             self._check_handshake()
             if _readable_now(self._sync):
                 try:
@@ -358,7 +362,8 @@ class DealerPipe:
             watched = [self._sync] if self._shook else [self._sync, self._events]
             self._waiter = loop.create_future()
             try:
-                await _wait_readable(loop, self._waiter, watched, min(remaining, _POLL_MS / 1000))
+                await _wait_readable(loop, self._waiter, watched, self._watched,
+                                     min(remaining, _POLL_MS / 1000))
             finally:
                 self._waiter = None
 
@@ -397,7 +402,16 @@ class DealerPipe:
             raise AuthenticationFailed(_auth_message(self.endpoint, status, self._curve), status)
 
     def close(self) -> None:
-        """Close the socket at once (LINGER=0), after stopping its monitor."""
+        """Close the socket at once (LINGER=0), after stopping its monitor; a recv waiting
+        meanwhile ends with PeerGone. Its readers go first: a reader left on (or removed
+        later from) a closed socket's descriptor number would deafen the next socket given
+        that number (test_socket_readers)."""
+        self._closed = True
+        waiter = self._waiter
+        if waiter is not None:
+            _unwatch(waiter.get_loop(), self._watched)
+            if not waiter.done():
+                waiter.set_result(None)
         _close_monitored(self._sock, self._monitor)
 
 
@@ -408,25 +422,34 @@ def _readable_now(sock: zmq.Socket) -> bool:
 
 
 async def _wait_readable(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future,
-                         socks: list[zmq.Socket | None], timeout: float) -> None:
+                         socks: list[zmq.Socket | None], watched: list[int],
+                         timeout: float) -> None:
     """Wait until `waiter` is set, a socket's file descriptor signals or `timeout` s pass;
     the caller then checks ZMQ_EVENTS (the descriptor is edge-triggered: it signals a
-    change, not a message). Readers are added for this wait only, so a descriptor never
-    has a reader left behind when its socket closes."""
+    change, not a message). Readers are added for this wait only and listed in `watched`,
+    which a closing pipe empties first (`_unwatch`): so a descriptor never has a reader
+    left behind when its socket closes, and none is removed after it closed."""
     def wake() -> None:
         if not waiter.done():
             waiter.set_result(None)
 
-    fds = [sock.FD for sock in socks if sock is not None]
-    for fd in fds:
-        loop.add_reader(fd, wake)
+    for sock in socks:
+        if sock is not None:
+            fd = sock.FD
+            loop.add_reader(fd, wake)
+            watched.append(fd)
     timer = loop.call_later(timeout, wake)
     try:
         await waiter
     finally:
         timer.cancel()
-        for fd in fds:
-            loop.remove_reader(fd)
+        _unwatch(loop, watched)
+
+
+def _unwatch(loop: asyncio.AbstractEventLoop, watched: list[int]) -> None:
+    """Remove the readers on the descriptors in `watched`, and empty it."""
+    while watched:
+        loop.remove_reader(watched.pop())
 
 
 def _single(parts: list[bytes]) -> bytes:
@@ -773,7 +796,9 @@ class RouterHub:
 
     async def aclose(self) -> None:
         """Stop reading, wake every waiter and close the socket (at once: nothing is
-        awaited, so a cancelled caller cannot leave the socket open)."""
+        awaited, so a cancelled caller cannot leave the socket open); idempotent."""
+        if self._sock.closed:
+            return
         self._closed = True
         self._arrived.set()
         for peer in self._peers.values():

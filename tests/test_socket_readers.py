@@ -1,0 +1,204 @@
+"""The hub and the DEALER read through readers on ZeroMQ's edge-triggered descriptors:
+attacks on that design. A descriptor whose socket closed never keeps a reader (a new
+socket reusing its number must be heard), a recv waiting while its pipe closes ends at
+once with a typed error, concurrent sends never make a recv miss its message, frames
+that came before the hub's first accept are read, a failing receive pauses the reader
+instead of spinning, and aclose wakes every waiter."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import zmq
+
+from pobo.protocol.errors import PeerGone
+from pobo.transport.sockets import _POLL_MS, DealerPipe, RouterHub, close_context, new_context
+from tests.waits import result_within
+
+
+@pytest.fixture
+async def ctx():
+    context = new_context()
+    yield context
+    close_context(context)
+
+
+@pytest.fixture
+async def pair(ctx):
+    """A hub on a free loopback port and a DEALER connected to it, both closed after."""
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+    pipe = DealerPipe.connect(ctx, hub.endpoint)
+    yield hub, pipe
+    pipe.close()
+    await hub.aclose()
+
+
+async def _echo(hub: RouterHub, frames: int, timeout: float = 5.0) -> None:
+    """Accept one peer and send back each of its next `frames` frames."""
+    pipe = await hub.accept(timeout)
+    for _ in range(frames):
+        await pipe.send(await pipe.recv(timeout))
+
+
+async def test_a_recv_waiting_while_its_pipe_closes_ends_at_once_and_leaves_no_reader(pair):
+    hub, pipe = pair
+    waiting = asyncio.ensure_future(pipe.recv(5))
+    await asyncio.sleep(0.02)  # waiting on the socket's (and the monitor's) descriptor
+    fds = [pipe._sync.FD, pipe._events.FD]
+    started = time.perf_counter()
+    pipe.close()
+    loop = asyncio.get_running_loop()
+    left = [fd for fd in fds if loop.remove_reader(fd)]
+    assert not left, f"readers left on the closed pipe's descriptors {left}"
+    with pytest.raises(PeerGone):
+        await result_within(waiting, 2)
+    assert time.perf_counter() - started < _POLL_MS / 1000
+
+
+async def test_sockets_opened_after_pipes_closed_mid_recv_are_heard(ctx):
+    """Descriptor numbers are reused: a reader left on a closed pipe's number (or removed
+    from it after a new socket took the number) left a new hub deaf (accept timed out)."""
+    for _ in range(25):
+        hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+        pipe = DealerPipe.connect(ctx, hub.endpoint)
+        waiting = asyncio.ensure_future(pipe.recv(5))
+        await asyncio.sleep(0.003)
+        pipe.close()
+        await hub.aclose()
+        await asyncio.sleep(0.002)  # libzmq's reaper frees the descriptors meanwhile
+        hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+        pipe = DealerPipe.connect(ctx, hub.endpoint)
+        try:
+            echo = asyncio.ensure_future(_echo(hub, 1, timeout=2))
+            await pipe.send(b"ping")
+            assert await result_within(pipe.recv(2), 3) == b"ping"
+            await result_within(echo, 3)
+        finally:
+            pipe.close()
+            await hub.aclose()
+        await asyncio.wait({waiting}, timeout=2)
+        assert waiting.done()
+
+
+async def test_concurrent_sends_never_make_a_waiting_recv_miss_its_message(pair):
+    """One task sends, another receives on the same DEALER (as with --batch 4): a send
+    taking the descriptor's edge while a reply is in must wake the recv, so the exchange
+    never waits out _POLL_MS per message."""
+    hub, pipe = pair
+    n = 400
+    echo = asyncio.ensure_future(_echo(hub, n + 1))
+    await pipe.send(b"accept me")  # a peer not yet accepted may queue only a few frames
+    assert await result_within(pipe.recv(5), 6) == b"accept me"
+
+    async def sender() -> None:
+        for i in range(n):
+            await pipe.send(i.to_bytes(4, "big"))
+            if i % 4 == 3:
+                await asyncio.sleep(0)  # let the receiver wait in between
+
+    async def receiver() -> float:
+        worst = 0.0
+        for i in range(n):
+            started = time.perf_counter()
+            assert await pipe.recv(5) == i.to_bytes(4, "big")
+            worst = max(worst, time.perf_counter() - started)
+        return worst
+
+    started = time.perf_counter()
+    sending = asyncio.ensure_future(sender())
+    await result_within(receiver(), 20)
+    await result_within(sending, 5)
+    await result_within(echo, 5)
+    # a missed wake-up costs _POLL_MS: 400 messages at even 1 in 10 missed is 4 s
+    assert time.perf_counter() - started < 2.0
+
+
+async def test_many_peers_flooding_at_once_are_all_served(ctx):
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+    pipes = [DealerPipe.connect(ctx, hub.endpoint) for _ in range(40)]
+    rounds = 20
+    try:
+        async def serve() -> None:
+            sessions = [asyncio.ensure_future(_serve_one(await hub.accept(5)))
+                        for _ in pipes]
+            await asyncio.gather(*sessions)
+
+        async def _serve_one(pipe) -> None:
+            for _ in range(rounds):
+                await pipe.send(await pipe.recv(5))
+
+        async def client(pipe: DealerPipe, k: int) -> None:
+            for i in range(rounds):
+                frame = f"{k}:{i}".encode()
+                await pipe.send(frame)
+                assert await pipe.recv(5) == frame
+
+        server = asyncio.ensure_future(serve())
+        started = time.perf_counter()
+        await result_within(asyncio.gather(*(client(p, k) for k, p in enumerate(pipes))), 20)
+        await result_within(server, 5)
+        assert time.perf_counter() - started < 5.0
+    finally:
+        for pipe in pipes:
+            pipe.close()
+        await hub.aclose()
+
+
+async def test_frames_that_came_before_the_first_accept_are_read(pair):
+    hub, pipe = pair
+    await pipe.send(b"early")
+    await asyncio.sleep(0.3)  # queued in libzmq, no reader on the hub yet
+    started = time.perf_counter()
+    peer = await result_within(hub.accept(2), 3)
+    assert await result_within(peer.recv(2), 3) == b"early"
+    assert time.perf_counter() - started < _POLL_MS / 1000
+
+
+async def test_aclose_wakes_an_accept_and_a_recv_at_once_and_may_be_repeated(pair):
+    hub, pipe = pair
+    await pipe.send(b"hello")
+    peer = await hub.accept(2)
+    assert await peer.recv(2) == b"hello"
+    accepting = asyncio.ensure_future(hub.accept(10))
+    receiving = asyncio.ensure_future(peer.recv(10))
+    await asyncio.sleep(0.02)
+    started = time.perf_counter()
+    await hub.aclose()
+    for task in (accepting, receiving):
+        with pytest.raises(PeerGone):
+            await result_within(task, 2)
+    assert time.perf_counter() - started < 0.5
+
+
+class _Failing:
+    """A socket whose receive always fails (and says a message is in): the hub's reader
+    must pause for _POLL_MS after each failure, never spin on it."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self.sock, self.FD, self.calls = sock, sock.FD, 0
+
+    def getsockopt(self, option: int) -> int:
+        return zmq.POLLIN
+
+    def recv_multipart(self, *args, **kwargs):
+        self.calls += 1
+        raise zmq.ZMQError(zmq.EFAULT)
+
+
+async def test_a_failing_receive_pauses_the_hub_reader_instead_of_spinning(ctx):
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+    failing = hub._drain = _Failing(hub._drain)
+    pipe = DealerPipe.connect(ctx, hub.endpoint)
+    try:
+        accepting = asyncio.ensure_future(hub.accept(0.5))
+        await pipe.send(b"x")
+        await asyncio.wait({accepting}, timeout=2)
+        assert accepting.done()
+        # 0.5 s at one retry per _POLL_MS: about 6 receives, not thousands
+        assert 2 <= failing.calls <= 0.5 / (_POLL_MS / 1000) + 3
+        assert hub.stats()["pump_errors"] == failing.calls
+    finally:
+        pipe.close()
+        hub._drain = failing.sock
+        await hub.aclose()
