@@ -17,7 +17,7 @@ from pobo.protocol.chunks import MAX_BODY_BYTES, ChunkedDataset, is_chunk_frame,
 from pobo.protocol.codec import DEFAULT_MAX_FRAME, decode, encode
 from pobo.protocol.errors import ChunkError, ErrorCode, ProtocolError
 from pobo.protocol.messages import (
-    Dataset, Error, Hello, Message, Pending, Query, Reward, Welcome, kind_of,
+    Dataset, End, Error, Hello, Message, Pending, Query, Reward, Welcome, kind_of,
 )
 from pobo.protocol.signing import (
     SIGNED, UNSIGNED, ZERO, Link, SharedBody, Signer, key_id, link_map, open_frame, seal,
@@ -154,7 +154,10 @@ class Channel:
         `shared`: `message` already encoded once for every session (SharedBody.of(
         encode(message))): sealed and recorded without copying or hashing the body again,
         and sent as parts the pipe may pass on without a copy (`send_parts`); for a
-        Dataset, a ChunkedDataset (protocol.chunks) too."""
+        Dataset, a ChunkedDataset (protocol.chunks) too. An End "done" is never sent
+        over frames not yet verified: they are checked first (LateSignature)."""
+        if self._unverified and isinstance(message, End) and message.reason == "done":
+            self.verify_accepted()
         async with self._sending:
             if type(message) is Dataset and not isinstance(shared, SharedBody):
                 await self._send_dataset(message, shared)

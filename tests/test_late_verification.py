@@ -16,7 +16,8 @@ from pobo.protocol.channel import LateSignature
 from pobo.protocol.errors import ErrorCode
 from pobo.protocol.messages import PROTOCOL_VERSION, End, Error, Hello, Pending, Query, Reward
 from pobo.protocol.policy import CURATOR, MODELER
-from pobo.protocol.signing import Signer
+from pobo.protocol.codec import encode
+from pobo.protocol.signing import ZERO, Link, Signer, open_frame, seal
 from pobo.protocol.transcript import REFUSED, read_transcript
 from pobo.parties.runners import resume_state
 from pobo.session import RunConfig, curate, open_channel, optimise, prepare_service
@@ -279,3 +280,26 @@ async def test_a_forged_pending_ends_the_modeler_at_its_next_receive(tmp_path):
     assert _late_refusals(tmp_path / "m" / "modeler.transcript") == ["bad_signature"]
     record = json.loads((tmp_path / "m" / "modeler.json").read_text())
     assert record["status"] == "error" and record["rewards"] == []
+
+
+async def test_no_end_done_goes_out_over_a_reward_not_yet_verified(tmp_path):
+    """Whatever drives the modeler's channel (pobo's modeler, the ask/tell client, your
+    own code), an End "done" first verifies what the authenticated pipe let through;
+    an End giving up does not (it must still go out)."""
+    service, session, mod, task = await _session(tmp_path, authenticated=False)
+    mpipe = mod.pipe
+    mpipe.authenticated = True
+    mod.late = True
+    cur_signer = Signer.generate()
+    await mod.send(Query(1, 3))
+    reward = await mod.recv()  # honest: verified at once (the handshake was before)
+    assert isinstance(reward, Reward)
+    forged = Reward(2, 4, 0.5)  # as if the curator had sent it over CURVE, signed by
+    frame = seal(encode(forged), Link(mod.session_id, 99, ZERO, ZERO), cur_signer)  # another key
+    envelope = open_frame(frame)
+    mod._unverified.append((frame, envelope))
+    with pytest.raises(LateSignature):
+        await mod.send(End("done"))
+    await mod.send(End("the modeler gives up: bad signature"))  # not blocked
+    mod.close()
+    await asyncio.wait_for(task, 5)
