@@ -373,7 +373,8 @@ class Channel:
                 why = (f"bad signature on record {envelope.link.seq} of the peer, found after "
                        "it was accepted (an authenticated pipe verifies off the hot path)")
                 if self.transcript is not None:
-                    self.transcript.refuse(frame, ErrorCode.BAD_SIGNATURE.value, why)
+                    self.transcript.refuse(frame, ErrorCode.BAD_SIGNATURE.value, why,
+                                           always=True)
                 raise LateSignature(why)
 
     def close(self) -> None:

@@ -287,11 +287,13 @@ class Transcript:
             self._store_body(item, dataset_body)
         self._write(item)
 
-    def refuse(self, frame: bytes, code: str, error: str) -> bool:
+    def refuse(self, frame: bytes, code: str, error: str, always: bool = False) -> bool:
         """Record a received frame the party refused as its digest, size, code and a short
-        message; past the cap only count it. True when it was recorded."""
+        message; past the cap only count it, unless `always` (a frame refused after it was
+        accepted, which ends the session: its record is what keeps a resume from counting
+        it). True when it was recorded."""
         digest = hashlib.sha256(frame).digest()
-        if self._refused >= self.max_refused:
+        if self._refused >= self.max_refused and not always:
             self._check_open()
             self._counted += 1
             self._counted_hash.update(digest)

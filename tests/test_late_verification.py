@@ -303,3 +303,25 @@ async def test_no_end_done_goes_out_over_a_reward_not_yet_verified(tmp_path):
     await mod.send(End("the modeler gives up: bad signature"))  # not blocked
     mod.close()
     await asyncio.wait_for(task, 5)
+
+
+async def test_a_late_refusal_is_recorded_even_past_the_refused_records_cap(tmp_path):
+    """Hostile frames may have filled the transcript's refused-records cap: a frame
+    refused after it was accepted is still recorded (a resume must not count it)."""
+    outcome = None
+    service, session, mod, task = await _session(tmp_path, authenticated=False)
+    mod.transcript.max_refused = 0  # the cap already reached
+    mod.late = True
+    await mod.send(Query(1, 3))
+    assert isinstance(await mod.recv(), Reward)
+    frame = seal(encode(Reward(2, 4, 0.5)), Link(mod.session_id, 99, ZERO, ZERO),
+                 Signer.generate())
+    mod._unverified.append((frame, open_frame(frame)))
+    try:
+        mod.verify_accepted()
+    except LateSignature as exc:
+        outcome = exc
+    assert isinstance(outcome, LateSignature)
+    mod.close()
+    await asyncio.wait_for(task, 5)
+    assert _late_refusals(tmp_path / "m" / "modeler.transcript") == ["bad_signature"]

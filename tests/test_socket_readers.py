@@ -202,3 +202,10 @@ async def test_a_failing_receive_pauses_the_hub_reader_instead_of_spinning(ctx):
         pipe.close()
         hub._drain = failing.sock
         await hub.aclose()
+
+
+async def test_a_send_on_a_closed_dealer_is_peer_gone_not_a_raw_zmq_error(pair):
+    hub, pipe = pair
+    pipe.close()
+    with pytest.raises(PeerGone):
+        await result_within(asyncio.ensure_future(pipe.send(b"late")), 2)

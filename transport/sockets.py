@@ -330,10 +330,14 @@ class DealerPipe:
         """Queue `frame` without waiting; False when it cannot be queued now. A send may
         take the socket's edge-triggered signal: a recv waiting meanwhile is woken if a
         message is in."""
+        if self._closed:
+            raise PeerGone("this pipe to the curator is closed")
         try:
             self._sync.send(frame, flags=zmq.NOBLOCK, copy=copy)
         except zmq.Again:  # no pipe (no connection yet, or none any more) or a full one
             return False
+        except zmq.ZMQError as exc:
+            raise PeerGone(f"cannot send to the curator: {exc}") from None
         waiter = self._waiter
         if waiter is not None and not waiter.done() and _readable_now(self._sync):
             waiter.set_result(None)
