@@ -307,13 +307,42 @@ def _check_refusal(messages: list, i: int, what: str, report: AuditReport) -> No
                                  f"(record {reply[0].seq} answers with {reply[0].kind})")
 
 
+def _refused_late(messages: list, i: int) -> int | None:
+    """The seq of the received frame the refusal at record i names, when that frame was
+    recorded as received before it (a signature checked after the frame was accepted,
+    protocol.channel.LateSignature); None for a refusal on receipt."""
+    r = messages[i][0]
+    if r.code != ErrorCode.BAD_SIGNATURE.value:
+        return None
+    for rr, _ in reversed(messages[:i]):
+        if isinstance(rr.dir, str) and rr.dir == "recv" and rr.frame \
+                and hashlib.sha256(rr.frame).hexdigest() == r.sha256:
+            return rr.seq
+    return None
+
+
+def _check_ending(messages: list, i: int, report: AuditReport) -> None:
+    """After a late refusal the session must end: the party's next message, if any, is an
+    Error or an End (a query or a reward after it is a violation)."""
+    reply = _answered(messages, i)
+    if reply is not False and not isinstance(reply[1], (Error, End)):
+        report.violations.append(f"record {messages[i][0].seq}: went on after a frame it "
+                                 f"found forged (record {reply[0].seq} sends {reply[0].kind})")
+
+
 def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
     carried: dict[int, int] | None = None
     for i, (r, m) in enumerate(messages):
         if r.kind == REFUSED:
             # refused by the party on receipt: never handed to it, so not replayed; a late
             # duplicate reward is dropped by design, anything else is answered with an Error
-            if r.code != ErrorCode.DUPLICATE.value:
+            late = _refused_late(messages, i)
+            if late is not None:  # accepted first over CURVE, found forged at the next recv
+                report.notes.append(f"record {r.seq}: the peer's frame of record {late} did "
+                                    "not verify, found after it was accepted (CURVE): the "
+                                    "session ended there")
+                _check_ending(messages, i, report)
+            elif r.code != ErrorCode.DUPLICATE.value:
                 _check_refusal(messages, i, f"a frame it refused ({r.code}: {r.error})", report)
             continue
         if m is None:

@@ -325,3 +325,18 @@ async def test_a_late_refusal_is_recorded_even_past_the_refused_records_cap(tmp_
     mod.close()
     await asyncio.wait_for(task, 5)
     assert _late_refusals(tmp_path / "m" / "modeler.transcript") == ["bad_signature"]
+
+
+async def test_the_audit_says_who_forged_and_that_the_honest_side_ended_the_session(tmp_path):
+    """A modeler that found a reward forged after using it and then gave up did the right
+    thing: its transcript's audit names the forged record and flags no violation of the
+    modeler's own (without keys); the curator's transcript fails on the signature."""
+    from pobo.auditing import announced_keys, audit_files
+    outcome = await _modeler_against(tmp_path, lambda m: isinstance(m, Reward) and m.seq == 3)
+    assert isinstance(outcome, LateSignature)
+    modeler_path = tmp_path / "m" / "modeler.transcript"
+    report, = audit_files([modeler_path])
+    assert not report.violations, report.violations
+    assert any("did not verify, found after it was accepted" in n for n in report.notes)
+    report, = audit_files([modeler_path], keys=announced_keys([modeler_path]))
+    assert report.signatures.startswith("FAILED at record")  # the curator's forged reward
