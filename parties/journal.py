@@ -252,7 +252,7 @@ class Journal:
         """The checks and writes of one transaction (see `_transaction`)."""
         if generation is not None and self._generation(cur, session) != generation:
             raise Superseded(session)
-        now = time.time()
+        now = time.time() if entries else 0.0
         for e in entries:
             if budget is not None:
                 why = budget.refusal(e, self._spent(cur, e),

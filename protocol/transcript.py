@@ -339,7 +339,8 @@ class Transcript:
             raise ValueError(f"transcript {self.path} is closed")
 
     def _pack(self, item: dict) -> bytes:
-        return msgpack.packb({**item, "prev": self._prev}, use_bin_type=True)
+        item["prev"] = self._prev  # the caller's own map: no copy per record
+        return msgpack.packb(item, use_bin_type=True)
 
     def _write(self, item: dict) -> None:
         """Append one record, unless another writer has appended since (it would fork the

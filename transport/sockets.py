@@ -26,6 +26,7 @@ import secrets
 import struct
 import threading
 from collections import OrderedDict, deque
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 import zmq
@@ -472,9 +473,16 @@ def _close_monitored(sock: zmq.Socket, monitor: zmq.Socket | None) -> None:
 
 
 class _Peer:
-    """One routing identity's queue of frames (or ProtocolErrors) and its bookkeeping."""
+    """One routing identity's queue of frames (or ProtocolErrors) and its bookkeeping.
 
-    __slots__ = ("user_id", "frames", "bytes", "accepted", "last_seen", "ready", "warned")
+    A recv waiting for a frame awaits `waiter`, which `wake` resolves (a frame queued,
+    the peer removed, the hub closed, or `timer`). The timer is armed once and kept
+    across frames while its moment comes no later than the waiting recv's deadline: it
+    may wake a recv early (which then checks its own deadline and waits on), never late;
+    no timer or event is created per frame."""
+
+    __slots__ = ("user_id", "frames", "bytes", "accepted", "last_seen", "waiter", "timer",
+                 "timer_at", "warned")
 
     def __init__(self, user_id: str, now: float) -> None:
         self.user_id = user_id
@@ -482,8 +490,41 @@ class _Peer:
         self.bytes = 0
         self.accepted = False
         self.last_seen = now
-        self.ready = asyncio.Event()
+        self.waiter: asyncio.Future | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
         self.warned = False
+
+    def wake(self) -> None:
+        """Resolve the waiting recv's future, if any."""
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        """Wait until `wake`, or until about `deadline` (loop time; possibly earlier: the
+        caller checks which)."""
+        timer = self.timer
+        if timer is None or self.timer_at > deadline:
+            if timer is not None:
+                timer.cancel()
+            self.timer, self.timer_at = loop.call_at(deadline, self._ring), deadline
+        self.waiter = loop.create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
+
+    def _ring(self) -> None:
+        self.timer = None
+        self.wake()
+
+    def stop(self) -> None:
+        """Wake the waiting recv and drop the timer (the peer is gone)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.wake()
 
 
 class RouterHub:
@@ -647,7 +688,7 @@ class RouterHub:
         if not peer.accepted:
             self._pending_bytes += size
         peer.last_seen = now
-        peer.ready.set()
+        peer.wake()
 
     def _arrive(self, identity: bytes, rest: list[zmq.Frame], size: int,
                 now: float) -> _Peer | None:
@@ -713,7 +754,7 @@ class RouterHub:
             if identity in self._pending:
                 del self._pending[identity]
                 self._pending_bytes -= peer.bytes
-            peer.ready.set()
+            peer.stop()
         return peer
 
     async def accept(self, timeout: float) -> RouterPipe:
@@ -781,8 +822,7 @@ class RouterHub:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise PeerTimeout(f"no message from the modeler within {timeout:g} s")
-            peer.ready.clear()
-            await _wait(peer.ready, remaining)
+            await peer.wait(loop, deadline)
         item, size = peer.frames.popleft()
         peer.bytes -= size
         if isinstance(item, ProtocolError):
@@ -806,7 +846,7 @@ class RouterHub:
         self._closed = True
         self._arrived.set()
         for peer in self._peers.values():
-            peer.ready.set()
+            peer.stop()
         for timer in (self._sweeper, self._paused):
             if timer is not None:
                 timer.cancel()
@@ -850,19 +890,20 @@ class RouterPipe:
         """The authenticated peer (its z85 CURVE public key), or 'plaintext'."""
         return self._peer or self._hub.peers.get(self.identity) or PLAINTEXT
 
-    async def send(self, frame: bytes) -> None:
-        """Send one frame to this modeler."""
-        await self._hub._send(self.identity, frame)
+    def send(self, frame: bytes) -> Awaitable[None]:
+        """Send one frame to this modeler (the hub's coroutine itself: no layer per frame)."""
+        return self._hub._send(self.identity, frame)
 
-    async def send_parts(self, parts: list[bytes]) -> None:
+    def send_parts(self, parts: list[bytes]) -> Awaitable[None]:
         """Send one frame given as parts (ZeroMQ message parts the modeler joins): a part
         shared by many sessions (the Dataset's body) is queued by reference, never copied,
         however many peers have not read it yet."""
-        await self._hub._send(self.identity, parts)
+        return self._hub._send(self.identity, parts)
 
-    async def recv(self, timeout: float) -> bytes:
-        """The next frame from this modeler, within `timeout` seconds."""
-        return await self._hub._recv(self.identity, timeout)
+    def recv(self, timeout: float) -> Awaitable[bytes]:
+        """The next frame from this modeler, within `timeout` seconds (one reader at a
+        time: a session's Channel)."""
+        return self._hub._recv(self.identity, timeout)
 
     def close(self) -> None:
         """Forget this peer on the hub."""
