@@ -352,9 +352,11 @@ class Transcript:
             raise TranscriptError(f"{self.path} was written by another writer ({size} bytes, "
                                   f"this one wrote up to {self._end}): not appending")
         raw = self._pack(item)
-        view = memoryview(raw)
-        while view:  # unbuffered: each record reaches the OS (survives kill -9) as written
-            view = view[self._file.write(view):]
+        written = self._file.write(raw)  # unbuffered: the record reaches the OS (survives
+        if written != len(raw):  # kill -9) as written; a short write is finished here
+            view = memoryview(raw)[written:]
+            while view:
+                view = view[self._file.write(view):]
         self._end += len(raw)
         self._seq += 1
         self._prev = hashlib.sha256(raw).digest()
