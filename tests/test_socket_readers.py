@@ -181,7 +181,7 @@ class _Failing:
     def getsockopt(self, option: int) -> int:
         return zmq.POLLIN
 
-    def recv_multipart(self, *args, **kwargs):
+    def recv(self, *args, **kwargs):  # what the hub's reader receives a part with
         self.calls += 1
         raise zmq.ZMQError(zmq.EFAULT)
 

@@ -51,6 +51,7 @@ _MAX_EVENTS = 1024  # monitor events read per check
 _LOG_EVERY_S = 60.0  # at most one "refusing new peers" warning per minute
 _SCHEMES = ("tcp", "ipc", "inproc")
 _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: an enum's & costs a call
+_NOBLOCK, _SNDMORE = int(zmq.NOBLOCK), int(zmq.SNDMORE)
 _LOOPBACK_NAMES = ("localhost", "lo", "lo0")
 _HANDSHAKE_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
                      | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
@@ -357,7 +358,7 @@ class DealerPipe:
             self._check_handshake()
             if _readable_now(self._sync):
                 try:
-                    return _single(self._sync.recv_multipart(flags=zmq.NOBLOCK))
+                    return _single(_recv_parts(self._sync))
                 except zmq.Again:
                     pass
             remaining = deadline - loop.time()
@@ -457,10 +458,28 @@ def _unwatch(loop: asyncio.AbstractEventLoop, watched: list[int]) -> None:
         loop.remove_reader(watched.pop())
 
 
-def _single(parts: list[bytes]) -> bytes:
+def _single(parts: list[zmq.Frame]) -> bytes:
     """The frame of a message from the curator: its parts joined (a large frame the
     curator shares between sessions comes as parts, see RouterPipe.send_parts)."""
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+    return parts[0].bytes if len(parts) == 1 else b"".join(parts)
+
+
+def _recv_parts(sock: zmq.Socket) -> list[zmq.Frame]:
+    """The parts of the next message, without waiting (zmq.Again if none): what
+    recv_multipart(NOBLOCK, copy=False) gives, each part telling whether more follow
+    (Frame.more), so no RCVMORE getsockopt (and enum conversion) per part."""
+    parts = [sock.recv(_NOBLOCK, copy=False)]
+    while parts[-1].more:
+        parts.append(sock.recv(_NOBLOCK, copy=False))
+    return parts
+
+
+def _send_parts(sock: zmq.Socket, parts: list[bytes], copy: bool) -> None:
+    """Queue one message of `parts` without waiting: send_multipart(NOBLOCK) with plain
+    int flags (an enum's | per part costs a call)."""
+    last = len(parts) - 1
+    for i, part in enumerate(parts):
+        sock.send(part, _NOBLOCK | _SNDMORE if i < last else _NOBLOCK, copy=copy)
 
 
 def _close_monitored(sock: zmq.Socket, monitor: zmq.Socket | None) -> None:
@@ -628,7 +647,7 @@ class RouterHub:
             for _ in range(_BATCH):
                 if not sock.getsockopt(_EVENTS) & _POLLIN:
                     return
-                self._take_one(sock.recv_multipart(flags=zmq.NOBLOCK, copy=False), now)
+                self._take_one(_recv_parts(sock), now)
             loop.call_soon(self._readable)  # a full batch: let the sessions run first
         except zmq.Again:
             return
@@ -801,7 +820,7 @@ class RouterHub:
         edge-triggered signal: the socket is read again on the next turn, after the frame
         has left (reading ZMQ_EVENTS right after a send costs several us)."""
         try:
-            self._drain.send_multipart(message, flags=zmq.NOBLOCK, copy=copy)
+            _send_parts(self._drain, message, copy)
         except zmq.Again:
             return False
         except zmq.ZMQError as exc:
