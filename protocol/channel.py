@@ -250,7 +250,7 @@ class Channel:
         self._counted_refusal = False
         body = None
         try:
-            message, commit = self._open(frame)
+            message, accepted = self._open(frame)
             if type(message) is Dataset and message.rows:  # its Z follows in chunk frames
                 message, body = await receive_body(self.pipe.recv, message, self.timeout,
                                                    self.boundary.incoming_head,
@@ -261,15 +261,15 @@ class Channel:
                 self._counted_refusal = not self.transcript.refuse(frame, exc.code.value,
                                                                    str(exc))
             raise
-        commit()
+        self._accept(frame, *accepted)
         if self.transcript is not None:
             self.transcript.append("recv", kind_of(message), frame, body)
         return message
 
     def _open(self, frame: bytes):
-        """(the message in `frame`, a function that commits what accepting it changes);
-        ProtocolError if the frame is malformed, unsigned where it must be signed, badly
-        signed or badly linked. Nothing changes before the commit."""
+        """(the message in `frame`, what `_accept` commits when it is accepted: the
+        arguments after the frame); ProtocolError if the frame is malformed, unsigned where
+        it must be signed, badly signed or badly linked. Nothing changes before that."""
         self._last_bare = True  # until the frame is known to be an envelope
         envelope = open_frame(frame, self.max_frame)
         self._last_bare = envelope.bare
@@ -288,12 +288,7 @@ class Channel:
             if handshake is not None and handshake[0]:
                 raise ProtocolError("a bare frame announcing a signing key",
                                     ErrorCode.BAD_SIGNATURE)
-
-            def commit_bare() -> None:
-                self.bare = bare
-                if handshake is not None:
-                    self.peer_key = ""
-            return message, commit_bare
+            return message, (envelope, bare, handshake, self._acked, False)
         if self.bare:
             raise ProtocolError("an envelope from a peer that spoke bare frames",
                                 ErrorCode.BAD_SIGNATURE)
@@ -344,20 +339,28 @@ class Channel:
         elif self._acked >= 0 and not sessionless:  # a session-less link accepted nothing
             raise ProtocolError("the frame acknowledges nothing after the peer acknowledged "
                                 "a frame", ErrorCode.BAD_SIGNATURE)
+        return message, (envelope, False, handshake, acked, late)
 
-        def commit() -> None:
-            self.bare = False
-            if acked > self._acked:  # frames before the one acknowledged can never be again
-                for digest in [d for d, i in self._sent.items() if i < acked]:
-                    del self._sent[digest]
-            self._acked = acked
-            self._peer_seq = max(self._peer_seq, link.seq)
-            self._last_recv = hashlib.sha256(frame).digest()
-            if late:
-                self._unverified.append((frame, envelope))
+    def _accept(self, frame: bytes, envelope, bare: bool, handshake, acked: int,
+                late: bool) -> None:
+        """Commit what accepting `frame` changes, as `_open` checked it (a method, not a
+        closure made per frame)."""
+        if envelope.bare:
+            self.bare = bare
             if handshake is not None:
-                self.peer_key, self.session_id, self._peer_vk = handshake
-        return message, commit
+                self.peer_key = ""
+            return
+        self.bare = False
+        if acked > self._acked:  # frames before the one acknowledged can never be again
+            for digest in [d for d, i in self._sent.items() if i < acked]:
+                del self._sent[digest]
+        self._acked = acked
+        self._peer_seq = max(self._peer_seq, envelope.link.seq)
+        self._last_recv = hashlib.sha256(frame).digest()
+        if late:
+            self._unverified.append((frame, envelope))
+        if handshake is not None:
+            self.peer_key, self.session_id, self._peer_vk = handshake
 
     def _handshake_key(self, message: Message):
         """For the peer's Hello or Welcome (the first one on this channel): (the key it

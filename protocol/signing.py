@@ -32,6 +32,8 @@ from nacl.signing import SigningKey, VerifyKey
 from pobo.protocol.errors import ErrorCode, ProtocolError
 
 DOMAIN = b"pobo-v2 signed frame\x00"
+_ENVELOPE_KEYS = frozenset({"body", "link", "sig"})  # compared with a map's keys: no set per frame
+_LINK_KEYS = frozenset({"session", "seq", "prev", "peer"})
 ZERO = bytes(32)
 SIGNED, UNSIGNED = "signed", "unsigned"
 
@@ -142,9 +144,9 @@ def open_frame(frame: bytes, max_frame: int | None = None) -> Envelope:
     if not (isinstance(item, dict) and "body" in item):
         return Envelope(frame, None, b"")
     link, body, sig = item.get("link"), item.get("body"), item.get("sig", b"")
-    if set(item) != {"body", "link", "sig"} or not isinstance(body, bytes) \
+    if item.keys() != _ENVELOPE_KEYS or not isinstance(body, bytes) \
             or not isinstance(sig, bytes) or not isinstance(link, dict) \
-            or set(link) != {"session", "seq", "prev", "peer"}:
+            or link.keys() != _LINK_KEYS:
         raise ProtocolError("malformed envelope")
     session, seq, prev, peer = (link["session"], link["seq"], link["prev"], link["peer"])
     if not (isinstance(session, str) and type(seq) is int and 0 <= seq < 1 << 63
