@@ -37,6 +37,8 @@ class DatasetLedger:
     def check(self, entries: list[Entry]) -> None:
         """Raise PrivacyBudgetExceeded unless all of `entries` fit the budget now (reads
         only what the entries touch: an answer without LDP reads nothing)."""
+        if not entries:
+            return
         central = self.central() if any(e.scope == CENTRAL for e in entries) else (0.0, 0.0)
         rows: dict[int, tuple[float, float]] = {}
         added: dict[tuple[str, int], Counter] = defaultdict(Counter)  # checked, not charged

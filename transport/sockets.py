@@ -352,16 +352,20 @@ class DealerPipe:
         a refusal after a reconnect)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout)
-        while True:
+        check_at = -math.inf  # when the monitor is read next: on entry, at every wake until
+        while True:  # a handshake has succeeded, and after it every _POLL_MS
             if self._closed:
                 raise PeerGone("the pipe to the curator is closed")
-            self._check_handshake()
+            now = loop.time()
+            if not self._shook or now >= check_at:
+                self._check_handshake()
+                check_at = now + _POLL_MS / 1000
             if _readable_now(self._sync):
                 try:
                     return _single(_recv_parts(self._sync))
                 except zmq.Again:
                     pass
-            remaining = deadline - loop.time()
+            remaining = deadline - now
             if remaining <= 0:  # read the last events, so the error names a cause;
                 self._check_handshake()  # a stream of events never extends the deadline
                 raise self._timeout(timeout)
