@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 import numpy as np
@@ -201,11 +202,12 @@ class Curator:
         self._keep(seq, index, measured, value)
         return value
 
-    async def committed(self) -> None:
-        """Return once every answer and reservation made so far is committed to the
-        journal (group commit: several sessions' answers share one COMMIT); raises
-        JournalFault once a journal write has failed."""
-        await self.ledger.journal.committed()
+    def committed(self) -> Awaitable[None]:
+        """To await: returns once every answer and reservation made so far is committed
+        to the journal (group commit: several sessions' answers share one COMMIT); raises
+        JournalFault once a journal write has failed. (The journal's own coroutine: no
+        layer per answer.)"""
+        return self.ledger.journal.committed()
 
     def refill(self) -> None:
         """Draw the LDP noises used since the last call (after a reward is sent: off the
