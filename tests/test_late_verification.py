@@ -282,22 +282,25 @@ async def test_a_forged_pending_ends_the_modeler_at_its_next_receive(tmp_path):
     assert record["status"] == "error" and record["rewards"] == []
 
 
+async def _holding_a_forged_reward(tmp_path):
+    """A modeler channel after one honest reward, holding a second one accepted but not
+    yet verified (as an authenticated pipe lets it through) and signed by a key other
+    than the curator's; the curator's task."""
+    service, session, mod, task = await _session(tmp_path, authenticated=False)
+    mod.late = True
+    await mod.send(Query(1, 3))
+    assert isinstance(await mod.recv(), Reward)  # honest, verified
+    frame = seal(encode(Reward(2, 4, 0.5)), Link(mod.session_id, 99, ZERO, ZERO),
+                 Signer.generate())
+    mod._unverified.append((frame, open_frame(frame)))
+    return mod, task
+
+
 async def test_no_end_done_goes_out_over_a_reward_not_yet_verified(tmp_path):
     """Whatever drives the modeler's channel (pobo's modeler, the ask/tell client, your
     own code), an End "done" first verifies what the authenticated pipe let through;
     an End giving up does not (it must still go out)."""
-    service, session, mod, task = await _session(tmp_path, authenticated=False)
-    mpipe = mod.pipe
-    mpipe.authenticated = True
-    mod.late = True
-    cur_signer = Signer.generate()
-    await mod.send(Query(1, 3))
-    reward = await mod.recv()  # honest: verified at once (the handshake was before)
-    assert isinstance(reward, Reward)
-    forged = Reward(2, 4, 0.5)  # as if the curator had sent it over CURVE, signed by
-    frame = seal(encode(forged), Link(mod.session_id, 99, ZERO, ZERO), cur_signer)  # another key
-    envelope = open_frame(frame)
-    mod._unverified.append((frame, envelope))
+    mod, task = await _holding_a_forged_reward(tmp_path)
     with pytest.raises(LateSignature):
         await mod.send(End("done"))
     await mod.send(End("the modeler gives up: bad signature"))  # not blocked
@@ -308,20 +311,10 @@ async def test_no_end_done_goes_out_over_a_reward_not_yet_verified(tmp_path):
 async def test_a_late_refusal_is_recorded_even_past_the_refused_records_cap(tmp_path):
     """Hostile frames may have filled the transcript's refused-records cap: a frame
     refused after it was accepted is still recorded (a resume must not count it)."""
-    outcome = None
-    service, session, mod, task = await _session(tmp_path, authenticated=False)
+    mod, task = await _holding_a_forged_reward(tmp_path)
     mod.transcript.max_refused = 0  # the cap already reached
-    mod.late = True
-    await mod.send(Query(1, 3))
-    assert isinstance(await mod.recv(), Reward)
-    frame = seal(encode(Reward(2, 4, 0.5)), Link(mod.session_id, 99, ZERO, ZERO),
-                 Signer.generate())
-    mod._unverified.append((frame, open_frame(frame)))
-    try:
+    with pytest.raises(LateSignature):
         mod.verify_accepted()
-    except LateSignature as exc:
-        outcome = exc
-    assert isinstance(outcome, LateSignature)
     mod.close()
     await asyncio.wait_for(task, 5)
     assert _late_refusals(tmp_path / "m" / "modeler.transcript") == ["bad_signature"]
