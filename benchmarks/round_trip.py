@@ -17,6 +17,7 @@ are shared) hits every path alike. The paths:
       SQLite journal (WAL, synchronous=NORMAL) before it replies; each side verifies the
       peer's signature after its own send (as (c) does over CURVE). No policy, links,
       codec validation or session machinery: the floor of this work in Python here;
+      then the same over CURVE: the floor of the figure's work, (c) over CURVE;
   (c) pobo's full path: `pobo curator synthetic` with signatures, transcripts and a
       journal on disk, and a modeler Channel (signed, with its transcript) sending a Query
       and receiving its Reward. The figure: over CURVE (as every deployment off loopback
@@ -89,8 +90,8 @@ def serve(mode: str, keys: Path | None = None) -> None:
 
 async def _serve_async(mode: str, keys: Path | None) -> None:
     ctx = zmq.asyncio.Context()
-    if mode == "flat":
-        await _serve_flat(ctx, keys.parent)
+    if mode in ("flat", "flat-curve"):
+        await _serve_flat(ctx, keys, curve=mode == "flat-curve")
     if mode in ("router", "router-curve"):
         sock = ctx.socket(zmq.ROUTER)
         if mode == "router-curve":  # every client admitted: the handshake is not timed
@@ -159,11 +160,17 @@ class FlatSide:
         self.unverified.clear()
 
 
-async def _serve_flat(ctx, where: Path) -> None:
-    """The (p) server: answer each query from a table, committed to SQLite first."""
+async def _serve_flat(ctx, keys: Path, curve: bool = False) -> None:
+    """The (p) server: answer each query from a table, committed to SQLite first (over
+    CURVE with `curve`, its own folder then)."""
     import sqlite3
 
+    where = keys.parent / ("flat-curve" if curve else "flat")
+    where.mkdir()
     sock = ctx.socket(zmq.ROUTER)
+    if curve:
+        public, secret = zmq.auth.load_certificate(keys / "curator.key_secret")
+        sock.curve_secretkey, sock.curve_publickey, sock.curve_server = secret, public, True
     port = sock.bind_to_random_port("tcp://127.0.0.1")
     db = sqlite3.connect(where / "flat.db", isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
@@ -335,7 +342,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
     T = args.reps * args.block + 100
     me = [sys.executable, __file__, "--keys", str(keys), "--serve"]
     servers = {name: start([*me, name], out / f"{name}.log")
-               for name in ("rep", "router", "router-curve", "hub", "flat")}
+               for name in ("rep", "router", "router-curve", "hub", "flat", "flat-curve")}
     curators = {  # name: (durability, signed, CURVE)
         "curve": ("normal", True, True), "full": ("full", True, True),
         "plain": ("normal", True, False), "unsigned": ("normal", False, False)}
@@ -381,18 +388,28 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
             await curved.send(frame)
             await curved.recv()
 
-        flat_sock = ctx.socket(zmq.DEALER)
-        flat_sock.connect(servers["flat"][1])
-        flat = FlatSide(PROTO_KEYS[1], PROTO_KEYS[0], out / "flat-client.transcript")
-        flat_seq = [0]
+        def flat_client(server: str, curve: bool):
+            """A (p) client of `server` (over CURVE with `curve`) and its round trip."""
+            sock = ctx.socket(zmq.DEALER)
+            if curve:
+                public, secret = zmq.auth.load_certificate(keys / "modeler.key_secret")
+                sock.curve_secretkey, sock.curve_publickey = secret, public
+                sock.curve_serverkey, _ = zmq.auth.load_certificate(keys / "curator.key")
+            sock.connect(servers[server][1])
+            side = FlatSide(PROTO_KEYS[1], PROTO_KEYS[0], out / f"{server}-client.transcript")
+            seq = [0]
 
-        async def flat_trip() -> None:
-            flat_seq[0] += 1
-            await flat_sock.send(flat.seal({"kind": "query", "seq": flat_seq[0],
-                                            "index": int(rng.integers(2500))}))
-            flat.verify()  # the previous reward, while the server works
-            reward = flat.open(await flat_sock.recv())
-            assert reward["seq"] == flat_seq[0]
+            async def flat_trip() -> None:
+                seq[0] += 1
+                await sock.send(side.seal({"kind": "query", "seq": seq[0],
+                                           "index": int(rng.integers(2500))}))
+                side.verify()  # the previous reward, while the server works
+                reward = side.open(await sock.recv())
+                assert reward["seq"] == seq[0]
+            return sock, flat_trip
+
+        flat_sock, flat_trip = flat_client("flat", False)
+        flat_curve_sock, flat_curve_trip = flat_client("flat-curve", True)
 
         async def piped() -> None:
             await pipe.send(frame)
@@ -403,6 +420,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
                  Path_("(b) with CURVE", raw_curve),
                  Path_("pipe: DealerPipe/RouterHub echo", piped),
                  Path_("(p) the same work, flat, no pobo", flat_trip),
+                 Path_("(p) the same, flat, over CURVE", flat_curve_trip),
                  Path_("(c) pobo, signed, journal normal", sessions["curve"][0]),
                  Path_("(c) pobo, signed, journal full", sessions["full"][0]),
                  Path_("(c) signed, plaintext, normal", sessions["plain"][0]),
@@ -418,6 +436,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
             await channel.send(End("done"))
         pipe.close()
         flat_sock.close(0)
+        flat_curve_sock.close(0)
         curved.close(0)
         dealer.close(0)
         req.close(0)
@@ -463,7 +482,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7, help="interleaved repetitions")
     parser.add_argument("--block", type=int, default=300, help="round trips per path per rep")
-    parser.add_argument("--serve", choices=("rep", "router", "router-curve", "hub", "flat"),
+    parser.add_argument("--serve", choices=("rep", "router", "router-curve", "hub", "flat",
+                                                   "flat-curve"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--keys", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
