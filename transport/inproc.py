@@ -1,28 +1,28 @@
-"""An in-process frame pipe, for simulations and sweeps: two deques and a waiter each."""
+"""An in-process frame pipe, for simulations and sweeps: two deques and a wake-up each
+(transport.wakeup: no future, timer or event per frame that needs no wait)."""
 from __future__ import annotations
 
 import asyncio
 from collections import deque
 
 from pobo.protocol.errors import PeerGone, PeerTimeout
+from pobo.transport.wakeup import Wakeup
 
 _CLOSED = object()
 
 
-class _Inbox:
-    """Frames for one end, and the future its reader waits on (one reader at a time)."""
+class _Inbox(Wakeup):
+    """Frames for one end, and the wake-up its reader waits on (one reader at a time)."""
 
-    __slots__ = ("frames", "waiter")
+    __slots__ = ("frames",)
 
     def __init__(self) -> None:
+        super().__init__()
         self.frames: deque = deque()
-        self.waiter: asyncio.Future | None = None
 
     def put(self, item) -> None:
         self.frames.append(item)
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self.wake()
 
 
 class QueuePipe:
@@ -40,19 +40,15 @@ class QueuePipe:
 
     async def recv(self, timeout: float) -> bytes:
         """The next frame from the other end, or PeerTimeout after `timeout` seconds
-        (a timer only when the reader has to wait: in a simulation it rarely does)."""
+        (the inbox's kept timer: none is created per frame)."""
         inbox = self._inbox
         if not inbox.frames:
             loop = asyncio.get_running_loop()
-            waiter = inbox.waiter = loop.create_future()
-            timer = loop.call_later(timeout, _expire, waiter)
-            try:
-                await waiter
-            finally:
-                timer.cancel()
-                inbox.waiter = None
-            if not inbox.frames:
-                raise PeerTimeout(f"no frame from the peer within {timeout:g} s")
+            deadline = loop.time() + timeout
+            while not inbox.frames:
+                if loop.time() >= deadline:
+                    raise PeerTimeout(f"no frame from the peer within {timeout:g} s")
+                await inbox.wait(loop, deadline)
         frame = inbox.frames.popleft()
         if frame is _CLOSED:
             inbox.frames.appendleft(_CLOSED)
@@ -60,15 +56,11 @@ class QueuePipe:
         return frame
 
     def close(self) -> None:
-        """Tell the other end this side is gone."""
+        """Tell the other end this side is gone (and drop this end's kept timer)."""
         if not self._closed:
             self._closed = True
             self._outbox.put(_CLOSED)
-
-
-def _expire(waiter: asyncio.Future) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+            self._inbox.stop()
 
 
 def pipe_pair() -> tuple[QueuePipe, QueuePipe]:

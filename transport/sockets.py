@@ -39,6 +39,7 @@ from pobo.protocol.errors import (
 from pobo.transport.security import (
     CURVE, PLAINTEXT, CurveClient, CurveServer, secure_client, secure_server,
 )
+from pobo.transport.wakeup import Wakeup
 
 LOG = logging.getLogger("pobo.transport")
 
@@ -495,59 +496,20 @@ def _close_monitored(sock: zmq.Socket, monitor: zmq.Socket | None) -> None:
     sock.close(linger=0)
 
 
-class _Peer:
-    """One routing identity's queue of frames (or ProtocolErrors) and its bookkeeping.
+class _Peer(Wakeup):
+    """One routing identity's queue of frames (or ProtocolErrors) and its bookkeeping; a
+    recv waiting for a frame waits on it (transport.wakeup: no timer or event per frame)."""
 
-    A recv waiting for a frame awaits `waiter`, which `wake` resolves (a frame queued,
-    the peer removed, the hub closed, or `timer`). The timer is armed once and kept
-    across frames while its moment comes no later than the waiting recv's deadline: it
-    may wake a recv early (which then checks its own deadline and waits on), never late;
-    no timer or event is created per frame."""
-
-    __slots__ = ("user_id", "frames", "bytes", "accepted", "last_seen", "waiter", "timer",
-                 "timer_at", "warned")
+    __slots__ = ("user_id", "frames", "bytes", "accepted", "last_seen", "warned")
 
     def __init__(self, user_id: str, now: float) -> None:
+        super().__init__()
         self.user_id = user_id
         self.frames: deque[tuple[bytes | ProtocolError, int]] = deque()
         self.bytes = 0
         self.accepted = False
         self.last_seen = now
-        self.waiter: asyncio.Future | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        self.timer_at = 0.0
         self.warned = False
-
-    def wake(self) -> None:
-        """Resolve the waiting recv's future, if any."""
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def wait(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-        """Wait until `wake`, or until about `deadline` (loop time; possibly earlier: the
-        caller checks which)."""
-        timer = self.timer
-        if timer is None or self.timer_at > deadline:
-            if timer is not None:
-                timer.cancel()
-            self.timer, self.timer_at = loop.call_at(deadline, self._ring), deadline
-        self.waiter = loop.create_future()
-        try:
-            await self.waiter
-        finally:
-            self.waiter = None
-
-    def _ring(self) -> None:
-        self.timer = None
-        self.wake()
-
-    def stop(self) -> None:
-        """Wake the waiting recv and drop the timer (the peer is gone)."""
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        self.wake()
 
 
 class RouterHub:

@@ -1,0 +1,88 @@
+"""The in-process pipe's waits: a timeout on time, a kept timer never late, no timer per
+frame, and a closed peer seen at once (transport.inproc, transport.wakeup)."""
+import asyncio
+import time
+
+import pytest
+
+from pobo.protocol.errors import PeerGone, PeerTimeout
+from pobo.transport.inproc import pipe_pair
+
+
+async def _later(delay: float, action) -> None:
+    await asyncio.sleep(delay)
+    action()
+
+
+async def test_recv_times_out_on_time():
+    a, _ = pipe_pair()
+    started = time.monotonic()
+    with pytest.raises(PeerTimeout):
+        await a.recv(0.1)
+    assert 0.09 <= time.monotonic() - started < 2.0
+
+
+async def test_a_kept_timer_from_a_shorter_wait_wakes_early_but_never_times_out_early():
+    a, b = pipe_pair()
+    sender = asyncio.ensure_future(_later(0.01, lambda: b._outbox.put(b"first")))
+    assert await a.recv(0.15) == b"first"  # leaves a timer armed for ~0.15 s from the start
+    await sender
+    kept = a._inbox.timer
+    assert kept is not None
+    # the next wait is longer: the kept timer rings first; the recv must wait on, not fail
+    sender = asyncio.ensure_future(_later(0.4, lambda: b._outbox.put(b"second")))
+    started = time.monotonic()
+    assert await a.recv(2.0) == b"second"
+    assert 0.35 <= time.monotonic() - started < 2.0
+    await sender
+
+
+async def test_a_shorter_deadline_replaces_a_later_kept_timer():
+    a, b = pipe_pair()
+    sender = asyncio.ensure_future(_later(0.01, lambda: b._outbox.put(b"x")))
+    assert await a.recv(30.0) == b"x"  # a timer 30 s away is kept
+    await sender
+    started = time.monotonic()
+    with pytest.raises(PeerTimeout):
+        await a.recv(0.1)  # must not wait for the 30 s timer
+    assert time.monotonic() - started < 2.0
+
+
+async def test_no_timer_is_created_per_frame():
+    a, b = pipe_pair()
+    loop = asyncio.get_running_loop()
+    timers = []
+    original = loop.call_at
+
+    def counting(when, callback, *args, **kwargs):
+        timers.append(when)
+        return original(when, callback, *args, **kwargs)
+
+    loop.call_at = counting
+    try:
+        async def echo():
+            for _ in range(50):
+                await b.send(await b.recv(60.0))
+
+        task = asyncio.ensure_future(echo())
+        for i in range(50):
+            await a.send(b"%d" % i)
+            assert await a.recv(60.0) == b"%d" % i
+        await asyncio.wait_for(task, 5)
+    finally:
+        loop.call_at = original
+    assert len(timers) <= 4, f"{len(timers)} timers for 100 frames"
+
+
+async def test_close_wakes_the_waiting_peer_with_peer_gone_and_drops_the_timer():
+    a, b = pipe_pair()
+    closer = asyncio.ensure_future(_later(0.05, b.close))
+    started = time.monotonic()
+    with pytest.raises(PeerGone):
+        await a.recv(30.0)
+    assert time.monotonic() - started < 2.0
+    await closer
+    with pytest.raises(PeerGone):  # and it stays gone
+        await a.recv(0.01)
+    a.close()
+    assert a._inbox.timer is None and b._inbox.timer is None

@@ -1,0 +1,51 @@
+"""A reader's wake-up: the future one waiting recv awaits, and a deadline timer kept
+across frames, so that a pipe creates no timer per frame (transport.sockets,
+transport.inproc)."""
+from __future__ import annotations
+
+import asyncio
+
+
+class Wakeup:
+    """What one waiting reader awaits: `wake` resolves it (a frame queued, the pipe
+    closed, or the timer). The timer is armed once and kept across frames while its
+    moment comes no later than the waiting reader's deadline: it may wake a reader early
+    (which then checks its own deadline and waits on), never late."""
+
+    __slots__ = ("waiter", "timer", "timer_at")
+
+    def __init__(self) -> None:
+        self.waiter: asyncio.Future | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
+
+    def wake(self) -> None:
+        """Resolve the waiting reader's future, if any."""
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, loop: asyncio.AbstractEventLoop, deadline: float) -> None:
+        """Wait until `wake`, or until about `deadline` (loop time; possibly earlier: the
+        caller checks which)."""
+        timer = self.timer
+        if timer is None or self.timer_at > deadline:
+            if timer is not None:
+                timer.cancel()
+            self.timer, self.timer_at = loop.call_at(deadline, self._ring), deadline
+        self.waiter = loop.create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
+
+    def _ring(self) -> None:
+        self.timer = None
+        self.wake()
+
+    def stop(self) -> None:
+        """Wake the waiting reader and drop the timer (the pipe is gone)."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.wake()
