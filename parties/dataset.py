@@ -2,13 +2,16 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from pobo.parties.domain import PublicDomain
 from pobo.protocol.messages import KernelParams
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,16 @@ class Problem:
         if self.sense not in ("maximise", "minimise"):
             raise ValueError(f"sense must be maximise or minimise, got {self.sense!r}")
 
+    def once(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """`compute()`, computed once per Problem and `key`: for the figures that depend
+        only on X and f (digest, max and std of f...), which every run of a sweep's seed
+        would otherwise recompute on the one Problem they share. X and f are never
+        changed once a Problem is built (nothing in pobo writes to them)."""
+        memo = self.__dict__.setdefault("_once", {})  # beside the frozen fields, not one
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]
+
 
 def regret_scale(problem: Problem) -> tuple[float, str]:
     """sigma_y, the unit the PO-GP-UCB paper reports regret in, and where it comes from:
@@ -80,7 +93,8 @@ def dataset_digest(problem: Problem) -> str:
     """SHA-256 of the prepared X and f (shape, dtype and bytes; f empty when evaluated
     on demand): what a journal, a resumed session and an audit check the curator's data
     against."""
-    return arrays_digest(problem.X, np.empty(0) if problem.f is None else problem.f)
+    return problem.once("digest", lambda: arrays_digest(
+        problem.X, np.empty(0) if problem.f is None else problem.f))
 
 
 def arrays_digest(X: np.ndarray, f: np.ndarray) -> str:

@@ -239,7 +239,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
 
     best: list[float] = []  # the best f so far (simulation): O(1) per answer line
     f = service.problem.f if curator.tabulated else None
-    f_star = None if f is None else float(np.max(f))  # once, not once per answer
+    f_star = None if f is None else f_max(service.problem)  # once, not once per answer
 
     def progress(seq: int, index: int, value: float) -> None:
         if not verbose:
@@ -330,12 +330,14 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "hits": distinct_hits(f, curator.queries) if hits else None,
         "sense": problem.sense, "metric": problem.metric,
         "random_hits_expected": float(T * f.mean()) if hits else None,
-        "random_regret_expected": (random_regret_expected(f, T)
+        "random_regret_expected": (problem.once(("random_regret_expected", T),
+                                                lambda: random_regret_expected(f, T))
                                    if f is not None and not hits else None),
-        "f_star": None if f is None else float(np.max(f)),
-        "sigma_f": None if f is None else float(np.std(f)),
+        "f_star": None if f is None else f_max(problem),
+        "sigma_f": None if f is None else problem.once("sigma_f", lambda: float(np.std(f))),
         **dict(zip(("sigma_y", "sigma_y_source"),
-                   regret_scale(problem) if f is not None else (None, "f not tabulated"))),
+                   problem.once("regret_scale", lambda: regret_scale(problem))
+                   if f is not None else (None, "f not tabulated"))),
         "objective": "tabulated" if service.objective is None else service.objective.name,
         "pending": sorted(curator.reserved), "batch": params.batch,
         "kernel": asdict(problem.kernel), "noise_var": problem.noise_var,
@@ -344,6 +346,11 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "privacy_unit": service.privacy_unit(),
         "authors_code": AUTHORS_CODE_NOTE if s.additive_lift else None,
     }
+
+
+def f_max(problem: Problem) -> float:
+    """max f of a tabulated objective, once per Problem (regret is measured from it)."""
+    return problem.once("f_max", lambda: float(np.max(problem.f)))
 
 
 async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",

@@ -108,13 +108,51 @@ def test_runs_sharing_a_worker_give_what_each_gives_alone(tmp_path):
                      ldp_epsilons=(None, 4.0), options={"grid": 10})
     rows = run_sweep(spec, tmp_path / "sweep", workers=1, progress=None)
     keys = ("queries", "rewards", "measured", "simple_regret", "dataset_digest", "omega",
-            "status", "dp", "privacy_unit")
+            "status", "dp", "privacy_unit", "f_star", "sigma_f", "random_regret_expected",
+            "sigma_y", "sigma_y_source", "cumulative_regret")
     for rid, cfg in reversed(spec.runs()):
         alone = asyncio.run(run_inproc(cfg, tmp_path / "alone" / rid, transcripts=False))
         swept = json.loads((tmp_path / "sweep" / "runs" / rid / "result.json").read_text())
         assert {k: swept[k] for k in keys} == {k: alone[k] for k in keys}, rid
         assert swept["ledger"]["session"]["entries"] == alone["ledger"]["session"]["entries"]
     assert len(rows) == 2 * 2 * 3
+
+
+def test_a_seeds_runs_compute_the_datasets_own_figures_once(tmp_path, monkeypatch):
+    """The figures that depend only on the dataset (its digest, E[S_T] of random search)
+    are computed once for a seed's runs, which share the Problem; another Problem (here
+    one with another f) gets its own."""
+    import dataclasses
+
+    import pobo.parties.dataset as dataset
+    import pobo.session as session
+    from pobo.scenarios.registry import build_problem
+
+    calls = {"digest": 0, "random": 0}
+    digest, random_regret = dataset.arrays_digest, session.random_regret_expected
+
+    def counted(name, fn):
+        def wrapper(*args):
+            calls[name] += 1
+            return fn(*args)
+        return wrapper
+
+    monkeypatch.setattr(dataset, "arrays_digest", counted("digest", digest))
+    monkeypatch.setattr(session, "random_regret_expected", counted("random", random_regret))
+    spec = SweepSpec("synthetic", epsilons=(2.0,), rs=(2, 3, 4), seeds=2, T=6,
+                     options={"grid": 10})
+    rows = run_sweep(spec, tmp_path / "sweep", workers=1, progress=None)
+    assert len(rows) == 6 and calls == {"digest": 2, "random": 2}  # one per seed
+    results = [json.loads((tmp_path / "sweep" / "runs" / r["run"] / "result.json").read_text())
+               for r in rows]
+    for seed in (0, 1):
+        problem = build_problem("synthetic", seed, grid=10)
+        mine = [r for r in results if r["seed"] == seed]
+        assert {r["dataset_digest"] for r in mine} == {digest(problem.X, problem.f)}
+        assert {r["random_regret_expected"] for r in mine} == {random_regret(problem.f, 6)}
+        other = dataclasses.replace(problem, f=problem.f + 1.0)
+        assert dataset.dataset_digest(problem) == mine[0]["dataset_digest"]
+        assert dataset.dataset_digest(other) == digest(other.X, other.f) != mine[0]["dataset_digest"]
 
 
 def test_a_sweep_run_writes_result_json_and_a_failed_one_each_partys_record(
