@@ -66,12 +66,18 @@ class Problem:
             raise ValueError(f"scenario {self.name}: evaluate must be a function of the row")
         if self.sense not in ("maximise", "minimise"):
             raise ValueError(f"sense must be maximise or minimise, got {self.sense!r}")
+        for name in ("X", "f"):  # read-only views: what `once` remembers stays true of them
+            array = getattr(self, name)
+            if array is not None and array.flags.writeable:
+                view = array.view()
+                view.flags.writeable = False
+                object.__setattr__(self, name, view)
 
     def once(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`, computed once per Problem and `key`: for the figures that depend
         only on X and f (digest, max and std of f...), which every run of a sweep's seed
-        would otherwise recompute on the one Problem they share. X and f are never
-        changed once a Problem is built (nothing in pobo writes to them)."""
+        would otherwise recompute on the one Problem they share. A Problem holds X and f
+        as read-only views: nothing writes to them through it."""
         memo = self.__dict__.setdefault("_once", {})  # beside the frozen fields, not one
         if key not in memo:
             memo[key] = compute()

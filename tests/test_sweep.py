@@ -1,4 +1,5 @@
 """Sweeps: deterministic tables, resume, the dask executor, reports."""
+import dataclasses
 import json
 import subprocess
 import sys
@@ -183,3 +184,18 @@ def test_a_sweep_run_writes_result_json_and_a_failed_one_each_partys_record(
     assert curator["status"] == "failed" and "disk is gone" in curator["error"]
     assert len(curator["queries"]) == 2 and modeler["queries"] == curator["queries"]
     assert modeler["status"] == "error"
+
+
+def test_a_problems_data_cannot_be_changed_through_it_so_its_remembered_figures_hold():
+    from pobo.parties.dataset import dataset_digest
+    from pobo.scenarios.registry import build_problem
+
+    problem = build_problem("synthetic", 0, grid=10)
+    digest = dataset_digest(problem)
+    with pytest.raises(ValueError):
+        problem.X[0, 0] += 1.0
+    with pytest.raises(ValueError):
+        problem.f[0] = 0.0
+    assert dataset_digest(problem) == digest
+    changed = dataclasses.replace(problem, f=problem.f + 1.0)  # a new Problem: its own figures
+    assert dataset_digest(changed) != digest
