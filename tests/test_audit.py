@@ -177,3 +177,28 @@ def test_a_version_3_transcript_still_audits_and_a_version_2_one_does_not(
         assert all(r.ok for r in reports), [r.violations for r in reports]
     else:
         assert not reports[1].ok and "version 2" in " ".join(reports[1].violations)
+
+
+def test_the_vectorised_data_check_counts_what_row_tuples_and_counters_count():
+    """The leak check at scale (numpy keys and sorted multisets) against the plain Python
+    it replaced: tuples of rounded rows in a set, and Counters of rounded values."""
+    from collections import Counter
+
+    from pobo.protocol.audit import _held, _rounded_abs, _row_keys
+
+    rng = np.random.default_rng(7)
+    X = np.round(rng.standard_normal((400, 3)), 3)
+    X[5] = [0.0, -0.0, 1.5]  # a signed zero must match an unsigned one
+    X[6] = X[7]  # a duplicated row
+    Z = rng.standard_normal((300, 3))
+    Z[:40] = X[rng.integers(0, 400, 40)]  # planted rows of X
+    Z[40] = [-0.0, 0.0, 1.5]
+    Z[41] = X[9] + 1e-14  # equal at 12 decimals
+    Z[42] = X[10] + 1e-9  # not equal at 12 decimals
+    rows = {tuple(np.round(row, 12)) for row in X}
+    expected = sum(tuple(np.round(z, 12)) in rows for z in Z)
+    assert int(np.isin(_row_keys(Z), _row_keys(X)).sum()) == expected >= 42
+    entries = Counter(np.round(np.abs(X), 12).ravel().tolist())
+    multiset = _rounded_abs(X)
+    for value in [*np.round(np.abs(X[:20]), 12).ravel().tolist(), 0.5, 1.5, 12345.0, 1e-3]:
+        assert _held(multiset, value) == entries[value]
