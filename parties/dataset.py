@@ -66,12 +66,27 @@ class Problem:
             raise ValueError(f"scenario {self.name}: evaluate must be a function of the row")
         if self.sense not in ("maximise", "minimise"):
             raise ValueError(f"sense must be maximise or minimise, got {self.sense!r}")
-        for name in ("X", "f"):  # read-only views: what `once` remembers stays true of them
+        self._read_only()
+
+    def _read_only(self) -> None:
+        """Hold X and f as read-only views: what `once` remembers stays true of them (as
+        long as nobody writes to the arrays given, which a Problem never does)."""
+        for name in ("X", "f"):
             array = getattr(self, name)
             if array is not None and array.flags.writeable:
                 view = array.view()
                 view.flags.writeable = False
                 object.__setattr__(self, name, view)
+
+    def __getstate__(self) -> dict:
+        """Pickled without what `once` remembers: a copy computes its own."""
+        state = dict(self.__dict__)
+        state.pop("_once", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._read_only()
 
     def once(self, key: Hashable, compute: Callable[[], T]) -> T:
         """`compute()`, computed once per Problem and `key`: for the figures that depend

@@ -410,16 +410,32 @@ def numeric_fields(message: object, path: str = "") -> list[tuple[str, float]]:
 _STRUCTURAL = {"version", "seq", "index", "params.n", "params.r", "params.T"}
 
 
+_EXACT = 1e6  # from here on a float64 is coarser than 1e-12: rounding would not change it
+
+
+def _round12(values) -> np.ndarray:
+    """`values` rounded to 12 decimals, where that changes them (numpy's rounding, which
+    would overflow on magnitudes past ~1e296, is not applied to |x| >= 1e6)."""
+    a = np.asarray(values, dtype=float)
+    return np.where(np.abs(a) < _EXACT, np.round(np.clip(a, -_EXACT, _EXACT), 12), a)
+
+
 def _row_keys(A: np.ndarray) -> np.ndarray:
     """Each row of A rounded to 12 decimals as one opaque value (its bytes; -0 as 0), so
     that rows are compared all at once by numpy, not as n Python tuples."""
-    rounded = np.ascontiguousarray(np.round(np.asarray(A, dtype=float), 12) + 0.0)
+    rounded = np.ascontiguousarray(_round12(A) + 0.0)
     return rounded.view(np.dtype((np.void, rounded.itemsize * rounded.shape[1]))).ravel()
 
 
 def _rounded_abs(values) -> np.ndarray:
     """|values| rounded to 12 decimals, sorted: a multiset that `_held` counts in."""
-    return np.sort(np.round(np.abs(np.asarray(values, dtype=float)), 12).ravel())
+    return np.sort(_round12(np.abs(np.asarray(values, dtype=float))).ravel())
+
+
+def _scalar_keys(v: float) -> set[float]:
+    """|v| at 12 decimals by numpy's rounding (the data's) and by Python's (correctly
+    rounded decimal): a value one ulp from a tie is looked up both ways."""
+    return {float(_round12(abs(v))), round(abs(v), 12)}
 
 
 def _held(multiset: np.ndarray, value: float) -> int:
@@ -461,10 +477,10 @@ def _check_data(messages: list, welcome: Welcome, X: np.ndarray, f: np.ndarray |
         if m is None or isinstance(m, Dataset):
             continue
         for name, v in numeric_fields(m):
-            value = float(np.round(abs(v), 12))
-            if name in _STRUCTURAL or value == 0:
+            keys = _scalar_keys(v)
+            if name in _STRUCTURAL or not any(keys):
                 continue
-            in_f, in_x = _held(raw, value), _held(entries, value)
+            in_f, in_x = max(((_held(raw, key), _held(entries, key)) for key in keys), key=sum)
             if not (in_f or in_x):
                 continue
             if isinstance(m, (Reward, Release)) and name == "value":

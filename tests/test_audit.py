@@ -202,3 +202,21 @@ def test_the_vectorised_data_check_counts_what_row_tuples_and_counters_count():
     multiset = _rounded_abs(X)
     for value in [*np.round(np.abs(X[:20]), 12).ravel().tolist(), 0.5, 1.5, 12345.0, 1e-3]:
         assert _held(multiset, value) == entries[value]
+
+
+def test_the_data_check_at_rounding_ties_and_at_huge_magnitudes():
+    """A scalar one ulp from one row's f is looked up by both roundings; magnitudes where
+    rounding to 12 decimals would overflow are compared exactly, never as infinity."""
+    import warnings
+
+    from pobo.protocol.audit import _held, _rounded_abs, _row_keys, _scalar_keys
+
+    f = _rounded_abs([0.14097402593749997, 7.0])
+    assert any(_held(f, key) == 1 for key in _scalar_keys(0.1409740259375))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow on the way
+        X = np.array([[1e300, 0.5], [1.5e300, 0.25]])
+        assert not np.isin(_row_keys(np.array([[2e300, 0.5]])), _row_keys(X)).any()
+        assert np.isin(_row_keys(np.array([[1.5e300, 0.25]])), _row_keys(X)).all()
+        entries = _rounded_abs(X)
+        assert max(_held(entries, key) for key in _scalar_keys(1e300)) == 1

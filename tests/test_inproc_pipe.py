@@ -86,3 +86,55 @@ async def test_close_wakes_the_waiting_peer_with_peer_gone_and_drops_the_timer()
         await a.recv(0.01)
     a.close()
     assert a._inbox.timer is None and b._inbox.timer is None
+
+
+async def test_a_second_reader_at_once_is_refused_not_left_to_hang():
+    a, _ = pipe_pair()
+    first = asyncio.ensure_future(a.recv(0.3))
+    await asyncio.sleep(0)  # the first reader waits
+    with pytest.raises(RuntimeError, match="one at a time"):
+        await a.recv(0.3)
+    with pytest.raises(PeerTimeout):  # and the first still times out, on time
+        await asyncio.wait_for(first, 2.0)
+
+
+async def test_a_cancelled_recv_leaves_no_timer_behind():
+    a, _ = pipe_pair()
+    reader = asyncio.ensure_future(a.recv(600.0))
+    await asyncio.sleep(0)
+    assert a._inbox.timer is not None
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    assert a._inbox.timer is None
+
+
+async def test_a_zero_timeout_still_sees_a_frame_a_ready_task_sends():
+    a, b = pipe_pair()
+
+    async def sender():
+        await b.send(b"now")
+
+    task = asyncio.ensure_future(sender())  # ready, not yet run
+    assert await a.recv(0) == b"now"
+    await task
+
+
+def test_a_pipe_used_on_a_second_loop_times_out_on_time():
+    a, _ = pipe_pair()
+
+    async def leave_a_kept_timer():  # a frame comes before the deadline: the timer stays
+        reader = asyncio.ensure_future(a.recv(1.0))
+        await asyncio.sleep(0)
+        a._inbox.put(b"y")
+        assert await reader == b"y"
+        assert a._inbox.timer is not None
+
+    async def on_the_next_loop():  # the first loop's timer (due sooner) never rings here
+        started = time.monotonic()
+        with pytest.raises(PeerTimeout):
+            await asyncio.wait_for(a.recv(1.5), 5.0)
+        assert 1.4 <= time.monotonic() - started < 4.0
+
+    asyncio.run(leave_a_kept_timer())
+    asyncio.run(on_the_next_loop())

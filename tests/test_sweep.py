@@ -199,3 +199,17 @@ def test_a_problems_data_cannot_be_changed_through_it_so_its_remembered_figures_
     assert dataset_digest(problem) == digest
     changed = dataclasses.replace(problem, f=problem.f + 1.0)  # a new Problem: its own figures
     assert dataset_digest(changed) != digest
+
+
+def test_a_pickled_problem_forgets_its_figures_and_stays_read_only():
+    import pickle
+
+    from pobo.parties.dataset import dataset_digest
+    from pobo.scenarios.registry import build_problem
+
+    problem = build_problem("synthetic", 0, grid=10)
+    dataset_digest(problem)
+    copy = pickle.loads(pickle.dumps(problem))
+    assert "_once" not in copy.__dict__
+    assert not copy.X.flags.writeable and not copy.f.flags.writeable
+    assert dataset_digest(copy) == dataset_digest(problem)

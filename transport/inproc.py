@@ -45,10 +45,12 @@ class QueuePipe:
         if not inbox.frames:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
-            while not inbox.frames:
+            while True:  # waits at least once: a frame a ready task sends is seen, even at 0
+                await inbox.wait(loop, deadline)
+                if inbox.frames:
+                    break
                 if loop.time() >= deadline:
                     raise PeerTimeout(f"no frame from the peer within {timeout:g} s")
-                await inbox.wait(loop, deadline)
         frame = inbox.frames.popleft()
         if frame is _CLOSED:
             inbox.frames.appendleft(_CLOSED)
