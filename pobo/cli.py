@@ -730,12 +730,15 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from pobo.allocator import keep_freed_memory
     from pobo.report import admissible_r, write_report
     from pobo.sweep import dask_executor, run_sweep
 
     spec, preset = sweep_spec_from_args(args)
     out = args.out or Path("runs") / f"sweep-{args.preset or spec.scenario}"
     executor = dask_executor(args.dask) if args.dask else None
+    if executor is None and args.workers == 1:  # the runs go on in this process
+        keep_freed_memory()  # (spawned workers get the same through their environment)
     dataset = admissible_r(spec.scenario, spec.options, spec.epsilons, spec.rs)
     print(dataset, flush=True)  # once: sigma_min, sigma_y and the admissible r of the data
     rows = run_sweep(spec, out, executor=executor, workers=args.workers)
