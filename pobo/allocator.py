@@ -11,7 +11,6 @@ n = 1e7) are still mapped and unmapped on their own.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 TRIM_BYTES = 64 << 20
 MMAP_BYTES = 32 << 20
@@ -23,10 +22,9 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 def keep_freed_memory() -> bool:
     """Set this process's allocator to keep freed memory (see the module): True where the
     C library is glibc and took both settings, False elsewhere (nothing changes)."""
-    name = ctypes.util.find_library("c")
     try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS, Windows)
+        mallopt = ctypes.CDLL(None).mallopt  # this process's own C library, if it has one
+    except (OSError, AttributeError, TypeError):  # no mallopt (macOS, Windows)
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return bool(mallopt(_M_TRIM_THRESHOLD, TRIM_BYTES)) and \
