@@ -43,13 +43,6 @@ def reward_model(params: SessionParams) -> RewardModel:
                        params.noise, params.kernel.noise_var)
 
 
-def aligned(Z: np.ndarray) -> np.ndarray:
-    """Z itself, or an aligned copy when it is a misaligned view (a received frame's
-    bytes start anywhere): BLAS does not take misaligned rows, and numpy's fallback makes
-    every kernel column ~2.4x slower (n = 1e4, r = 20), T of them a session."""
-    return Z if Z.flags.aligned else np.require(Z, dtype=np.float64, requirements="AC")
-
-
 def noise_dims(Z: np.ndarray) -> int:
     """The dimension of the subspace Z's rows (and a Gaussian release's noise) span: d for
     the Gaussian rows rotated into r >= d, r for a sketch (numerical rank of a sample)."""
@@ -79,7 +72,7 @@ class Modeler:
                  rng: np.random.Generator, hyper: HyperFit = HyperFit()) -> None:
         kp = params.kernel
         model = reward_model(params)
-        Z = aligned(release.Z)
+        Z = release.Z
         robust = isinstance(strategy, Robust)
         if isinstance(strategy, KusnerUCB):
             hyper = kusner_hyper(hyper, kp.kernel)

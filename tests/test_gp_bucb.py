@@ -98,29 +98,6 @@ def _modeler(strategy, hyper, seed=1, n=300, T=24):
                    np.random.default_rng(seed), hyper), np.sin(Z[:, 0]) * np.cos(Z[:, 1])
 
 
-def test_a_misaligned_Z_is_modelled_on_an_aligned_copy_with_the_same_choices():
-    """A received Dataset's Z is a view into the frame, whose bytes may start at any
-    offset: the modeler's GP works on an aligned copy (BLAS), choosing the same rows."""
-    n, T = 300, 12
-    Z = np.random.default_rng(6).uniform(-2, 2, size=(n, 2))
-    raw = bytearray(Z.nbytes + 8)
-    view = np.frombuffer(raw, dtype=np.float64, offset=3, count=Z.size).reshape(Z.shape)
-    view[:] = Z
-    assert not view.flags.aligned  # the case under test
-    f = np.sin(Z[:, 0]) * np.cos(Z[:, 1])
-    chosen = []
-    for z in (Z, view):
-        modeler = Modeler(_session(n, T), ProjectedDataset("x", 1.0, 1e-5, 0.0, z), GPUCB(),
-                          np.random.default_rng(1), HyperFit("fixed"))
-        assert modeler.gp.Z.flags.aligned and np.array_equal(modeler.gp.Z, Z)
-        assert (modeler.gp.Z is Z) == (z is Z)  # an aligned Z is not copied
-        for _ in range(T):
-            i = modeler.next_index()
-            modeler.observe(i, float(f[i]))
-        chosen.append(modeler.queries)
-    assert chosen[0] == chosen[1]
-
-
 @pytest.mark.parametrize("strategy, mode", [(GPUCB(), "every"), (GPUCB(), "fixed"),
                                             (RandomChoice(), "fixed")])
 def test_ask_tell_one_at_a_time_is_the_sequential_loop_to_the_bit(strategy, mode):
