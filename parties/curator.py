@@ -49,7 +49,7 @@ class Oracle:
             return float(rng.uniform(-self.R, self.R))
         if self.noise == "student-t":
             return float(rng.standard_t(3))
-        return float(np.sqrt(self.noise_var) * rng.standard_normal())
+        return math.sqrt(self.noise_var) * float(rng.standard_normal())
 
 
 def regret_traces(f: np.ndarray, queried: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -217,12 +217,20 @@ class Curator:
 
     def _keep(self, seq: int, index: int, measured: float, value: float) -> None:
         """Record an answer, keeping the lists in query order (batches answer out of it)."""
-        at = bisect.bisect(self._seqs, seq)
-        self._seqs.insert(at, seq)
-        self.queries.insert(at, int(index))
-        self.measured.insert(at, float(measured))
-        self.rewards.insert(at, float(value))
-        self.answered[seq] = (int(index), float(value))
+        index, measured, value = int(index), float(measured), float(value)
+        seqs = self._seqs
+        if not seqs or seq > seqs[-1]:  # in order: one query at a time
+            seqs.append(seq)
+            self.queries.append(index)
+            self.measured.append(measured)
+            self.rewards.append(value)
+        else:
+            at = bisect.bisect(seqs, seq)
+            seqs.insert(at, seq)
+            self.queries.insert(at, index)
+            self.measured.insert(at, measured)
+            self.rewards.insert(at, value)
+        self.answered[seq] = (index, value)
 
     @property
     def noise_tag(self) -> str:

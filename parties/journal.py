@@ -207,7 +207,7 @@ class Journal:
         The caller awaits `committed()` before it sends what it wrote."""
         loop = _running_loop() if grouped and self.group_commit else None
         with self._lock:
-            if loop is None:
+            if loop is None and self._group is not None:
                 self._commit_group()  # an immediate write never overtakes a staged one
             joining = loop is not None and self._group is not None  # in a SAVEPOINT
             cur = self._db.cursor()

@@ -99,15 +99,29 @@ def _plan(cls: type) -> tuple[tuple[str, Any, bool], ...]:
     return tuple((name, tp, tp in _SCALARS) for name, tp in _fields(cls))
 
 
+# message dataclass -> (field names, required names, _plan): one dict lookup per map
+_SCHEMAS: dict[type, tuple[frozenset[str], frozenset[str], tuple]] = {}
+
+
+def _schema(cls: type) -> tuple[frozenset[str], frozenset[str], tuple]:
+    """The walk of a message dataclass's map (names, required names, plan), kept."""
+    schema = _SCHEMAS[cls] = (_names(cls), _required(cls), _plan(cls))
+    return schema
+
+
 def _to_wire(value: Any, tp: Any, path: str) -> Any:
     if tp in _SCALARS:  # most fields: checked without the schema's generic machinery
         return _check_scalar(value, tp, path)
-    if dataclasses.is_dataclass(tp):
+    schema = _SCHEMAS.get(tp) or (_schema(tp) if dataclasses.is_dataclass(tp) else None)
+    if schema is not None:
         if type(value) is not tp:
             raise ProtocolError(f"{path}: expected {tp.__name__}, got {type(value).__name__}")
-        return {name: (_check_scalar(getattr(value, name), ftp, path, name) if scalar else
-                       _to_wire(getattr(value, name), ftp, f"{path}.{name}"))
-                for name, ftp, scalar in _plan(tp)}
+        wire = {}
+        for name, ftp, scalar in schema[2]:
+            item = getattr(value, name)
+            wire[name] = (_check_scalar(item, ftp, path, name) if scalar
+                          else _to_wire(item, ftp, f"{path}.{name}"))
+        return wire
     if tp is np.ndarray:
         return _array_to_ext(_check_array(value, path))
     if typing.get_origin(tp) is tuple:
@@ -121,16 +135,23 @@ def _to_wire(value: Any, tp: Any, path: str) -> Any:
 def _from_wire(value: Any, tp: Any, path: str) -> Any:
     if tp in _SCALARS:
         return _check_scalar(value, tp, path)
-    if dataclasses.is_dataclass(tp):
+    schema = _SCHEMAS.get(tp) or (_schema(tp) if dataclasses.is_dataclass(tp) else None)
+    if schema is not None:
         if not isinstance(value, dict):
             raise ProtocolError(f"{path}: expected a map, got {type(value).__name__}")
-        missing, extra = _required(tp) - value.keys(), value.keys() - _names(tp)
-        if missing or extra:
-            raise ProtocolError(f"{path}: missing fields {sorted(missing)}, "
-                                f"unexpected fields {sorted(map(str, extra))[:8]}")
-        return tp(**{name: (_check_scalar(value[name], ftp, path, name) if scalar else
-                            _from_wire(value[name], ftp, f"{path}.{name}"))
-                     for name, ftp, scalar in _plan(tp) if name in value})
+        names, required, plan = schema
+        if value.keys() != names:  # the common case, every field present, needs no sets
+            missing, extra = required - value.keys(), value.keys() - names
+            if missing or extra:
+                raise ProtocolError(f"{path}: missing fields {sorted(missing)}, "
+                                    f"unexpected fields {sorted(map(str, extra))[:8]}")
+        fields = {}
+        for name, ftp, scalar in plan:
+            if name in value:
+                item = value[name]
+                fields[name] = (_check_scalar(item, ftp, path, name) if scalar
+                                else _from_wire(item, ftp, f"{path}.{name}"))
+        return tp(**fields)
     if tp is np.ndarray:
         return _check_array(value, path)
     if typing.get_origin(tp) is tuple:

@@ -55,6 +55,7 @@ RELEASE_ALGORITHMS = frozenset({"noisy", "noise-free", "lipschitz"})
 DECLARED_STRATEGIES = frozenset({"", "gp-ucb", "random", "tgp-ucb", "ata-gp-ucb", "moma-gp-ucb"})
 KUSNER_UCB = "gp-ucb"
 RELEASE_KERNELS = frozenset({"", "se", "matern52"})
+_PER_QUERY = frozenset({Query, Reward, Pending})  # check_message checks their kind only
 PRIVATE = Policy("private", _C2M, _M2C, DP_RELEASES)
 NON_PRIVATE = Policy("non-private", _C2M, _M2C, DP_RELEASES | {IDENTITY})
 POLICIES = {p.name: p for p in (PRIVATE, NON_PRIVATE)}
@@ -63,9 +64,11 @@ POLICIES = {p.name: p for p in (PRIVATE, NON_PRIVATE)}
 def check_message(policy: Policy, sender: str, message: Message) -> None:
     """Raise PolicyViolation unless `sender` may send this message under `policy`."""
     kind = kind_of(message)
-    if kind not in policy.may_send(sender):
+    if kind not in (policy.curator_sends if sender == CURATOR else policy.modeler_sends):
         raise PolicyViolation(f"the {sender} may not send a {kind!r} message "
                               f"under the {policy.name!r} policy")
+    if type(message) in _PER_QUERY:  # most frames: nothing below concerns them
+        return
     if isinstance(message, Welcome) and message.params.policy != policy.name:
         raise PolicyViolation(f"session announces policy {message.params.policy!r}, "
                               f"this side enforces {policy.name!r}")
@@ -95,6 +98,9 @@ class Boundary:
     release_requested: bool = False
     released: bool = False
     versions: frozenset[int] = frozenset({PROTOCOL_VERSION})  # the Hello/Welcome versions admitted
+    # (the params, the noise its rewards carry), worked out at the first reward
+    _noise_of: tuple[SessionParams, str] | None = field(default=None, init=False, repr=False,
+                                                         compare=False)
 
     @property
     def peer(self) -> str:
@@ -264,8 +270,10 @@ class Boundary:
 
     def _check_reward_noise(self, message: Reward) -> None:
         params = self._session("reward")
-        ldp = any(m.name == LDP_REWARD for m in params.mechanisms)
-        expected = LDP_REWARD if ldp else ""
+        if self._noise_of is None or self._noise_of[0] is not params:  # once a session
+            ldp = any(m.name == LDP_REWARD for m in params.mechanisms)
+            self._noise_of = (params, LDP_REWARD if ldp else "")
+        expected = self._noise_of[1]
         if message.noise != expected:
             raise PolicyViolation(
                 f"reward for query {message.seq} carries noise {message.noise!r}; this session "

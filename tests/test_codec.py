@@ -48,6 +48,7 @@ MALFORMED = {
     "unknown kind": _frame({"kind": "teleport", "seq": 1}),
     "missing field": _frame({"kind": "query", "seq": 1}),
     "extra field": _frame({"kind": "query", "seq": 1, "index": 2, "x": [1.0]}),
+    "renamed field": _frame({"kind": "query", "seq": 1, "row": 2}),  # as many keys, not these
     "wrong type": _frame({"kind": "query", "seq": "1", "index": 2}),
     "bool as int": _frame({"kind": "query", "seq": True, "index": 2}),
     "float as int": _frame({"kind": "query", "seq": 1.5, "index": 2}),
@@ -74,6 +75,16 @@ def test_malformed_frames_raise_the_typed_error(name):
     assert str(info.value)  # a readable message
     if name == "unknown kind":
         assert info.value.code is ErrorCode.UNKNOWN_KIND
+
+
+def test_a_field_with_a_default_may_be_absent_and_one_without_may_not():
+    """An older peer's frame lacks a field added later with a default: it decodes with the
+    default; a frame lacking a field without one is refused (the fast path, every field
+    present, and the slow one agree)."""
+    assert decode(_frame({"kind": "reward", "seq": 1, "index": 2, "value": 0.5})) \
+        == Reward(1, 2, 0.5, "")
+    with pytest.raises(ProtocolError, match="missing fields"):
+        decode(_frame({"kind": "reward", "seq": 1, "value": 0.5, "noise": ""}))
 
 
 def test_oversized_frame_is_refused_before_unpacking():

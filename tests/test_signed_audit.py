@@ -74,7 +74,7 @@ def _with_body(frame: bytes, body: bytes, signer: Signer | None = None, **link) 
     """The envelope `frame` with another body (and link fields), its old signature kept
     unless a `signer` re-signs it."""
     env = open_frame(frame)
-    new_link = Link(**{**env.link.__dict__, **link})
+    new_link = env.link._replace(**link)
     if signer is not None:
         return seal(body, new_link, signer)
     packed = msgpack.unpackb(frame, raw=False)
