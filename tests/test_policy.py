@@ -219,3 +219,25 @@ def test_hello_nonce_is_32_hex_digits_or_empty(params):
         with pytest.raises(ProtocolError) as info:
             Boundary(PRIVATE, CURATOR).incoming(Hello(PROTOCOL_VERSION, "t", nonce=bad))
         assert info.value.code is ErrorCode.MALFORMED
+
+
+def test_the_reward_noise_a_session_expects_follows_its_params(params, release):
+    """The noise a reward must carry is worked out once per session's params and kept:
+    a boundary whose params change (a session announcing the LDP mechanism) expects the
+    new noise, never the one it worked out before."""
+    from pobo.protocol.messages import Mechanism
+    from pobo.protocol.policy import LDP_REWARD
+
+    cur, mod = _ready_pair(params, release)
+    mod.outgoing(Query(1, 3))
+    cur.incoming(Query(1, 3))
+    cur.outgoing(Reward(1, 3, 0.0))  # no reward mechanism announced: no noise
+    mod.incoming(Reward(1, 3, 0.0))
+    ldp = dataclasses.replace(params, mechanisms=params.mechanisms
+                              + (Mechanism(LDP_REWARD, 1.0, 0.0),))
+    cur.params = ldp
+    mod.outgoing(Query(2, 4))
+    cur.incoming(Query(2, 4))
+    with pytest.raises(PolicyViolation, match="local-DP"):
+        cur.outgoing(Reward(2, 4, 0.0))
+    cur.outgoing(Reward(2, 4, 0.0, LDP_REWARD))
