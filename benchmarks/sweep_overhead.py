@@ -15,7 +15,10 @@ rounds of GP-UCB on Z with `IncrementalGP` (the declared kernel and noise, beta_
 Srinivas et al.), a reward f + noise per round drawn from the curator's own noise
 stream, and the simple regret. Like-for-like is checked, not assumed: the reference,
 the parties and the sweep must query the same rows in every run (the script fails
-otherwise). Both run with one BLAS thread (the sweep's workers are started so).
+otherwise). Both run with one BLAS thread (the sweep's workers are started so) and, as
+`pobo sweep` runs its one worker, with glibc keeping freed memory between runs
+(pobo.allocator.keep_freed_memory: the reference in this process gets it too);
+`--glibc-defaults` measures the library call `run_sweep` in a process left alone.
 Repetitions interleave them; the figure is the median of the per-repetition ratios
 sweep/reference. Target: <= 2, goal <= 1.5.
 
@@ -44,6 +47,7 @@ import numpy as np  # noqa: E402
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # after PYTHONPATH: another tree may be measured
 
+from pobo.allocator import keep_freed_memory  # noqa: E402
 from pobo.parties.gp import IncrementalGP  # noqa: E402
 from pobo.parties.kernels import kernel_by_name  # noqa: E402
 from pobo.parties.modeler import HyperFit, Modeler  # noqa: E402
@@ -213,7 +217,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rs", type=int, nargs="+", default=list(PRESET.rs),
                         help=f"projection dimensions (the preset: {PRESET.rs})")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (median ratio)")
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="leave glibc's allocator alone (pobo sweep keeps freed memory)")
     args = parser.parse_args(argv)
+    kept = not args.glibc_defaults and keep_freed_memory()  # what `pobo sweep` does
     rs, (epsilon,), T = tuple(args.rs), PRESET.epsilons, PRESET.T
     ratios, sweeps, refs, direct, flats, same = [], [], [], [], [], True
     with tempfile.TemporaryDirectory(prefix="pobo-sweep-overhead-") as tmp:
@@ -235,7 +242,8 @@ def main(argv: list[str] | None = None) -> None:
     runs = len(rows)
     med = statistics.median
     print(f"table1 subset: {args.seeds} seeds x r in {list(rs)} = {runs} runs, T = {T}, "
-          f"eps = {epsilon:.4g}, one worker, one BLAS thread; {args.reps} repetitions")
+          f"eps = {epsilon:.4g}, one worker, one BLAS thread; {args.reps} repetitions; "
+          f"allocator: {'freed memory kept, as pobo sweep runs' if kept else 'glibc defaults'}")
     print(f"  sweep (run_sweep, workers=1): {med(sweeps):.3f} s "
           f"({med(sweeps) / runs * 1e3:.1f} ms a run)")
     print(f"  protocol-free reference:      {med(refs):.3f} s "

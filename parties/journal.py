@@ -150,6 +150,9 @@ class PendingEvaluation:
     measured: float | None  # a value supplied (`pobo answer`), not yet released
 
 
+_INSERT_ANSWER = "INSERT INTO answers VALUES (?, ?, ?, ?, ?)"
+
+
 class Journal:
     """A curator's journal; one per curator process, shared by all of its sessions."""
 
@@ -163,6 +166,10 @@ class Journal:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._arrays: dict[str, object] = {}  # ":memory:": each projection's Z, by key
+        # ":memory:": each session's generation as this object last committed it (no other
+        # connection can see the database, so it is the database's own: record_answer's
+        # fast path checks it without a SELECT)
+        self._generations: dict[str, int] | None = {} if self.path == ":memory:" else None
         self.fault: str | None = None  # the cause of the first failed write, if any
         # None: grouped where a COMMIT is an fsync worth sharing (a file at durability
         # full); in memory or at normal a COMMIT is a write (to the WAL, or nothing),
@@ -478,6 +485,8 @@ class Journal:
             self._transaction([("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, 'open', NULL, ?, "
                                 "?, 1)", (session, ordinal, json.dumps(config), welcome,
                                           projection, f_digest, time.time(), owner))])
+            if self._generations is not None:
+                self._generations[session] = 1
             return ordinal
 
     def claim(self, session: str, owner: str) -> int:
@@ -506,6 +515,8 @@ class Journal:
                      (generation + 1, session))]
 
         self._transaction(take)
+        if self._generations is not None:
+            self._generations[session] = claimed[0]
         return claimed[0]
 
     def current(self, session: str, generation: int) -> bool:
@@ -520,14 +531,35 @@ class Journal:
         released value) runs inside the write lock, after the generation and the budget
         were checked, so neither a superseded connection (even in another process sharing
         the journal) nor a row past its budget ever evaluates f or draws noise."""
+        if not entries and not self.group_commit and self._generations is not None \
+                and session in self._generations:
+            return self._answer_in_memory(session, generation, seq, row, evaluate)
         done: list[tuple[float, float]] = []
 
         def insert() -> list[tuple[str, tuple]]:
             done.append(evaluate())
-            return [("INSERT INTO answers VALUES (?, ?, ?, ?, ?)", (session, seq, row, *done[0]))]
+            return [(_INSERT_ANSWER, (session, seq, row, *done[0]))]
 
         self._transaction(insert, session, entries, budget, generation, grouped=True)
         return done[0]
+
+    def _answer_in_memory(self, session: str, generation: int | None, seq: int, row: int,
+                          evaluate: Callable[[], tuple[float, float]]) -> tuple[float, float]:
+        """`record_answer` of an in-memory journal with no ledger entry to charge (a
+        sweep's every answer): no other connection can see the database, so the session's
+        generation is the one kept here (checked under the lock before f is evaluated,
+        as in the transaction) and the answer is one INSERT, atomic on its own: no BEGIN,
+        SELECT or COMMIT statement."""
+        with self._lock:
+            if generation is not None and self._generations[session] != generation:
+                raise Superseded(session)
+            done = evaluate()
+            try:
+                self._db.execute(_INSERT_ANSWER, (session, seq, row, *done))
+            except sqlite3.Error as exc:
+                self._raise_failed(exc)
+            self.commits += 1
+        return done
 
     def reserve(self, session: str, generation: int | None, seq: int, row: int,
                 entries: list[Entry], budget: Budget) -> float:
@@ -621,7 +653,7 @@ class Journal:
         """Answer a reserved evaluation: the answer is committed and the reservation
         dropped in one transaction, by the session's current connection only (its
         ledger entries were charged when it was reserved)."""
-        self._transaction([("INSERT INTO answers VALUES (?, ?, ?, ?, ?)",
+        self._transaction([(_INSERT_ANSWER,
                             (session, seq, row, measured, value)),
                            ("DELETE FROM pending WHERE session = ? AND seq = ?",
                             (session, seq))], session, generation=generation, grouped=True)

@@ -50,6 +50,9 @@ def noise_dims(Z: np.ndarray) -> int:
     return max(1, int(np.linalg.matrix_rank(sample)))
 
 
+_DEFERRED = -2  # the engine slot of a slot asked but not hallucinated yet (Modeler._deferred)
+
+
 class Modeler:
     """Synchronous modeler state: the GP over Z (or a robust learner), the strategy, and
     what it observed.
@@ -87,7 +90,7 @@ class Modeler:
         kernel = kernel_by_name(hyper.kernel or kp.kernel, lengthscale, signal_var,
                                 dims=Z.shape[1])
         noise = kp.noise_var + 2 * model.laplace_scale**2 + nugget
-        self.gp = IncrementalGP(Z, kernel, noise, capacity=params.T)
+        self._gp = IncrementalGP(Z, kernel, noise, capacity=params.T)
         self.learner = None
         if robust:
             cls = ROBUST[strategy.name]
@@ -105,14 +108,25 @@ class Modeler:
         self.timing: dict | None = None
         self.queries: list[int] = []
         self.rewards: list[float] = []
-        self._design = (rng.permutation(self.gp.n)[:hyper.n_init]
+        self._design = (rng.permutation(self._gp.n)[:hyper.n_init]
                         if hyper.mode != "fixed" else np.empty(0, dtype=np.int64))
         self._asked: list[int] = []  # row per slot, in slot order
         self._told: list[int] = []  # slots told, sorted (parallel to queries and rewards)
         self._engine_slot: dict[int, int] = {}  # pending slot -> the engine's slot
+        # the slot asked last, whose hallucinated observation is not in the engine yet:
+        # added (GP-BUCB) before anything else uses the engine, or, told first, its
+        # real value goes in directly: one update instead of two (the same numbers)
+        self._deferred: int | None = None
         self._refit_waiting = False
         sequential = robust or isinstance(strategy, KusnerUCB)
         self.max_outstanding = 1 if sequential else params.T
+
+    @property
+    def gp(self) -> IncrementalGP:
+        """The GP engine, with every slot asked in it (the last one's hallucinated
+        observation is added on first use: `_hallucinate`)."""
+        self._hallucinate()
+        return self._gp
 
     @property
     def t(self) -> int:
@@ -130,9 +144,10 @@ class Modeler:
         asked = len(self._asked)
         if self.learner is not None:
             return self.learner.next_index(self.rng)
+        self._hallucinate()
         if asked < self._design.size:
             return int(self._design[asked])
-        return self.strategy.select(self.gp, asked + 1, self.rng)
+        return self.strategy.select(self._gp, asked + 1, self.rng)
 
     def ask(self, index: int | None = None) -> int:
         """Choose the next row, register it as pending (slot = queries asked so far) and
@@ -149,10 +164,24 @@ class Modeler:
             raise ValueError(f"all T = {self.params.T} queries of the session are asked")
         chosen = self.next_index()
         index = chosen if index is None else int(index)
-        engine_slot = -1 if self.learner is not None else self.gp.add_pending(index)
-        self._engine_slot[len(self._asked)] = engine_slot
+        slot = len(self._asked)
+        if self.learner is not None:
+            self._engine_slot[slot] = -1
+        else:
+            if not 0 <= index < self._gp.n:  # refused now, as add_pending would
+                raise IndexError(f"candidate {index} out of range [0, {self._gp.n})")
+            self._engine_slot[slot] = _DEFERRED
+            self._deferred = slot
         self._asked.append(index)
         return index
+
+    def _hallucinate(self) -> None:
+        """Put the deferred slot's hallucinated observation (y = posterior mean, GP-BUCB)
+        into the engine, as `ask` did at once before: every use of the engine but the
+        deferred slot's own `tell` comes after it, so the numbers are the same."""
+        slot, self._deferred = self._deferred, None
+        if slot is not None:
+            self._engine_slot[slot] = self._gp.add_pending(self._asked[slot])
 
     def tell(self, slot: int, value: float) -> None:
         """The real reward of pending `slot` (in any order); refit when due and no slot
@@ -162,8 +191,12 @@ class Modeler:
         index = self._asked[slot]
         if self.learner is not None:
             self.learner.observe(index, value)
+        elif slot == self._deferred:  # asked last, nothing used the engine since
+            self._deferred = None
+            self._gp.add(index, value)  # = resolve(add_pending(index), value)
         else:
-            self.gp.resolve(self._engine_slot[slot], value)
+            self._hallucinate()
+            self._gp.resolve(self._engine_slot[slot], value)
         del self._engine_slot[slot]
         self._record(slot, index, value)
 
@@ -178,7 +211,8 @@ class Modeler:
         if self.learner is not None:
             self.learner.observe(index, value)
         else:
-            self.gp.add(index, value)
+            self._hallucinate()
+            self._gp.add(index, value)
         self._asked.append(int(index))
         self._record(len(self._asked) - 1, index, value)
 
@@ -193,11 +227,11 @@ class Modeler:
         self._refit_waiting |= self.hyper.refit_due(self.t)
         if self._refit_waiting and not self._engine_slot:
             self._refit_waiting = False
-            X, y = self.gp.Z[np.asarray(self.queries)], np.asarray(self.rewards)
-            fit = fit_hyperparameters(self.gp.kernel, self.gp.noise_var, X, y, self.rng,
+            X, y = self._gp.Z[np.asarray(self.queries)], np.asarray(self.rewards)
+            fit = fit_hyperparameters(self._gp.kernel, self._gp.noise_var, X, y, self.rng,
                                       self.hyper.restarts)
             self.fits.append(fit)
-            self.gp = self.gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean, in_place=True)
+            self._gp = self._gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean, in_place=True)
 
     def _name(self) -> str:
         """The strategy's name as the sequential-only refusal gives it."""
@@ -209,11 +243,11 @@ class Modeler:
         """`request` carrying the kernel the GP used for the whole session (family,
         length-scale, signal and noise variance), when it was fixed throughout and
         isotropic; otherwise unchanged (zeros: the curator's declared kernel)."""
-        k = self.gp.kernel
+        k = self._gp.kernel
         if self.learner is not None or self.hyper.mode != "fixed" or self.fits or k.ard:
             return request
         return replace(request, kernel=k.family, lengthscale=k.lengthscales[0],
-                       signal_var=k.variance, noise_var=self.gp.noise_var)
+                       signal_var=k.variance, noise_var=self._gp.noise_var)
 
     def best(self) -> tuple[int, float]:
         """The queried row with the highest observed reward, and that reward."""

@@ -248,3 +248,74 @@ def test_batches_of_four_match_sequential_gp_ucb_on_many_seeds():
     seeds, slack = (range(40), 0.05) if REDUCED else (range(120), 0.02)
     mean, se = _regret_gap(seeds)
     assert mean <= 2 * se + slack, (mean, se)
+
+
+def _ask_tell(modeler: Modeler, f: np.ndarray, steps: list, eager: bool) -> None:
+    """Run `steps` ('ask', or a slot to tell) on `modeler`; `eager` reads the engine
+    after every ask (every hallucination in at once)."""
+    for step in steps:
+        if step == "ask":
+            modeler.ask()
+            if eager:
+                modeler.gp  # noqa: B018 -- reading the engine puts the hallucination in
+        else:
+            modeler.tell(step, float(f[modeler._asked[step]]))
+
+
+@pytest.mark.parametrize("steps", [
+    ["ask", 0, "ask", 1],  # sequential: each tell is the deferred slot's own
+    ["ask", "ask", "ask", 1, 0, 2],  # a middle slot told while the last is deferred
+    ["ask", "ask", "ask", 2, "ask", 0, 3, 1],  # the deferred one first, then out of order
+])
+def test_a_deferred_hallucination_gives_the_eager_numbers_in_these_orders(steps):
+    """The orders where a deferred hallucination could change the rounding: telling
+    another slot must put the deferred one in first, as the eager engine had it."""
+    lazy, f = _modeler(GPUCB(), HyperFit("fixed"), seed=4)
+    eager, _ = _modeler(GPUCB(), HyperFit("fixed"), seed=4)
+    _ask_tell(lazy, f, steps, eager=False)
+    _ask_tell(eager, f, steps, eager=True)
+    assert lazy.queries == eager.queries
+    assert np.array_equal(lazy.gp.mean, eager.gp.mean)
+    assert np.array_equal(lazy.gp.var, eager.gp.var)
+    assert np.array_equal(lazy.gp.L, eager.gp.L)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_deferred_hallucination_gives_the_eager_numbers_to_the_bit(seed):
+    """ask() leaves the last slot's hallucinated observation out of the engine until
+    something else uses it (or its own tell puts the real value in directly, one update
+    instead of two). A twin that reads its engine after every ask (so every hallucination
+    goes in at once, as before) must choose the same rows and end in the same state, bit
+    for bit, whatever the mix of batches, out-of-order tells, replays and refits."""
+    hyper = HyperFit("every", n_init=3, every=5)
+    lazy, f = _modeler(GPUCB(), hyper, seed=seed)
+    eager, _ = _modeler(GPUCB(), hyper, seed=seed)
+    plan = np.random.default_rng(100 + seed)
+    pending: list[int] = []
+    asked = 0
+    while asked < 24 or pending:
+        if asked < 24 and (not pending or plan.random() < 0.5) and len(pending) < 4:
+            i, j = lazy.ask(), eager.ask()
+            eager.gp  # noqa: B018 -- reading the engine puts the hallucination in at once
+            assert i == j
+            pending.append(asked)
+            asked += 1
+        else:
+            slot = pending.pop(int(plan.integers(len(pending))) if plan.random() < 0.3 else -1)
+            y = float(f[lazy._asked[slot]])
+            lazy.tell(slot, y)
+            eager.tell(slot, y)
+    assert lazy.queries == eager.queries and len(lazy.fits) == len(eager.fits)
+    assert np.array_equal(lazy.gp.mean, eager.gp.mean)
+    assert np.array_equal(lazy.gp.var, eager.gp.var)
+
+
+def test_the_engine_read_right_after_an_ask_holds_that_slot_hallucinated():
+    """`modeler.gp` is the engine with every asked slot in it: read right after ask() it
+    has the new row's variance shrunk (its hallucination is added on that read)."""
+    modeler, f = _modeler(GPUCB(), HyperFit("fixed"))
+    i = modeler.ask()
+    before = modeler._gp.var[i]  # the engine itself, before anything used it
+    assert modeler.gp.var[i] < before and modeler.gp.t == 1
+    modeler.tell(0, float(f[i]))
+    assert modeler.gp.t == 1 and modeler.pending == ()

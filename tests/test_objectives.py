@@ -81,6 +81,41 @@ def test_a_superseded_connection_neither_reserves_nor_completes():
     journal.complete("s1", 2, 1, 3, 1.0, 1.0)
 
 
+@pytest.mark.parametrize("path", [":memory:", "file"])
+def test_an_answer_is_fenced_by_generation_before_f_is_evaluated(tmp_path, path):
+    """The in-memory journal's one-INSERT path (no ledger entry) fences like the
+    transaction does: a superseded connection neither evaluates f nor writes, a retry of
+    an answered seq is a typed IntegrityError that leaves the first answer, and both
+    journals end holding the same rows."""
+    import sqlite3
+
+    journal = _journal_with_session(":memory:" if path == ":memory:" else tmp_path / "j.db")
+    evaluated = []
+
+    def evaluate(value):
+        return lambda: (evaluated.append(value) or (value, value + 0.5))
+
+    assert journal.record_answer("s1", 1, 1, 3, [], Budget(), evaluate(1.0)) == (1.0, 1.5)
+    assert journal.claim("s1", "me") == 2
+    with pytest.raises(Superseded):
+        journal.record_answer("s1", 1, 2, 4, [], Budget(), evaluate(2.0))
+    assert evaluated == [1.0]  # the old connection never evaluated
+    with pytest.raises(sqlite3.IntegrityError):
+        journal.record_answer("s1", 2, 1, 5, [], Budget(), evaluate(3.0))
+    journal.record_answer("s1", 2, 2, 4, [], Budget(), evaluate(4.0))
+    assert journal.load("s1").answers == [(1, 3, 1.0, 1.5), (2, 4, 4.0, 4.5)]
+    assert journal.commits >= 2
+
+
+def test_a_session_the_journal_never_opened_still_goes_through_the_transaction():
+    """Only a session this in-memory journal opened (whose generation it wrote) takes the
+    one-INSERT path; any other is checked in the database (Superseded for a wrong one)."""
+    journal = Journal()
+    with pytest.raises(Superseded):
+        journal.record_answer("ghost", 1, 1, 3, [], Budget(), lambda: (1.0, 1.0))
+    assert journal.record_answer("ghost", None, 1, 3, [], Budget(), lambda: (1.0, 1.0))
+
+
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_a_non_finite_value_is_refused(bad):
     journal = _journal_with_session()
