@@ -219,9 +219,10 @@ class IncrementalGP:
         row = self._row if self._row_at == r else self.V[r]
         self.mean += np.multiply(row, a, out=self._buf, dtype=np.float64)
 
-    def _new_row(self, index: int) -> tuple[np.ndarray, float, np.ndarray]:
-        """Row t of L (l, d) for candidate `index`, and row t of V written in place; the
-        third value is that row in float64 (V[t] itself unless the cache is float32)."""
+    def next_row(self, index: int) -> tuple[np.ndarray, float]:
+        """Row t of L (l, d) that adding candidate `index` now would append, changing
+        nothing: O(t) (O(t^2) with a float32 cache). Raises what `add` and `add_pending`
+        would: a full engine, a row out of range, a Cholesky pivot lost to rounding."""
         t = self.t
         if t >= self.capacity:
             raise ValueError(f"engine is full: capacity {self.capacity} observations")
@@ -233,7 +234,13 @@ class IncrementalGP:
         if not pivot > PIVOT_FLOOR * diag:
             raise NumericalError(f"Cholesky pivot {pivot:.3e} at step {t + 1} (row {index}) "
                                  "is not positive; raise the noise variance or jitter")
-        d = math.sqrt(pivot)
+        return l_row, math.sqrt(pivot)
+
+    def _new_row(self, index: int) -> tuple[np.ndarray, float, np.ndarray]:
+        """Row t of L (l, d) for candidate `index`, and row t of V written in place; the
+        third value is that row in float64 (V[t] itself unless the cache is float32)."""
+        t = self.t
+        l_row, d = self.next_row(index)
         if not self._lean:
             v = self.V[t]
             self.kernel_column(index, out=v)

@@ -514,9 +514,10 @@ class Journal:
             return [("UPDATE sessions SET generation = ?, status = 'open' WHERE id = ?",
                      (generation + 1, session))]
 
-        self._transaction(take)
-        if self._generations is not None:
-            self._generations[session] = claimed[0]
+        with self._lock:  # no answer between the commit and the kept generation
+            self._transaction(take)
+            if self._generations is not None:
+                self._generations[session] = claimed[0]
         return claimed[0]
 
     def current(self, session: str, generation: int) -> bool:

@@ -168,8 +168,7 @@ class Modeler:
         if self.learner is not None:
             self._engine_slot[slot] = -1
         else:
-            if not 0 <= index < self._gp.n:  # refused now, as add_pending would
-                raise IndexError(f"candidate {index} out of range [0, {self._gp.n})")
+            self._gp.next_row(index)  # refused now (range, pivot), as add_pending would
             self._engine_slot[slot] = _DEFERRED
             self._deferred = slot
         self._asked.append(index)
@@ -179,9 +178,10 @@ class Modeler:
         """Put the deferred slot's hallucinated observation (y = posterior mean, GP-BUCB)
         into the engine, as `ask` did at once before: every use of the engine but the
         deferred slot's own `tell` comes after it, so the numbers are the same."""
-        slot, self._deferred = self._deferred, None
+        slot = self._deferred
         if slot is not None:
             self._engine_slot[slot] = self._gp.add_pending(self._asked[slot])
+            self._deferred = None  # (only once it is in: a failure leaves it deferred)
 
     def tell(self, slot: int, value: float) -> None:
         """The real reward of pending `slot` (in any order); refit when due and no slot
@@ -192,8 +192,8 @@ class Modeler:
         if self.learner is not None:
             self.learner.observe(index, value)
         elif slot == self._deferred:  # asked last, nothing used the engine since
-            self._deferred = None
             self._gp.add(index, value)  # = resolve(add_pending(index), value)
+            self._deferred = None
         else:
             self._hallucinate()
             self._gp.resolve(self._engine_slot[slot], value)

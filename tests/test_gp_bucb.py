@@ -319,3 +319,44 @@ def test_the_engine_read_right_after_an_ask_holds_that_slot_hallucinated():
     assert modeler.gp.var[i] < before and modeler.gp.t == 1
     modeler.tell(0, float(f[i]))
     assert modeler.gp.t == 1 and modeler.pending == ()
+
+
+def _pivot_modeler(noise_var: float, signal_var: float):
+    """A modeler whose engine loses a Cholesky pivot when a row is asked again (no
+    noise, a large signal variance: the table scenarios declare noise 0)."""
+    Z = np.random.default_rng(6).uniform(-2, 2, size=(50, 2))
+    params = SessionParams("t", 50, 2, 8, "private", (),
+                           KernelParams("se", 1.0, signal_var, noise_var), "seeded")
+    return Modeler(params, ProjectedDataset("x", 1.0, 1e-5, 0.0, Z), GPUCB(),
+                   np.random.default_rng(1), HyperFit("fixed"))
+
+
+def test_an_engine_refusal_still_comes_from_ask_and_leaves_nothing_pending():
+    """A deferred hallucination must not move the engine's refusal past the query's
+    send: ask() checks the row the engine would append (a lost pivot, a row out of
+    range) and refuses it with nothing pending, as when it hallucinated at once."""
+    from pobo.parties.gp import NumericalError
+
+    modeler = _pivot_modeler(noise_var=0.0, signal_var=1e4)
+    i = modeler.ask()
+    modeler.tell(0, 0.5)
+    with pytest.raises(NumericalError, match="pivot"):
+        modeler.ask(i)
+    assert modeler.pending == () and modeler.gp.t == 1
+    with pytest.raises(ValueError, match="not pending"):
+        modeler.tell(1, 0.5)
+    with pytest.raises(IndexError):
+        modeler.ask(50)
+    assert modeler.pending == ()
+
+
+def test_a_refused_reward_for_the_deferred_slot_leaves_it_pending():
+    """tell() of the slot just asked with a non-finite value is refused and changes
+    nothing: the slot stays pending and its real reward is taken afterwards."""
+    modeler = _pivot_modeler(noise_var=1e-4, signal_var=1.0)
+    modeler.ask()
+    with pytest.raises(ValueError, match="finite"):
+        modeler.tell(0, float("nan"))
+    assert modeler.pending == (0,)
+    modeler.tell(0, 0.5)
+    assert modeler.pending == () and modeler.gp.t == 1

@@ -107,6 +107,40 @@ def test_an_answer_is_fenced_by_generation_before_f_is_evaluated(tmp_path, path)
     assert journal.commits >= 2
 
 
+def test_an_answer_racing_a_claim_on_another_thread_is_superseded():
+    """The in-memory journal keeps the generation it committed: a claim updates it under
+    the same lock as its transaction, so a superseded connection answering on another
+    thread right after the claim's COMMIT waits, then is refused before evaluating f
+    (the adversarial review's race: it answered when the kept value lagged)."""
+    import threading
+
+    journal = _journal_with_session()
+    evaluated, outcome = [], []
+    transaction = journal._transaction
+
+    def old_connection():
+        try:
+            journal.record_answer("s1", 1, 1, 3, [], Budget(),
+                                  lambda: evaluated.append(1) or (1.0, 1.0))
+            outcome.append("answered")
+        except Superseded:
+            outcome.append("superseded")
+
+    racer = threading.Thread(target=old_connection)
+
+    def committed_then_race(statements, *args, **kwargs):
+        transaction(statements, *args, **kwargs)
+        if getattr(statements, "__name__", "") == "take":  # claim's: committed just now
+            racer.start()
+            racer.join(0.3)  # it must wait for the claim to finish, not answer now
+
+    journal._transaction = committed_then_race
+    assert journal.claim("s1", "me") == 2
+    racer.join(10)
+    assert outcome == ["superseded"] and evaluated == []
+    assert journal.load("s1").answers == []
+
+
 def test_a_session_the_journal_never_opened_still_goes_through_the_transaction():
     """Only a session this in-memory journal opened (whose generation it wrote) takes the
     one-INSERT path; any other is checked in the database (Superseded for a wrong one)."""
