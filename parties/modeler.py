@@ -175,9 +175,10 @@ class Modeler:
         return index
 
     def _hallucinate(self) -> None:
-        """Put the deferred slot's hallucinated observation (y = posterior mean, GP-BUCB)
-        into the engine, as `ask` did at once before: every use of the engine but the
-        deferred slot's own `tell` comes after it, so the numbers are the same."""
+        """Put the deferred slot's hallucinated observation (y = posterior mean; GP-BUCB,
+        Desautels et al. 2014) into the engine. Every use of the engine other than that
+        slot's own `tell` comes after this, so the numbers are those of hallucinating
+        at `ask` itself."""
         slot = self._deferred
         if slot is not None:
             self._engine_slot[slot] = self._gp.add_pending(self._asked[slot])
