@@ -141,6 +141,43 @@ def test_an_answer_racing_a_claim_on_another_thread_is_superseded():
     assert journal.load("s1").answers == []
 
 
+def test_an_in_memory_answer_is_in_the_table_before_anything_reads_it_in_order():
+    """An in-memory journal's answers wait in memory between two reads (a sweep's steps
+    touch nothing else of it): whatever reads or writes the database next finds every
+    one of them in the table, in the order recorded, with an answer written through the
+    transaction (an LDP one, charged) between them kept in its place."""
+    from pobo.protocol.policy import LDP_REWARD
+
+    journal = _journal_with_session()
+    budget = Budget(row_epsilon=10.0)
+    journal.record_answer("s1", 1, 1, 3, [], budget, lambda: (1.0, 1.0))
+    journal.record_answer("s1", 1, 2, 4, [], budget, lambda: (2.0, 2.0))
+    assert journal._unwritten  # recorded, not yet in the table
+    journal.record_answer("s1", 1, 3, 5, [Entry(LDP_REWARD, 1.0, 0.0, LOCAL, 5)], budget,
+                          lambda: (3.0, 3.5))
+    journal.record_answer("s1", 1, 4, 6, [], budget, lambda: (4.0, 4.0))
+    rows = journal._db.execute("SELECT seq FROM answers ORDER BY rowid").fetchall()
+    assert [r[0] for r in rows] == [1, 2, 3, 4] and not journal._unwritten
+    assert [a[0] for a in journal.load("s1").answers] == [1, 2, 3, 4]
+    with pytest.raises(Exception, match="UNIQUE"):  # the LDP answer's seq, recorded again
+        journal.record_answer("s1", 1, 3, 5, [], budget, lambda: (9.0, 9.0))
+
+
+def test_an_in_memory_answer_the_table_cannot_take_is_a_sticky_fault():
+    """If the table cannot take the answers kept in memory, the read that writes them
+    raises JournalFault and the journal's fault is set: no reward is sent after it."""
+    from pobo.parties.journal import JournalFault
+
+    journal = _journal_with_session()
+    journal.record_answer("s1", 1, 1, 3, [], Budget(), lambda: (1.0, 1.0))
+    journal._conn.execute("DROP TABLE answers")  # what an impossible write looks like
+    with pytest.raises(JournalFault):
+        journal.load("s1")
+    assert journal.fault is not None
+    with pytest.raises(JournalFault):
+        asyncio.run(journal.committed())
+
+
 def test_a_session_the_journal_never_opened_still_goes_through_the_transaction():
     """Only a session this in-memory journal opened (whose generation it wrote) takes the
     one-INSERT path; any other is checked in the database (Superseded for a wrong one)."""
