@@ -138,6 +138,9 @@ class IncrementalGP:
         # the float32 cache's newest row in float64, and its position (-1: none held)
         self._row = np.empty(n) if self._lean else None
         self._row_at = -1
+        # (t, index, l, d) of the last next_row: reused while the engine has not changed
+        # (a modeler checks a row when it asks and appends it when the reward comes)
+        self._next: tuple[int, int, np.ndarray, float] | None = None
         # the float32 product's scratch: capacity x block float64, the block one row of V
         # widened (a preallocated copy is 4x faster than numpy's mixed-type product)
         self._block = max(256, min(n, SCRATCH // max(1, self.capacity)))
@@ -224,6 +227,9 @@ class IncrementalGP:
         nothing: O(t) (O(t^2) with a float32 cache). Raises what `add` and `add_pending`
         would: a full engine, a row out of range, a Cholesky pivot lost to rounding."""
         t = self.t
+        kept = self._next
+        if kept is not None and kept[0] == t and kept[1] == index:
+            return kept[2], kept[3]
         if t >= self.capacity:
             raise ValueError(f"engine is full: capacity {self.capacity} observations")
         if not 0 <= index < self.n:
@@ -234,7 +240,9 @@ class IncrementalGP:
         if not pivot > PIVOT_FLOOR * diag:
             raise NumericalError(f"Cholesky pivot {pivot:.3e} at step {t + 1} (row {index}) "
                                  "is not positive; raise the noise variance or jitter")
-        return l_row, math.sqrt(pivot)
+        d = math.sqrt(pivot)
+        self._next = (t, index, l_row, d)
+        return l_row, d
 
     def _new_row(self, index: int) -> tuple[np.ndarray, float, np.ndarray]:
         """Row t of L (l, d) for candidate `index`, and row t of V written in place; the
@@ -298,6 +306,7 @@ class IncrementalGP:
         V[p], V[p + 1] = cs * V[p] + sn * V[p + 1], sn * V[p] - cs * V[p + 1]
         self.indices[[p, p + 1]] = self.indices[[p + 1, p]]
         self._row_at = -1  # the float64 copy of a row no longer matches its position
+        self._next = None  # nor the row next_row worked out
 
     def ucb_argmax(self, beta: float, rng: np.random.Generator, variance: bool = False) -> int:
         """argmax of mean + beta^1/2 std over all candidates (`variance`: mean + beta var,

@@ -91,6 +91,49 @@ def test_noise_free_repeat_raises_a_clear_error_not_nan():
     assert gp.t == 1 and np.array_equal(gp.mean, mean)  # left as it was
 
 
+@pytest.mark.parametrize("cache", ["float64", "float32"])
+def test_a_kept_next_row_is_the_row_worked_out_afresh(cache):
+    """next_row keeps the row it worked out (a modeler checks a row when it asks and the
+    engine appends it when the reward comes): through pending slots, out-of-order
+    resolves (which swap rows of L and V) and plain adds, an engine that may reuse it
+    ends bit for bit where one that always works it out afresh does."""
+    rng = np.random.default_rng(3)
+    Z = rng.uniform(-2, 2, size=(120, 3))
+    kern = squared_exponential(1.0, 1.0)
+    kept, fresh = (IncrementalGP(Z, kern, 1e-3, capacity=80, cache=cache) for _ in range(2))
+    slots: list[int] = []
+    for _ in range(60):
+        i = int(rng.integers(120))
+        kept.next_row(i)  # asked: worked out and kept (the fresh engine never keeps one)
+        op = rng.random()
+        if op < 0.25:
+            slots.append(kept.add_pending(i))
+            fresh._next = None
+            assert fresh.add_pending(i) == slots[-1]
+        elif op < 0.6 or not slots:
+            fresh._next = None
+            kept.add(i, float(np.sin(Z[i, 0])))
+            fresh.add(i, float(np.sin(Z[i, 0])))
+        else:
+            slot = slots.pop(int(rng.integers(len(slots))))
+            kept.resolve(slot, 0.5)
+            fresh.resolve(slot, 0.5)
+    assert kept.t == fresh.t > 30
+    # a row worked out, then a resolve that swaps rows of L and V, then that row added
+    for gp in (kept, fresh):
+        pending = [gp.add_pending(j) for j in (7, 8, 9)]
+        gp.next_row(11)
+        gp.resolve(pending[1], 0.25)  # swaps the middle slot to the front of the pending
+        if gp is fresh:
+            gp._next = None  # worked out afresh
+        gp.add_pending(11)
+    t = kept.t
+    for name, a, b in (("mean", kept.mean, fresh.mean), ("var", kept.var, fresh.var),
+                       ("L", kept.L, fresh.L), ("alpha", kept.alpha[:t], fresh.alpha[:t]),
+                       ("rows", kept.indices[:t], fresh.indices[:t])):
+        assert np.array_equal(a, b), name
+
+
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_log_marginal_likelihood_gradient_matches_finite_differences(name):
     rng = np.random.default_rng(2)
