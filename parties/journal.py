@@ -556,8 +556,9 @@ class Journal:
         """`record_answer` of an in-memory journal with no ledger entry to charge (a
         sweep's every answer): no other connection can see the database, so the session's
         generation is the one kept here (checked under the lock before f is evaluated,
-        as in the transaction) and the answer is one INSERT, atomic on its own: no BEGIN,
-        SELECT or COMMIT statement."""
+        as in the transaction), a seq already answered is refused by the table itself,
+        and the answer is kept in memory until anything next touches the database
+        (`_db`): no statement per answer."""
         with self._lock:
             if generation is not None and self._generations[session] != generation:
                 raise Superseded(session)
