@@ -217,20 +217,12 @@ class Curator:
 
     def _keep(self, seq: int, index: int, measured: float, value: float) -> None:
         """Record an answer, keeping the lists in query order (batches answer out of it)."""
-        index, measured, value = int(index), float(measured), float(value)
-        seqs = self._seqs
-        if not seqs or seq > seqs[-1]:  # in order: one query at a time
-            seqs.append(seq)
-            self.queries.append(index)
-            self.measured.append(measured)
-            self.rewards.append(value)
-        else:
-            at = bisect.bisect(seqs, seq)
-            seqs.insert(at, seq)
-            self.queries.insert(at, index)
-            self.measured.insert(at, measured)
-            self.rewards.insert(at, value)
-        self.answered[seq] = (index, value)
+        at = bisect.bisect(self._seqs, seq)
+        self._seqs.insert(at, seq)
+        self.queries.insert(at, int(index))
+        self.measured.insert(at, float(measured))
+        self.rewards.insert(at, float(value))
+        self.answered[seq] = (int(index), float(value))
 
     @property
     def noise_tag(self) -> str:

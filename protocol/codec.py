@@ -69,50 +69,28 @@ def decode(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> Message:
     return _from_wire(body, cls, kind)
 
 
-@lru_cache(maxsize=None)
-def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
-    hints = typing.get_type_hints(cls)
-    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
-
-
-@lru_cache(maxsize=None)
-def _required(cls: type) -> frozenset[str]:
-    """The fields a frame must carry: those without a default (a field added later with a
-    default may be absent from an older peer's frame)."""
-    return frozenset(f.name for f in dataclasses.fields(cls)
-                     if f.default is dataclasses.MISSING
-                     and f.default_factory is dataclasses.MISSING)
-
-
 _SCALARS = frozenset({bool, int, float, str})
 
 
 @lru_cache(maxsize=None)
-def _names(cls: type) -> frozenset[str]:
-    return frozenset(name for name, _ in _fields(cls))
-
-
-@lru_cache(maxsize=None)
-def _plan(cls: type) -> tuple[tuple[str, Any, bool], ...]:
-    """(name, type, whether a plain scalar) of each field of a message dataclass: the
-    walk of a frame's fields without the schema's generic machinery per field."""
-    return tuple((name, tp, tp in _SCALARS) for name, tp in _fields(cls))
-
-
-# message dataclass -> (field names, required names, _plan): one dict lookup per map
-_SCHEMAS: dict[type, tuple[frozenset[str], frozenset[str], tuple]] = {}
-
-
-def _schema(cls: type) -> tuple[frozenset[str], frozenset[str], tuple]:
-    """The walk of a message dataclass's map (names, required names, plan), kept."""
-    schema = _SCHEMAS[cls] = (_names(cls), _required(cls), _plan(cls))
-    return schema
+def _schema(tp: Any) -> tuple[frozenset[str], frozenset[str], tuple] | None:
+    """How a frame's map of message dataclass `tp` is walked: (its field names, the names
+    a frame must carry -- those without a default, since a field added later with one
+    may be absent from an older peer's frame --, and (name, type, whether a plain
+    scalar) per field); None for any other type."""
+    if not dataclasses.is_dataclass(tp):
+        return None
+    fields, hints = dataclasses.fields(tp), typing.get_type_hints(tp)
+    required = frozenset(f.name for f in fields if f.default is dataclasses.MISSING
+                         and f.default_factory is dataclasses.MISSING)
+    plan = tuple((f.name, hints[f.name], hints[f.name] in _SCALARS) for f in fields)
+    return frozenset(f.name for f in fields), required, plan
 
 
 def _to_wire(value: Any, tp: Any, path: str) -> Any:
     if tp in _SCALARS:  # most fields: checked without the schema's generic machinery
         return _check_scalar(value, tp, path)
-    schema = _SCHEMAS.get(tp) or (_schema(tp) if dataclasses.is_dataclass(tp) else None)
+    schema = _schema(tp)
     if schema is not None:
         if type(value) is not tp:
             raise ProtocolError(f"{path}: expected {tp.__name__}, got {type(value).__name__}")
@@ -135,7 +113,7 @@ def _to_wire(value: Any, tp: Any, path: str) -> Any:
 def _from_wire(value: Any, tp: Any, path: str) -> Any:
     if tp in _SCALARS:
         return _check_scalar(value, tp, path)
-    schema = _SCHEMAS.get(tp) or (_schema(tp) if dataclasses.is_dataclass(tp) else None)
+    schema = _schema(tp)
     if schema is not None:
         if not isinstance(value, dict):
             raise ProtocolError(f"{path}: expected a map, got {type(value).__name__}")

@@ -64,7 +64,7 @@ POLICIES = {p.name: p for p in (PRIVATE, NON_PRIVATE)}
 def check_message(policy: Policy, sender: str, message: Message) -> None:
     """Raise PolicyViolation unless `sender` may send this message under `policy`."""
     kind = kind_of(message)
-    if kind not in (policy.curator_sends if sender == CURATOR else policy.modeler_sends):
+    if kind not in policy.may_send(sender):
         raise PolicyViolation(f"the {sender} may not send a {kind!r} message "
                               f"under the {policy.name!r} policy")
     if type(message) in _PER_QUERY:  # most frames: nothing below concerns them
