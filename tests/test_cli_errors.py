@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -17,7 +18,9 @@ POBO = [sys.executable, "-m", "pobo"]
 
 
 def _pobo(*argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*POBO, *argv], capture_output=True, text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory() as here:  # a default out folder (runs/) goes there
+        return subprocess.run([*POBO, *argv], capture_output=True, text=True,
+                              timeout=timeout, cwd=here)
 
 
 def _one_line(done: subprocess.CompletedProcess) -> str:

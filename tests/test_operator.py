@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -59,7 +60,9 @@ def test_a_curator_on_data_restarts_on_its_journal_without_a_seed(tmp_path):
 
 
 def _one_line_error(args, **kw):
-    run = subprocess.run([*POBO, *args], capture_output=True, text=True, timeout=120, **kw)
+    with tempfile.TemporaryDirectory() as here:  # a default out folder (runs/) goes there
+        run = subprocess.run([*POBO, *args], capture_output=True, text=True, timeout=120,
+                             **{"cwd": here, **kw})
     lines = run.stderr.strip().splitlines()
     assert run.returncode != 0 and len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
     return lines[0]

@@ -47,9 +47,11 @@ def test_table_picks_the_named_columns_and_counts_what_it_drops(csv_file):
     (["--features", "temp,yield", "--objective", "yield"], "also a feature"),
     (["--objective", "yield"], "needs --data"),
 ])
-def test_table_refuses_unknown_or_missing_columns_in_one_line(csv_file, args, message):
+def test_table_refuses_unknown_or_missing_columns_in_one_line(csv_file, args, message,
+                                                             tmp_path):
     run = subprocess.run([*POBO, "run", "table", "--data", str(csv_file), "--transport",
-                          "inproc", *args], capture_output=True, text=True, timeout=120)
+                          "inproc", *args], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)  # its default out folder, runs/, goes there
     lines = run.stderr.strip().splitlines()
     assert run.returncode == 1 and len(lines) == 1 and message in lines[0], run.stderr
 
