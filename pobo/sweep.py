@@ -102,11 +102,17 @@ def run_group(runs: list[tuple[str, RunConfig]], out: str, transcripts: bool = F
     """
     first = runs[0][1]
     problem = build_problem(first.scenario, first.seed, **first.options)
+    return run_blocking(_run_all(runs, Path(out), problem, transcripts))
+
+
+async def _run_all(runs: list[tuple[str, RunConfig]], out: Path, problem,
+                   transcripts: bool) -> list[dict]:
+    """The group's runs one after another on one event loop (a loop per run costs more
+    than a short run's protocol path); their summaries."""
     summaries = []
     for rid, cfg in runs:
-        folder = Path(out) / "runs" / rid
-        result = run_blocking(run_inproc(cfg, folder, problem=problem, transcripts=transcripts,
-                                         records=False))  # result.json holds both parties
+        result = await run_inproc(cfg, out / "runs" / rid, problem=problem,
+                                  transcripts=transcripts, records=False)  # result.json: both
         summaries.append(summarise(rid, cfg, result))
     return summaries
 

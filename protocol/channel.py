@@ -210,7 +210,7 @@ class Channel:
         send_parts = getattr(self.pipe, "send_parts", None)
         if send_parts is not None:
             return send_parts(parts)
-        return self.pipe.send(b"".join(parts))
+        return self._send_frame(b"".join(parts), digest)
 
     def _send(self, message: Message) -> Awaitable[None]:
         """Check, encode, seal and record `message`; the pipe's send of its frame (to
@@ -235,9 +235,21 @@ class Channel:
             else:
                 self.transcript.append("sent", kind, frame)
         self._counted_refusal = False
-        if frame is not body:  # an envelope: the peer may acknowledge it
-            self._sent[hashlib.sha256(frame).digest()] = self._sends
+        if frame is body:  # bare: nothing acknowledges it
+            self._sends += 1
+            return self.pipe.send(frame)
+        digest = hashlib.sha256(frame).digest()  # an envelope: the peer may acknowledge it
+        self._sent[digest] = self._sends
         self._sends += 1
+        return self._send_frame(frame, digest)
+
+    def _send_frame(self, frame: bytes, digest: bytes) -> Awaitable[None]:
+        """The pipe's send of an envelope frame whose SHA-256 is `digest`: handed over
+        with it where the pipe can pass it on (transport.inproc, one process: the peer's
+        Channel then need not hash the same bytes again)."""
+        send_sealed = getattr(self.pipe, "send_sealed", None)
+        if send_sealed is not None:
+            return send_sealed(frame, digest)
         return self.pipe.send(frame)
 
     async def recv(self, timeout: float | None = None) -> Message:
@@ -246,6 +258,9 @@ class Channel:
         if self._unverified:
             self.verify_accepted()
         frame = await self.pipe.recv(self.timeout if timeout is None else timeout)
+        # its SHA-256 as its sender computed it, from a pipe that passes the very bytes
+        # object within one process (transport.inproc); None: hashed here when accepted
+        digest = getattr(self.pipe, "digest", None)
         self.last_frame = frame
         self._counted_refusal = False
         body = None
@@ -261,7 +276,7 @@ class Channel:
                 self._counted_refusal = not self.transcript.refuse(frame, exc.code.value,
                                                                    str(exc))
             raise
-        self._accept(frame, *accepted)
+        self._accept(frame, digest, *accepted)
         if self.transcript is not None:
             self.transcript.append("recv", kind_of(message), frame, body)
         return message
@@ -341,10 +356,10 @@ class Channel:
                                 "a frame", ErrorCode.BAD_SIGNATURE)
         return message, (envelope, False, handshake, acked, late)
 
-    def _accept(self, frame: bytes, envelope, bare: bool, handshake, acked: int,
-                late: bool) -> None:
-        """Commit what accepting `frame` changes, as `_open` checked it (a method, not a
-        closure made per frame)."""
+    def _accept(self, frame: bytes, known: bytes | None, envelope, bare: bool, handshake,
+                acked: int, late: bool) -> None:
+        """Commit what accepting `frame` (its SHA-256 `known`, if the pipe gave it) changes, as
+        `_open` checked it (a method, not a closure made per frame)."""
         if envelope.bare:
             self.bare = bare
             if handshake is not None:
@@ -356,7 +371,7 @@ class Channel:
                 del self._sent[digest]
         self._acked = acked
         self._peer_seq = max(self._peer_seq, envelope.link.seq)
-        self._last_recv = hashlib.sha256(frame).digest()
+        self._last_recv = known or hashlib.sha256(frame).digest()
         if late:
             self._unverified.append((frame, envelope))
         if handshake is not None:

@@ -138,3 +138,109 @@ def test_a_pipe_used_on_a_second_loop_times_out_on_time():
 
     asyncio.run(leave_a_kept_timer())
     asyncio.run(on_the_next_loop())
+
+
+# ---- a frame's SHA-256 handed over with it (Channel.send -> QueuePipe.send_sealed) -------
+
+async def _session(tmp_path):
+    """A modeler Channel past the opening of an in-process session with a curator task,
+    every frame the modeler's pipe sent kept as (frame, digest handed over)."""
+    from pobo.parties.journal import Journal
+    from pobo.protocol.messages import PROTOCOL_VERSION, Hello
+    from pobo.protocol.policy import CURATOR, MODELER
+    from pobo.session import RunConfig, curate, open_channel, prepare_service
+
+    service = prepare_service(RunConfig("synthetic", T=5, seed=1, options={"grid": 8}),
+                              journal=Journal(tmp_path / "j.db", durability="normal"))
+    cpipe, mpipe = pipe_pair()
+    cur = open_channel(cpipe, CURATOR, False, None, 5)
+    mod = open_channel(mpipe, MODELER, False, None, 5)
+    sent, send_sealed = [], mpipe.send_sealed
+
+    async def keeping(frame, digest):
+        sent.append((frame, digest))
+        await send_sealed(frame, digest)
+
+    mpipe.send_sealed = keeping
+    task = asyncio.ensure_future(curate(cur, service.new_session(), verbose=False,
+                                        raise_errors=False))
+    await mod.send(Hello(PROTOCOL_VERSION, "digest"))
+    await mod.recv()
+    await mod.recv()
+    return cur, mod, sent, task
+
+
+async def _end(mod, task) -> None:
+    from pobo.protocol.messages import End
+
+    await mod.send(End("done"))
+    await asyncio.wait_for(task, 5)
+    mod.close()
+
+
+async def test_a_channel_hands_each_frame_s_digest_over_and_the_peer_acknowledges_those_bytes(
+        tmp_path):
+    import hashlib
+
+    from pobo.protocol.messages import Query, Reward
+
+    cur, mod, sent, task = await _session(tmp_path)
+    for seq in (1, 2):
+        await mod.send(Query(seq, seq))
+        assert isinstance(await mod.recv(), Reward)  # its link acknowledges the query
+        frame, digest = sent[-1]
+        assert digest == hashlib.sha256(frame).digest()  # the sender's hash of these bytes
+        assert cur.pipe.digest == digest and cur._last_recv == digest
+    await _end(mod, task)
+
+
+async def test_a_frame_sent_without_its_digest_is_hashed_by_the_receiver(tmp_path):
+    import hashlib
+
+    from pobo.protocol.codec import encode
+    from pobo.protocol.messages import Query, Reward
+    from pobo.protocol.signing import Link, seal
+
+    cur, mod, sent, task = await _session(tmp_path)
+    link = Link(mod.session_id, mod._sends, bytes(32), mod._last_recv)
+    frame = seal(encode(Query(1, 3)), link, None)
+    mod._sent[hashlib.sha256(frame).digest()] = mod._sends
+    mod._sends += 1
+    mod.boundary.outgoing(Query(1, 3))
+    await mod.pipe.send(frame)  # a raw frame (a test's, a hostile peer's): no digest with it
+    assert isinstance(await mod.recv(), Reward)
+    assert cur.pipe.digest is None
+    assert cur._last_recv == hashlib.sha256(frame).digest()
+    await _end(mod, task)
+
+
+async def test_a_bytearray_sent_sealed_is_hashed_again_not_trusted():
+    import hashlib
+
+    a, b = pipe_pair()
+    await a.send_sealed(bytearray(b"frame"), b"\x00" * 32)
+    assert await b.recv(1.0) == b"frame"
+    assert b.digest == hashlib.sha256(b"frame").digest()
+
+
+async def test_a_wrong_digest_handed_over_breaks_only_the_liar_s_own_session(tmp_path):
+    """A sender handing over a digest that is not its frame's makes the receiver
+    acknowledge bytes the sender never sent: the sender refuses that acknowledgement
+    (bad_signature), so a wrong digest never passes unnoticed."""
+    from pobo.protocol.errors import ErrorCode, ProtocolError
+    from pobo.protocol.messages import Query
+
+    cur, mod, sent, task = await _session(tmp_path)
+    honest = mod.pipe.send_sealed
+
+    async def lying(frame, digest):
+        await honest(frame, bytes(32 - 1) + b"\x01")
+
+    mod.pipe.send_sealed = lying
+    await mod.send(Query(1, 3))
+    with pytest.raises(ProtocolError) as refused:
+        await mod.recv()
+    assert refused.value.code is ErrorCode.BAD_SIGNATURE
+    assert "never sent" in str(refused.value)
+    mod.close()
+    await asyncio.wait_for(task, 5)

@@ -1,8 +1,15 @@
 """An in-process frame pipe, for simulations and sweeps: two deques and a wake-up each
-(transport.wakeup: no future, timer or event per frame that needs no wait)."""
+(transport.wakeup: no future, timer or event per frame that needs no wait).
+
+Both ends live in one process and a frame is passed as the same immutable bytes object,
+so a sender that has hashed its frame (a Channel hashes every envelope it sends) hands
+the SHA-256 over with it (`send_sealed`), and the receiving end reports it (`digest`)
+instead of the receiving Channel hashing the same bytes again: a sweep's Dataset frame
+is hashed once, not twice. A frame sent with plain `send` carries none (None)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections import deque
 
 from pobo.protocol.errors import PeerGone, PeerTimeout
@@ -20,8 +27,8 @@ class _Inbox(Wakeup):
         super().__init__()
         self.frames: deque = deque()
 
-    def put(self, item) -> None:
-        self.frames.append(item)
+    def put(self, item, digest: bytes | None = None) -> None:
+        self.frames.append((item, digest))
         self.wake()
 
 
@@ -31,12 +38,22 @@ class QueuePipe:
     def __init__(self, inbox: _Inbox, outbox: _Inbox) -> None:
         self._inbox, self._outbox = inbox, outbox
         self._closed = False
+        self.digest: bytes | None = None  # the SHA-256 of the frame `recv` returned last, if sent with it
 
     async def send(self, frame: bytes) -> None:
         """Queue a frame for the other end."""
         if self._closed:
             raise PeerGone("pipe is closed")
         self._outbox.put(bytes(frame))
+
+    async def send_sealed(self, frame: bytes, digest: bytes) -> None:
+        """Queue a frame with its SHA-256, which the other end's `digest` reports when it
+        receives it (the frame is passed as this very object: see the module docstring)."""
+        if self._closed:
+            raise PeerGone("pipe is closed")
+        if type(frame) is not bytes:
+            frame, digest = bytes(frame), hashlib.sha256(frame).digest()
+        self._outbox.put(frame, digest)
 
     async def recv(self, timeout: float) -> bytes:
         """The next frame from the other end, or PeerTimeout after `timeout` seconds
@@ -51,9 +68,9 @@ class QueuePipe:
                     break
                 if loop.time() >= deadline:
                     raise PeerTimeout(f"no frame from the peer within {timeout:g} s")
-        frame = inbox.frames.popleft()
+        frame, self.digest = inbox.frames.popleft()
         if frame is _CLOSED:
-            inbox.frames.appendleft(_CLOSED)
+            inbox.frames.appendleft((_CLOSED, None))
             raise PeerGone("the peer closed the pipe")
         return frame
 
