@@ -589,11 +589,24 @@ class Journal:
         self._conn = connection
 
     def _write_unwritten(self) -> None:
-        """Write the answers recorded in memory to the table, in order."""
+        """Write the answers recorded in memory to the table, in order: in one transaction
+        (half the time of one autocommit per row) unless one is open already; if that
+        fails, row by row, so that every row before a failing one is in the table, as
+        without the transaction."""
         with self._lock:
             rows, self._unwritten = self._unwritten, []
+            conn = self._conn
+            if not conn.in_transaction:
+                try:
+                    conn.execute("BEGIN")
+                    conn.executemany(_INSERT_ANSWER, rows)
+                    conn.execute("COMMIT")
+                    return
+                except sqlite3.Error:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
             try:
-                self._conn.executemany(_INSERT_ANSWER, rows)
+                conn.executemany(_INSERT_ANSWER, rows)
             except sqlite3.Error as exc:
                 self._raise_failed(exc)
 

@@ -178,6 +178,34 @@ def test_an_in_memory_answer_the_table_cannot_take_is_a_sticky_fault():
         asyncio.run(journal.committed())
 
 
+def test_answers_kept_in_memory_go_in_together_and_a_failing_one_keeps_those_before_it():
+    """The answers kept in memory are written in one transaction; if one of them cannot
+    be written, every answer recorded before it is in the table all the same (as one
+    autocommit per row left them) and the write raises."""
+    journal = _journal_with_session()
+    for seq in (1, 2, 3, 4):
+        journal.record_answer("s1", 1, seq, seq, [], Budget(), lambda: (1.0, 1.0))
+    statements = []
+    journal._conn.set_trace_callback(statements.append)
+    journal._conn.execute("SELECT 1")  # through the connection itself: nothing written
+    assert journal._unwritten
+    journal._db.execute("SELECT 1")
+    assert statements.count("BEGIN") == 1 and statements.count("COMMIT") == 1
+    assert sum(s.startswith("INSERT") for s in statements) == 4
+    rows = journal._conn.execute("SELECT seq FROM answers ORDER BY rowid").fetchall()
+    assert [r[0] for r in rows] == [1, 2, 3, 4]
+
+    journal = _journal_with_session()
+    journal._conn.execute("CREATE TRIGGER no_three BEFORE INSERT ON answers WHEN NEW.seq = 3 "
+                          "BEGIN SELECT RAISE(ABORT, 'no room for 3'); END")
+    for seq in (1, 2, 3, 4):
+        journal.record_answer("s1", 1, seq, seq, [], Budget(), lambda: (1.0, 1.0))
+    with pytest.raises(Exception, match="no room for 3"):
+        journal.load("s1")
+    rows = journal._conn.execute("SELECT seq FROM answers ORDER BY rowid").fetchall()
+    assert [r[0] for r in rows] == [1, 2]
+
+
 def test_a_session_the_journal_never_opened_still_goes_through_the_transaction():
     """Only a session this in-memory journal opened (whose generation it wrote) takes the
     one-INSERT path; any other is checked in the database (Superseded for a wrong one)."""
