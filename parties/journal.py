@@ -185,12 +185,13 @@ class Journal:
         self.commits = 0  # transactions committed (COMMITs: fsyncs at durability full)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=busy_timeout)  # how long to wait for another writer
-        (version,) = self._db.execute("PRAGMA user_version").fetchone()
-        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
-        if version != SCHEMA_VERSION and version not in MIGRATABLE and tables:
-            self._db.close()
-            raise JournalError(f"{self.path} is a journal of schema {version}, this pobo "
-                               f"writes schema {SCHEMA_VERSION}: start a new journal")
+        if self.path != ":memory:":  # (a new in-memory database holds nothing yet)
+            (version,) = self._db.execute("PRAGMA user_version").fetchone()
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+            if version != SCHEMA_VERSION and version not in MIGRATABLE and tables:
+                self._db.close()
+                raise JournalError(f"{self.path} is a journal of schema {version}, this pobo "
+                                   f"writes schema {SCHEMA_VERSION}: start a new journal")
         if self.path == ":memory:" and hasattr(self._db, "deserialize"):
             self._db.deserialize(_empty_schema())  # a copy of the empty schema: no DDL per journal
             self._db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")

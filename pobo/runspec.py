@@ -94,14 +94,15 @@ def startup_warnings(config: RunConfig) -> list[str]:
     return out
 
 
-def merge_results(curator: dict, modeler: dict, out: Path) -> dict:
-    """result.json: the curator's record plus the modeler's view and the transcript paths."""
+def merge_results(curator: dict, modeler: dict, out: Path, transcripts: bool = True) -> dict:
+    """result.json: the curator's record plus the modeler's view and the paths of the
+    transcripts (looked for in `out` unless the run wrote none: `transcripts` False)."""
     result = dict(curator)
     result["modeler"] = modeler
     result["consistent"] = (modeler.get("queries") == curator["queries"]
                             and modeler.get("rewards") == curator["rewards"])
     result["transcripts"] = {role: str(out / f"{role}.transcript") for role in ROLES
-                             if (out / f"{role}.transcript").exists()}
+                             if transcripts and (out / f"{role}.transcript").exists()}
     write_json(out / "result.json", result)
     return result
 

@@ -459,4 +459,4 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
             for name, records_kept in kept.items():
                 if records_kept:
                     write_json(out / name, records_kept[-1])
-    return merge_results(cres, mres, out)
+    return merge_results(cres, mres, out, transcripts=where is not None)
