@@ -135,8 +135,10 @@ class Curator:
         once, or None when its evaluation is now reserved, charged and pending (also
         for a retry of a query already pending). Refused, before anything is
         evaluated, like `answer`."""
-        if seq in self.answered or self.oracle is not None:
+        if seq in self.answered:
             return self.respond(seq, index)
+        if self.oracle is not None:
+            return self.answer(seq, index)
         if seq in self.reserved:
             if self.reserved[seq] != index:
                 raise ProtocolError(f"query {seq} was for row {self.reserved[seq]}, not "
@@ -173,14 +175,15 @@ class Curator:
     def _admit(self, index: int, reserved: int = 0) -> list[Entry]:
         """The ledger entries of one more answer at row `index`, after refusing an
         out-of-range row, a spent T and a row past its LDP budget."""
-        if not 0 <= index < self.n:
-            raise ProtocolError(f"row index {index} out of range [0, {self.n})",
+        if not 0 <= index < self._n:
+            raise ProtocolError(f"row index {index} out of range [0, {self._n})",
                                 ErrorCode.INDEX_OUT_OF_RANGE)
         if len(self.queries) + reserved >= self.budget:
             raise ProtocolError(f"the budget of {self.budget} evaluations is spent",
                                 ErrorCode.BUDGET_EXHAUSTED)
-        entries = ([] if self.ldp is None else
-                   [Entry(LDP_REWARD, self.ldp.epsilon, self.ldp.delta, LOCAL, int(index))])
+        if self.ldp is None:
+            return []
+        entries = [Entry(LDP_REWARD, self.ldp.epsilon, self.ldp.delta, LOCAL, int(index))]
         self.ledger.check(entries)  # a cheap early refusal; the journal checks again
         return entries
 

@@ -287,9 +287,9 @@ class Channel:
         it must be signed, badly signed or badly linked. Nothing changes before that."""
         self._last_bare = True  # until the frame is known to be an envelope
         envelope = open_frame(frame, self.max_frame)
-        self._last_bare = envelope.bare
-        bare = self.bare if self.bare is not None else envelope.bare
-        if envelope.bare:
+        self._last_bare = is_bare = envelope.link is None  # (Envelope.bare, without a call)
+        bare = self.bare if self.bare is not None else is_bare
+        if is_bare:
             if is_chunk_frame(frame):
                 raise ChunkError("a dataset chunk frame outside a dataset body",
                                  ErrorCode.SEQUENCE)
@@ -318,7 +318,7 @@ class Channel:
                                 f"the peer", ErrorCode.BAD_SIGNATURE)
         if message is None:
             message = decode(envelope.body, self.max_frame)
-        handshake = self._handshake_key(message)
+        handshake = self._handshake_key(message) if self.peer_key is None else None
         session = self.session_id
         if handshake is not None:
             announced, session, vk = handshake
@@ -360,7 +360,7 @@ class Channel:
                 acked: int, late: bool) -> None:
         """Commit what accepting `frame` (its SHA-256 `known`, if the pipe gave it) changes, as
         `_open` checked it (a method, not a closure made per frame)."""
-        if envelope.bare:
+        if envelope.link is None:  # bare
             self.bare = bare
             if handshake is not None:
                 self.peer_key = ""

@@ -15,7 +15,7 @@ from pobo.protocol.checkpoint import check_head
 from pobo.protocol.errors import ErrorCode, PolicyViolation, ProtocolError
 from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, End, Error, Hello, Message, Pending, Query, Release, ReleaseRequest, Reward,
-    SessionParams, Welcome, kind_of,
+    KINDS, SessionParams, Welcome, kind_of,
 )
 
 CURATOR, MODELER = "curator", "modeler"
@@ -101,6 +101,14 @@ class Boundary:
     # (the params, the noise its rewards carry), worked out at the first reward
     _noise_of: tuple[SessionParams, str] | None = field(default=None, init=False, repr=False,
                                                          compare=False)
+    # the message types each side may send under the policy, kept: every frame is checked
+    # against them (a Query or a Reward needs no other check of check_message's)
+    _sends: frozenset[type] = field(init=False, repr=False, compare=False)
+    _receives: frozenset[type] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._sends = frozenset(KINDS[k] for k in self.policy.may_send(self.role))
+        self._receives = frozenset(KINDS[k] for k in self.policy.may_send(self.peer))
 
     @property
     def peer(self) -> str:
@@ -109,16 +117,22 @@ class Boundary:
 
     def outgoing(self, message: Message) -> None:
         """Check a message this side is about to send; raise rather than send it."""
-        self._admit(self.role, message)
+        self._admit(self.role, self._sends, message)
 
     def incoming(self, message: Message) -> None:
         """Check a message the peer sent; raise rather than hand it to the party."""
-        self._admit(self.peer, message)
+        self._admit(MODELER if self.role == CURATOR else CURATOR, self._receives, message)
 
-    def _admit(self, sender: str, message: Message) -> None:
-        check_message(self.policy, sender, message)
+    def _admit(self, sender: str, may: frozenset[type], message: Message) -> None:
+        """Check and record `message` from `sender`, who may send the types `may`. (A
+        query's and a reward's checks are written out here, with no call that is not
+        needed: they are nearly every frame, and a sweep runs them between GP steps,
+        where every function first touched costs about a microsecond.)"""
+        kind = type(message)
+        if kind not in may or kind not in _PER_QUERY:  # (refused there, or checked further)
+            check_message(self.policy, sender, message)
         # the per-round-trip messages first: most frames are queries and rewards
-        if isinstance(message, Query):
+        if kind is Query:
             if message.seq in self.asked and self.asked[message.seq] == message.index:
                 self.outstanding[message.seq] = message.index  # an idempotent retry
                 return
@@ -126,8 +140,15 @@ class Boundary:
             self.asked[message.seq] = message.index
             self.outstanding[message.seq] = message.index
             self.fresh.add(message.seq)
-        elif isinstance(message, Reward):
-            self._check_reward_noise(message)
+        elif kind is Reward:
+            noise = self._noise_of
+            if noise is None or noise[0] is not self.params:  # once a session
+                noise = self._reward_noise()
+            if message.noise != noise[1]:
+                raise PolicyViolation(
+                    f"reward for query {message.seq} carries noise {message.noise!r}; this "
+                    "session " + ("releases rewards only through the local-DP mechanism"
+                                  if noise[1] else "announced no reward mechanism"))
             if message.seq not in self.outstanding and self.asked.get(message.seq) == message.index:
                 raise ProtocolError(f"duplicate reward for query {message.seq} (a retry's "
                                     "answer arriving after the original)", ErrorCode.DUPLICATE)
@@ -268,17 +289,14 @@ class Boundary:
         if not all(math.isfinite(v) and v >= 0 for v in hyper):
             raise ProtocolError("release kernel hyperparameters must be finite and >= 0")
 
-    def _check_reward_noise(self, message: Reward) -> None:
+    def _reward_noise(self) -> tuple[SessionParams, str]:
+        """(the session's params, the noise its rewards must carry: LDP_REWARD when it
+        announced the local-DP mechanism, else ''), kept for the session's rewards;
+        a reward before the welcome is refused here."""
         params = self._session("reward")
-        if self._noise_of is None or self._noise_of[0] is not params:  # once a session
-            ldp = any(m.name == LDP_REWARD for m in params.mechanisms)
-            self._noise_of = (params, LDP_REWARD if ldp else "")
-        expected = self._noise_of[1]
-        if message.noise != expected:
-            raise PolicyViolation(
-                f"reward for query {message.seq} carries noise {message.noise!r}; this session "
-                + ("releases rewards only through the local-DP mechanism" if ldp else
-                   "announced no reward mechanism"))
+        ldp = any(m.name == LDP_REWARD for m in params.mechanisms)
+        self._noise_of = (params, LDP_REWARD if ldp else "")
+        return self._noise_of
 
     def _check_query(self, message: Query) -> None:
         """Refuse a new query, checks in the order of PROTOCOL.md 7: a query before the
