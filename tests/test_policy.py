@@ -37,11 +37,11 @@ def test_curator_may_not_send_modeler_kinds(params, release, kind):
     _refused_both_ways(cur, mod, message, PolicyViolation)
 
 
-@pytest.mark.parametrize("kind", ["welcome", "dataset", "reward"])
+@pytest.mark.parametrize("kind", ["welcome", "dataset", "reward", "pending"])
 def test_modeler_may_not_send_curator_kinds(params, release, kind):
     cur, mod = _ready_pair(params, release)
     message = {"welcome": Welcome(PROTOCOL_VERSION, "s", params), "dataset": Dataset(release),
-               "reward": Reward(1, 0, 0.5)}[kind]
+               "reward": Reward(1, 0, 0.5), "pending": Pending(1, 0, 0.0)}[kind]
     _refused_both_ways(mod, cur, message, PolicyViolation)
 
 
