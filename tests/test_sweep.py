@@ -97,8 +97,9 @@ def test_pobo_sweep_command_prints_a_table_and_the_wall_time(tmp_path):
 
 
 def test_runs_sharing_a_worker_give_what_each_gives_alone(tmp_path):
-    """A seed's runs share one process, one dataset and whatever a process caches (the
-    in-memory journal's empty schema, ...): each run's record must be the one it gives
+    """A seed's runs share one process, one event loop, one dataset and whatever a
+    process caches (the in-memory journal's empty schema, ...): each run's record must be
+    the one it gives
     alone, in a fresh service on a freshly built dataset, so nothing leaks from one run
     into the next. The sweep runs them forwards; alone they run backwards."""
     import asyncio
@@ -117,6 +118,32 @@ def test_runs_sharing_a_worker_give_what_each_gives_alone(tmp_path):
         assert {k: swept[k] for k in keys} == {k: alone[k] for k in keys}, rid
         assert swept["ledger"]["session"]["entries"] == alone["ledger"]["session"]["entries"]
     assert len(rows) == 2 * 2 * 3
+
+
+def test_a_seeds_runs_share_one_event_loop_and_no_task_outlives_its_run(tmp_path, monkeypatch):
+    """The runs of a group run one after another on one event loop: when each starts,
+    nothing of the run before it is still scheduled (its parties' tasks, timers or
+    evaluations), so a run cannot act inside the next one."""
+    import asyncio
+
+    import pobo.sweep as sweep_module
+
+    seen = []
+    real = sweep_module.run_inproc
+
+    async def watched(*args, **kwargs):
+        loop = asyncio.get_running_loop()
+        live = [h for h in loop._scheduled if not h.cancelled()]  # (cancelled: inert)
+        seen.append((loop, len(asyncio.all_tasks()), len(live)))
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "run_inproc", watched)
+    spec = SweepSpec("synthetic", epsilons=(2.0,), rs=(2, 3, 4), seeds=1, T=5,
+                     options={"grid": 10})
+    run_sweep(spec, tmp_path / "s", workers=1, progress=None)
+    assert len(seen) == 3 and len({id(loop) for loop, _, _ in seen}) == 1
+    assert all(tasks == 1 for _, tasks, _ in seen), seen  # the group's own task alone
+    assert all(timers == 0 for _, _, timers in seen[1:]), seen  # no timer of a run left
 
 
 def test_a_seeds_runs_compute_the_datasets_own_figures_once(tmp_path, monkeypatch):
