@@ -128,6 +128,12 @@ class Channel:
         self.late = bool(getattr(pipe, "authenticated", False))
         self._unverified: list[tuple[bytes, object]] = []
         self._sending = asyncio.Lock()  # one frame at a time: links and transcript in order
+        # a pipe whose send queues the frame at once, never waiting (transport.inproc):
+        # a send that finds no other under way needs no lock
+        self._at_once = bool(getattr(pipe, "queues_at_once", False))
+        # a pipe that takes an envelope's SHA-256 with it (transport.inproc: the peer's
+        # Channel then need not hash the same bytes again)
+        self._send_sealed = getattr(pipe, "send_sealed", None)
 
     @property
     def sign_key(self) -> str:
@@ -160,6 +166,12 @@ class Channel:
         if self._unverified and isinstance(message, End) and message.reason == "done":
             self.verify_accepted()
         sending = self._sending
+        if self._at_once and shared is None and type(message) is not Dataset \
+                and not sending.locked():
+            # the pipe queues a frame without waiting (transport.inproc) and no send is
+            # under way: nothing can come between this frame's sealing and its queueing
+            await self._send(message)
+            return
         await sending.acquire()  # (not `async with`: two coroutine layers less per frame)
         try:
             if type(message) is Dataset and not isinstance(shared, SharedBody):
@@ -210,7 +222,10 @@ class Channel:
         send_parts = getattr(self.pipe, "send_parts", None)
         if send_parts is not None:
             return send_parts(parts)
-        return self._send_frame(b"".join(parts), digest)
+        frame = b"".join(parts)
+        if self._send_sealed is not None:
+            return self._send_sealed(frame, digest)
+        return self.pipe.send(frame)
 
     def _send(self, message: Message) -> Awaitable[None]:
         """Check, encode, seal and record `message`; the pipe's send of its frame (to
@@ -241,15 +256,8 @@ class Channel:
         digest = hashlib.sha256(frame).digest()  # an envelope: the peer may acknowledge it
         self._sent[digest] = self._sends
         self._sends += 1
-        return self._send_frame(frame, digest)
-
-    def _send_frame(self, frame: bytes, digest: bytes) -> Awaitable[None]:
-        """The pipe's send of an envelope frame whose SHA-256 is `digest`: handed over
-        with it where the pipe can pass it on (transport.inproc, one process: the peer's
-        Channel then need not hash the same bytes again)."""
-        send_sealed = getattr(self.pipe, "send_sealed", None)
-        if send_sealed is not None:
-            return send_sealed(frame, digest)
+        if self._send_sealed is not None:  # the digest with it (transport.inproc)
+            return self._send_sealed(frame, digest)
         return self.pipe.send(frame)
 
     async def recv(self, timeout: float | None = None) -> Message:

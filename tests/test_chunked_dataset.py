@@ -346,3 +346,39 @@ def test_an_in_process_pipe_holds_one_chunk_at_a_time(tmp_path):
 
     asyncio.run(session())
     assert len(seen) == 9 and max(seen) <= 2, seen  # the head and 8 chunks
+
+
+def test_a_frame_sent_while_a_dataset_goes_out_in_chunks_waits_for_its_last_chunk(tmp_path):
+    """The in-process pipe queues a frame at once, so a send that finds no other under
+    way takes no lock (Channel.send); one that comes while a Dataset's chunks are going
+    out (the sender yields after each) must still wait for the last of them: the
+    modeler gets the whole Dataset and then the Error, every link accepted."""
+    from pobo.protocol.messages import Error
+
+    release = _release()
+
+    async def session():
+        pair = _Pair(tmp_path)
+        await pair.open()
+        order: list[str] = []
+
+        async def dataset():
+            await pair.curator.send(Dataset(release))
+            order.append("dataset sent")
+
+        async def error():
+            await asyncio.sleep(0)  # once the dataset's first chunk is out
+            await pair.curator.send(Error(ErrorCode.BUSY.value, "meanwhile"))
+            order.append("error sent")
+
+        sending = asyncio.gather(dataset(), error())
+        whole = await pair.modeler.recv()
+        after = await pair.modeler.recv()
+        await sending
+        pair.close()
+        return order, whole, after
+
+    order, whole, after = asyncio.run(session())
+    assert order == ["dataset sent", "error sent"]
+    assert isinstance(whole, Dataset) and np.array_equal(whole.release.Z, release.Z)
+    assert after.message == "meanwhile"

@@ -142,9 +142,10 @@ def test_a_pipe_used_on_a_second_loop_times_out_on_time():
 
 # ---- a frame's SHA-256 handed over with it (Channel.send -> QueuePipe.send_sealed) -------
 
-async def _session(tmp_path):
+async def _session(tmp_path, digest_of=None):
     """A modeler Channel past the opening of an in-process session with a curator task,
-    every frame the modeler's pipe sent kept as (frame, digest handed over)."""
+    every frame the modeler's pipe sent kept as (frame, digest handed over); with
+    `digest_of`, the modeler's pipe hands over digest_of(frame, digest) instead."""
     from pobo.parties.journal import Journal
     from pobo.protocol.messages import PROTOCOL_VERSION, Hello
     from pobo.protocol.policy import CURATOR, MODELER
@@ -153,15 +154,15 @@ async def _session(tmp_path):
     service = prepare_service(RunConfig("synthetic", T=5, seed=1, options={"grid": 8}),
                               journal=Journal(tmp_path / "j.db", durability="normal"))
     cpipe, mpipe = pipe_pair()
-    cur = open_channel(cpipe, CURATOR, False, None, 5)
-    mod = open_channel(mpipe, MODELER, False, None, 5)
     sent, send_sealed = [], mpipe.send_sealed
 
     async def keeping(frame, digest):
         sent.append((frame, digest))
-        await send_sealed(frame, digest)
+        await send_sealed(frame, digest if digest_of is None else digest_of(frame, digest))
 
-    mpipe.send_sealed = keeping
+    mpipe.send_sealed = keeping  # (before the channel takes the pipe's send_sealed)
+    cur = open_channel(cpipe, CURATOR, False, None, 5)
+    mod = open_channel(mpipe, MODELER, False, None, 5)
     task = asyncio.ensure_future(curate(cur, service.new_session(), verbose=False,
                                         raise_errors=False))
     await mod.send(Hello(PROTOCOL_VERSION, "digest"))
@@ -230,13 +231,15 @@ async def test_a_wrong_digest_handed_over_breaks_only_the_liar_s_own_session(tmp
     from pobo.protocol.errors import ErrorCode, ProtocolError
     from pobo.protocol.messages import Query
 
-    cur, mod, sent, task = await _session(tmp_path)
-    honest = mod.pipe.send_sealed
+    lies = []
 
-    async def lying(frame, digest):
-        await honest(frame, bytes(32 - 1) + b"\x01")
+    def lying(frame, digest):
+        if lies:  # the handshake honest, then a wrong digest with the query
+            return bytes(32 - 1) + b"\x01"
+        return digest
 
-    mod.pipe.send_sealed = lying
+    cur, mod, sent, task = await _session(tmp_path, lying)
+    lies.append(True)
     await mod.send(Query(1, 3))
     with pytest.raises(ProtocolError) as refused:
         await mod.recv()

@@ -35,6 +35,8 @@ class _Inbox(Wakeup):
 class QueuePipe:
     """One end of an in-process pipe; frames still go through codec and policy."""
 
+    queues_at_once = True  # a send queues its frame without ever waiting (Channel.send)
+
     def __init__(self, inbox: _Inbox, outbox: _Inbox) -> None:
         self._inbox, self._outbox = inbox, outbox
         self._closed = False
