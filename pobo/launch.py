@@ -116,15 +116,43 @@ def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
     Works from a running event loop too (a notebook): see `run_async` to await it.
     `modeler_lines` also shows the modeler's per-query lines (`pobo run -v`). Ctrl-C
     raises `Interrupted` carrying the result.json of what both sides recorded."""
-    if transport == "inproc":
-        from pobo.blocking import run_blocking
+    with _no_folder_of_keys_alone(Path(out)):
+        if transport == "inproc":
+            from pobo.blocking import run_blocking
 
-        try:
-            return run_blocking(_inproc(config, out, verbose, modeler_lines))
-        except KeyboardInterrupt:  # both sides wrote their records while unwinding
-            raise Interrupted(_merge_if_present(Path(out), partial=True), Path(out)) from None
-    return run_processes(config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
-                         curve_dir=curve_dir, modeler_lines=modeler_lines)
+            try:
+                return run_blocking(_inproc(config, out, verbose, modeler_lines))
+            except KeyboardInterrupt:  # both sides wrote their records while unwinding
+                raise Interrupted(_merge_if_present(Path(out), partial=True),
+                                  Path(out)) from None
+        return run_processes(config, out, transport, verbose=verbose,
+                             wall_timeout=wall_timeout, curve_dir=curve_dir,
+                             modeler_lines=modeler_lines)
+
+
+@contextlib.contextmanager
+def _no_folder_of_keys_alone(out: Path):
+    """A run that fails before anything of its session is recorded (a scenario that
+    cannot be built, a curator that never binds) leaves no folder behind that holds only
+    the public keys it copied there (`publish_keys`): they are removed again, and `out`
+    itself if the run made it. Anything else in `out` stays untouched."""
+    made = [folder for folder in [out, *out.parents] if not folder.exists()]  # by the run
+    try:
+        yield
+    except BaseException:
+        keys = out / "keys"
+        with contextlib.suppress(OSError):
+            if [p.name for p in out.iterdir()] == ["keys"] and all(
+                    p.name in _PUBLISHED for p in keys.iterdir()):
+                for p in keys.iterdir():
+                    p.unlink()
+                keys.rmdir()
+                for folder in made:  # out, then runs/ (made for it), each only if empty
+                    folder.rmdir()
+        raise
+
+
+_PUBLISHED = frozenset({"curator.sign_public", "modeler.sign_public"})  # publish_keys' files
 
 
 async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", *,
@@ -135,19 +163,21 @@ async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", 
     import asyncio
 
     if transport == "inproc":
-        return await _inproc(config, out, verbose)
+        with _no_folder_of_keys_alone(Path(out)):
+            return await _inproc(config, out, verbose)
     stop = threading.Event()
-    work = asyncio.ensure_future(asyncio.to_thread(
-        run_processes, config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
-        curve_dir=curve_dir, stop=stop))
-    try:
-        return await asyncio.shield(work)
-    except asyncio.CancelledError:  # the worker thread stops both parties before it ends
-        stop.set()
-        await asyncio.wait({work}, timeout=STOP_WAIT)
-        if work.done() and not work.cancelled():
-            work.exception()  # retrieved: the cancellation is what the caller sees
-        raise
+    with _no_folder_of_keys_alone(Path(out)):
+        work = asyncio.ensure_future(asyncio.to_thread(
+            run_processes, config, out, transport, verbose=verbose,
+            wall_timeout=wall_timeout, curve_dir=curve_dir, stop=stop))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:  # the worker thread stops both parties before it ends
+            stop.set()
+            await asyncio.wait({work}, timeout=STOP_WAIT)
+            if work.done() and not work.cancelled():
+                work.exception()  # retrieved: the cancellation is what the caller sees
+            raise
 
 
 async def _inproc(config: RunConfig, out: Path | str, verbose: bool,
@@ -182,7 +212,7 @@ def publish_keys(curator: str, modeler: str, out: Path) -> Path:
     folder = Path(out) / "keys"
     folder.mkdir(parents=True, exist_ok=True)
     for role, key in (("curator", curator), ("modeler", modeler)):
-        (folder / f"{role}.sign_public").write_text(key + "\n")
+        (folder / f"{role}.sign_public").write_text(key + "\n")  # (_PUBLISHED)
     return folder
 
 

@@ -54,6 +54,37 @@ def test_table_refuses_unknown_or_missing_columns_in_one_line(csv_file, args, me
                          cwd=tmp_path)  # its default out folder, runs/, goes there
     lines = run.stderr.strip().splitlines()
     assert run.returncode == 1 and len(lines) == 1 and message in lines[0], run.stderr
+    assert not (tmp_path / "runs").exists()  # no folder of a run that never started
+
+
+@pytest.mark.parametrize("transport", ["inproc", "tcp"])
+def test_a_run_that_never_starts_leaves_no_folder_and_keeps_one_that_was_there(
+        csv_file, tmp_path, transport):
+    """A run refused before its session starts leaves no folder holding only the keys it
+    copied (the default runs/<name>/, or a given --out it made): in process nothing is
+    left; over tcp the modeler, started beside the curator, keeps its record of the
+    Hello it sent if it got that far (it may be stopped before). A given --out that held
+    anything already keeps all of it."""
+    bad = ["--features", "temp,height", "--objective", "yield"]
+    run = subprocess.run([*POBO, "run", "table", "--data", str(csv_file), "--transport",
+                          transport, *bad], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path)
+    assert run.returncode == 1 and "no column(s) ['height']" in run.stderr, run.stderr
+    left = sorted(p.name for p in (tmp_path / "runs").glob("*/*"))
+    assert left != ["keys"], left  # never the keys alone
+    if transport == "inproc" or not left:
+        assert not (tmp_path / "runs").exists()
+    else:
+        assert "modeler.json" in left, left
+    kept = tmp_path / "mine"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    run = subprocess.run([*POBO, "run", "table", "--data", str(csv_file), "--transport",
+                          transport, "--out", str(kept), *bad], capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 1, run.stderr
+    assert (kept / "notes.txt").read_text() == "mine"
+    assert (kept / "keys" / "curator.sign_public").exists()  # not alone: left as it is
 
 
 def test_pobo_run_table_over_tcp_finds_a_good_row(csv_file, tmp_path):
