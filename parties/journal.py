@@ -603,9 +603,12 @@ class Journal:
                     conn.executemany(_INSERT_ANSWER, rows)
                     conn.execute("COMMIT")
                     return
-                except sqlite3.Error:
+                except BaseException as exc:  # never leave the transaction open
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
+                    if not isinstance(exc, Exception):  # Ctrl-C, MemoryError...: kept
+                        self._unwritten = rows + self._unwritten  # for the next write
+                        raise
             try:
                 conn.executemany(_INSERT_ANSWER, rows)
             except sqlite3.Error as exc:

@@ -134,21 +134,28 @@ def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
 def _no_folder_of_keys_alone(out: Path):
     """A run that fails before anything of its session is recorded (a scenario that
     cannot be built, a curator that never binds) leaves no folder behind that holds only
-    the public keys it copied there (`publish_keys`): they are removed again, and `out`
-    itself if the run made it. Anything else in `out` stays untouched."""
-    made = [folder for folder in [out, *out.parents] if not folder.exists()]  # by the run
+    the public keys it copied there (`publish_keys`): the key files this run wrote are
+    removed again (when keys/ is all the run added to `out`), then keys/ and `out` and
+    the parents it made, each only if this run made it and it is empty. Nothing that was
+    there before the run is touched (a keys/ folder or key file of the user's, a
+    symlinked keys/, anything else in `out`), and an interruption (Ctrl-C, a cancelled
+    task) leaves everything as it is."""
+    keys = out / "keys"
+    made = [folder for folder in [keys, out, *out.parents]
+            if not folder.exists() and not folder.is_symlink()]  # by the run, if it fails
+    before = set(os.listdir(out)) if out.is_dir() else set()
     try:
         yield
-    except BaseException:
-        keys = out / "keys"
-        with contextlib.suppress(OSError):
-            if [p.name for p in out.iterdir()] == ["keys"] and all(
-                    p.name in _PUBLISHED for p in keys.iterdir()):
-                for p in keys.iterdir():
-                    p.unlink()
-                keys.rmdir()
-                for folder in made:  # out, then runs/ (made for it), each only if empty
-                    folder.rmdir()
+    except Exception:
+        if keys in made and not keys.is_symlink():
+            with contextlib.suppress(OSError):
+                if set(os.listdir(out)) - before == {"keys"} and all(
+                        p.name in _PUBLISHED and p.is_file() and not p.is_symlink()
+                        for p in keys.iterdir()):
+                    for p in keys.iterdir():
+                        p.unlink()
+                    for folder in made:  # keys/, out, then runs/ (made for it): if empty
+                        folder.rmdir()
         raise
 
 

@@ -131,6 +131,7 @@ class Channel:
         # a pipe whose send queues the frame at once, never waiting (transport.inproc):
         # a send that finds no other under way needs no lock
         self._at_once = bool(getattr(pipe, "queues_at_once", False))
+        self._waiting = 0  # sends waiting for the lock (first come, first served)
         # a pipe that takes an envelope's SHA-256 with it (transport.inproc: the peer's
         # Channel then need not hash the same bytes again)
         self._send_sealed = getattr(pipe, "send_sealed", None)
@@ -167,12 +168,17 @@ class Channel:
             self.verify_accepted()
         sending = self._sending
         if self._at_once and shared is None and type(message) is not Dataset \
-                and not sending.locked():
+                and not self._waiting and not sending.locked():
             # the pipe queues a frame without waiting (transport.inproc) and no send is
-            # under way: nothing can come between this frame's sealing and its queueing
+            # under way or waiting: nothing can come between this frame's sealing and its
+            # queueing, and no earlier send is overtaken
             await self._send(message)
             return
-        await sending.acquire()  # (not `async with`: two coroutine layers less per frame)
+        self._waiting += 1
+        try:
+            await sending.acquire()  # (not `async with`: two coroutine layers less per frame)
+        finally:
+            self._waiting -= 1
         try:
             if type(message) is Dataset and not isinstance(shared, SharedBody):
                 await self._send_dataset(message, shared)
@@ -268,7 +274,7 @@ class Channel:
         frame = await self.pipe.recv(self.timeout if timeout is None else timeout)
         # its SHA-256 as its sender computed it, from a pipe that passes the very bytes
         # object within one process (transport.inproc); None: hashed here when accepted
-        digest = getattr(self.pipe, "digest", None)
+        digest = getattr(self.pipe, "sender_digest", None)
         self.last_frame = frame
         self._counted_refusal = False
         body = None

@@ -382,3 +382,31 @@ def test_a_frame_sent_while_a_dataset_goes_out_in_chunks_waits_for_its_last_chun
     assert order == ["dataset sent", "error sent"]
     assert isinstance(whole, Dataset) and np.array_equal(whole.release.Z, release.Z)
     assert after.message == "meanwhile"
+
+
+def test_sends_waiting_for_a_dataset_s_chunks_go_first_come_first_served(tmp_path):
+    """A send that waits for a Dataset's chunks is not overtaken by a send called after
+    it, once the Dataset is out (the in-process pipe's lock-free send must not barge)."""
+    from pobo.protocol.messages import Error
+
+    async def session():
+        pair = _Pair(tmp_path)
+        await pair.open()
+
+        async def a():
+            await pair.curator.send(Dataset(_release()))
+            await pair.curator.send(Error(ErrorCode.BUSY.value, "called second"))
+
+        async def b():
+            await asyncio.sleep(0)  # mid-dataset: waits for its chunks
+            await pair.curator.send(Error(ErrorCode.BUSY.value, "called first"))
+
+        sending = asyncio.gather(a(), b())
+        got = [await pair.modeler.recv() for _ in range(3)]
+        await sending
+        pair.close()
+        return got
+
+    got = asyncio.run(session())
+    assert isinstance(got[0], Dataset)
+    assert [m.message for m in got[1:]] == ["called first", "called second"]

@@ -191,7 +191,7 @@ async def test_a_channel_hands_each_frame_s_digest_over_and_the_peer_acknowledge
         assert isinstance(await mod.recv(), Reward)  # its link acknowledges the query
         frame, digest = sent[-1]
         assert digest == hashlib.sha256(frame).digest()  # the sender's hash of these bytes
-        assert cur.pipe.digest == digest and cur._last_recv == digest
+        assert cur.pipe.sender_digest == digest and cur._last_recv == digest
     await _end(mod, task)
 
 
@@ -210,7 +210,7 @@ async def test_a_frame_sent_without_its_digest_is_hashed_by_the_receiver(tmp_pat
     mod.boundary.outgoing(Query(1, 3))
     await mod.pipe.send(frame)  # a raw frame (a test's, a hostile peer's): no digest with it
     assert isinstance(await mod.recv(), Reward)
-    assert cur.pipe.digest is None
+    assert cur.pipe.sender_digest is None
     assert cur._last_recv == hashlib.sha256(frame).digest()
     await _end(mod, task)
 
@@ -221,13 +221,15 @@ async def test_a_bytearray_sent_sealed_is_hashed_again_not_trusted():
     a, b = pipe_pair()
     await a.send_sealed(bytearray(b"frame"), b"\x00" * 32)
     assert await b.recv(1.0) == b"frame"
-    assert b.digest == hashlib.sha256(b"frame").digest()
+    assert b.sender_digest == hashlib.sha256(b"frame").digest()
 
 
 async def test_a_wrong_digest_handed_over_breaks_only_the_liar_s_own_session(tmp_path):
     """A sender handing over a digest that is not its frame's makes the receiver
     acknowledge bytes the sender never sent: the sender refuses that acknowledgement
-    (bad_signature), so a wrong digest never passes unnoticed."""
+    (bad_signature) at the receiver's next frame. (The receiver's transcript then holds
+    that false receipt, which an audit flags: the digest is trusted as the frame's, both
+    ends being one program.)"""
     from pobo.protocol.errors import ErrorCode, ProtocolError
     from pobo.protocol.messages import Query
 

@@ -206,6 +206,45 @@ def test_answers_kept_in_memory_go_in_together_and_a_failing_one_keeps_those_bef
     assert [r[0] for r in rows] == [1, 2]
 
 
+def test_a_write_of_kept_answers_that_fails_outside_sqlite_leaves_no_transaction_open():
+    """An error that is not SQLite's while the kept answers go in (a value the driver
+    cannot bind; Ctrl-C) never leaves the transaction open for every later write: an
+    ordinary error is raised as before, after the rows before it are written; an
+    interruption keeps every row for the next write."""
+    journal = _journal_with_session()
+    for seq in (1, 2 ** 63, 3):  # the second cannot be bound (int64)
+        journal.record_answer("s1", 1, seq, seq % 7, [], Budget(), lambda: (1.0, 1.0))
+    with pytest.raises(OverflowError):
+        journal.load("s1")
+    assert not journal._conn.in_transaction
+    assert [r[0] for r in journal._conn.execute("SELECT seq FROM answers")] == [1]
+    journal.open_session("s2", {}, b"w", "p", "d", "o")  # later writes go on
+
+    class Interrupting:
+        """The connection, but its executemany is interrupted once (Ctrl-C)."""
+
+        def __init__(self, conn):
+            self.conn, self.interrupted = conn, False
+
+        def __getattr__(self, name):
+            return getattr(self.conn, name)
+
+        def executemany(self, sql, rows):
+            if not self.interrupted:
+                self.interrupted = True
+                raise KeyboardInterrupt
+            return self.conn.executemany(sql, rows)
+
+    journal = _journal_with_session()
+    for seq in (1, 2):
+        journal.record_answer("s1", 1, seq, seq, [], Budget(), lambda: (1.0, 1.0))
+    journal._db = Interrupting(journal._conn)
+    with pytest.raises(KeyboardInterrupt):
+        journal.load("s1")
+    assert not journal._conn.in_transaction and len(journal._unwritten) == 2
+    assert [a[0] for a in journal.load("s1").answers] == [1, 2]  # nothing lost
+
+
 def test_a_session_the_journal_never_opened_still_goes_through_the_transaction():
     """Only a session this in-memory journal opened (whose generation it wrote) takes the
     one-INSERT path; any other is checked in the database (Superseded for a wrong one)."""

@@ -241,3 +241,19 @@ def test_the_reward_noise_a_session_expects_follows_its_params(params, release):
     with pytest.raises(PolicyViolation, match="local-DP"):
         cur.outgoing(Reward(2, 4, 0.0))
     cur.outgoing(Reward(2, 4, 0.0, LDP_REWARD))
+
+
+def test_every_reward_with_the_wrong_noise_is_the_same_typed_refusal(params, release):
+    """Not only the session's first: once the expected noise is kept, a second reward
+    carrying the wrong one is refused alike (it raised UnboundLocalError before)."""
+    from pobo.protocol.policy import LDP_REWARD
+
+    cur, mod = _ready_pair(params, release)
+    mod.outgoing(Query(1, 3))
+    cur.incoming(Query(1, 3))
+    for _ in range(2):
+        with pytest.raises(PolicyViolation, match="announced no reward mechanism") as refused:
+            cur.outgoing(Reward(1, 3, 0.5, LDP_REWARD))
+        assert refused.value.code is ErrorCode.POLICY
+        with pytest.raises(PolicyViolation, match="announced no reward mechanism"):
+            mod.incoming(Reward(1, 3, 0.5, LDP_REWARD))

@@ -3,9 +3,13 @@
 
 Both ends live in one process and a frame is passed as the same immutable bytes object,
 so a sender that has hashed its frame (a Channel hashes every envelope it sends) hands
-the SHA-256 over with it (`send_sealed`), and the receiving end reports it (`digest`)
-instead of the receiving Channel hashing the same bytes again: a sweep's Dataset frame
-is hashed once, not twice. A frame sent with plain `send` carries none (None)."""
+the SHA-256 over with it (`send_sealed`), and the receiving end reports it
+(`sender_digest`) instead of the receiving Channel hashing the same bytes again: a
+sweep's Dataset frame is hashed once, not twice. A frame sent with plain `send` carries
+none (None). The receiver trusts the digest as the frame's: both ends are one program. A
+sender that handed over a wrong one would make the receiver acknowledge bytes it never
+received; the sender's own channel refuses that receipt, and an audit of the receiver's
+transcript flags it (tests/test_inproc_pipe.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +44,9 @@ class QueuePipe:
     def __init__(self, inbox: _Inbox, outbox: _Inbox) -> None:
         self._inbox, self._outbox = inbox, outbox
         self._closed = False
-        self.digest: bytes | None = None  # the SHA-256 of the frame `recv` returned last, if sent with it
+        # the SHA-256 of the frame `recv` returned last, as its sender handed it over (None:
+        # sent without one)
+        self.sender_digest: bytes | None = None
 
     async def send(self, frame: bytes) -> None:
         """Queue a frame for the other end."""
@@ -49,8 +55,9 @@ class QueuePipe:
         self._outbox.put(bytes(frame))
 
     async def send_sealed(self, frame: bytes, digest: bytes) -> None:
-        """Queue a frame with its SHA-256, which the other end's `digest` reports when it
-        receives it (the frame is passed as this very object: see the module docstring)."""
+        """Queue a frame with its SHA-256, which the other end's `sender_digest` reports
+        when it receives it (the frame is passed as this very object: see the module
+        docstring)."""
         if self._closed:
             raise PeerGone("pipe is closed")
         if type(frame) is not bytes:
@@ -70,7 +77,7 @@ class QueuePipe:
                     break
                 if loop.time() >= deadline:
                     raise PeerTimeout(f"no frame from the peer within {timeout:g} s")
-        frame, self.digest = inbox.frames.popleft()
+        frame, self.sender_digest = inbox.frames.popleft()
         if frame is _CLOSED:
             inbox.frames.appendleft((_CLOSED, None))
             raise PeerGone("the peer closed the pipe")
