@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pobo.protocol.errors import PoboError
 from pobo.progress import step
-from pobo.runspec import LISTENING, RunConfig, merge_results
+from pobo.runspec import LISTENING, ROLES, RunConfig, merge_results
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
 STOP_WAIT = 30.0  # seconds a cancelled run_async waits for its parties to be stopped
@@ -116,50 +116,15 @@ def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
     Works from a running event loop too (a notebook): see `run_async` to await it.
     `modeler_lines` also shows the modeler's per-query lines (`pobo run -v`). Ctrl-C
     raises `Interrupted` carrying the result.json of what both sides recorded."""
-    with _no_folder_of_keys_alone(Path(out)):
-        if transport == "inproc":
-            from pobo.blocking import run_blocking
+    if transport == "inproc":
+        from pobo.blocking import run_blocking
 
-            try:
-                return run_blocking(_inproc(config, out, verbose, modeler_lines))
-            except KeyboardInterrupt:  # both sides wrote their records while unwinding
-                raise Interrupted(_merge_if_present(Path(out), partial=True),
-                                  Path(out)) from None
-        return run_processes(config, out, transport, verbose=verbose,
-                             wall_timeout=wall_timeout, curve_dir=curve_dir,
-                             modeler_lines=modeler_lines)
-
-
-@contextlib.contextmanager
-def _no_folder_of_keys_alone(out: Path):
-    """A run that fails before anything of its session is recorded (a scenario that
-    cannot be built, a curator that never binds) leaves no folder behind that holds only
-    the public keys it copied there (`publish_keys`): the key files this run wrote are
-    removed again (when keys/ is all the run added to `out`), then keys/ and `out` and
-    the parents it made, each only if this run made it and it is empty. Nothing that was
-    there before the run is touched (a keys/ folder or key file of the user's, a
-    symlinked keys/, anything else in `out`), and an interruption (Ctrl-C, a cancelled
-    task) leaves everything as it is."""
-    keys = out / "keys"
-    made = [folder for folder in [keys, out, *out.parents]
-            if not folder.exists() and not folder.is_symlink()]  # by the run, if it fails
-    before = set(os.listdir(out)) if out.is_dir() else set()
-    try:
-        yield
-    except Exception:
-        if keys in made and not keys.is_symlink():
-            with contextlib.suppress(OSError):
-                if set(os.listdir(out)) - before == {"keys"} and all(
-                        p.name in _PUBLISHED and p.is_file() and not p.is_symlink()
-                        for p in keys.iterdir()):
-                    for p in keys.iterdir():
-                        p.unlink()
-                    for folder in made:  # keys/, out, then runs/ (made for it): if empty
-                        folder.rmdir()
-        raise
-
-
-_PUBLISHED = frozenset({"curator.sign_public", "modeler.sign_public"})  # publish_keys' files
+        try:
+            return run_blocking(_inproc(config, out, verbose, modeler_lines))
+        except KeyboardInterrupt:  # both sides wrote their records while unwinding
+            raise Interrupted(_merge_if_present(Path(out), partial=True), Path(out)) from None
+    return run_processes(config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
+                         curve_dir=curve_dir, modeler_lines=modeler_lines)
 
 
 async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", *,
@@ -170,21 +135,19 @@ async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", 
     import asyncio
 
     if transport == "inproc":
-        with _no_folder_of_keys_alone(Path(out)):
-            return await _inproc(config, out, verbose)
+        return await _inproc(config, out, verbose)
     stop = threading.Event()
-    with _no_folder_of_keys_alone(Path(out)):
-        work = asyncio.ensure_future(asyncio.to_thread(
-            run_processes, config, out, transport, verbose=verbose,
-            wall_timeout=wall_timeout, curve_dir=curve_dir, stop=stop))
-        try:
-            return await asyncio.shield(work)
-        except asyncio.CancelledError:  # the worker thread stops both parties before it ends
-            stop.set()
-            await asyncio.wait({work}, timeout=STOP_WAIT)
-            if work.done() and not work.cancelled():
-                work.exception()  # retrieved: the cancellation is what the caller sees
-            raise
+    work = asyncio.ensure_future(asyncio.to_thread(
+        run_processes, config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
+        curve_dir=curve_dir, stop=stop))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:  # the worker thread stops both parties before it ends
+        stop.set()
+        await asyncio.wait({work}, timeout=STOP_WAIT)
+        if work.done() and not work.cancelled():
+            work.exception()  # retrieved: the cancellation is what the caller sees
+        raise
 
 
 async def _inproc(config: RunConfig, out: Path | str, verbose: bool,
@@ -194,9 +157,12 @@ async def _inproc(config: RunConfig, out: Path | str, verbose: bool,
     from pobo.session import Signing, run_inproc  # the parties, in this process
 
     signing = Signing.from_store()
-    publish_keys(signing.curator.public_hex, signing.modeler.public_hex, Path(out))
-    return await run_inproc(config, out, verbose=verbose, signing=signing,
-                            modeler_verbose=modeler_lines)
+    try:
+        return await run_inproc(config, out, verbose=verbose, signing=signing,
+                                modeler_verbose=modeler_lines)
+    finally:
+        publish_beside_records(signing.curator.public_hex, signing.modeler.public_hex,
+                               Path(out))
 
 
 def curve_argv(curve_dir: Path | None) -> tuple[list[str], list[str]]:
@@ -219,16 +185,25 @@ def publish_keys(curator: str, modeler: str, out: Path) -> Path:
     folder = Path(out) / "keys"
     folder.mkdir(parents=True, exist_ok=True)
     for role, key in (("curator", curator), ("modeler", modeler)):
-        (folder / f"{role}.sign_public").write_text(key + "\n")  # (_PUBLISHED)
+        (folder / f"{role}.sign_public").write_text(key + "\n")
     return folder
 
 
-def signing_argv(curve_dir: Path | None, scratch: Path,
-                 out: Path) -> tuple[list[str], list[str]]:
-    """(curator, modeler) signing options: the keys of `curve_dir` if it holds signing
-    keys, else the user's key store's (transport.keyfiles.store_signing_key, made once);
-    the public halves are copied to out/keys/ for reference either way (an audit never
-    trusts that folder)."""
+def publish_beside_records(curator: str, modeler: str, out: Path) -> Path | None:
+    """`publish_keys` once the run has recorded anything in `out` (a party's record or
+    transcript): a run refused before its session starts (a scenario that cannot be
+    built, a curator that never binds) leaves no folder holding its keys alone."""
+    if any((out / f"{role}.{ext}").exists() for role in ROLES for ext in ("json", "transcript")):
+        return publish_keys(curator, modeler, out)
+    return None
+
+
+def signing_argv(curve_dir: Path | None,
+                 scratch: Path) -> tuple[list[str], list[str], tuple[str, str]]:
+    """(curator, modeler) signing options, and the (curator, modeler) public keys: the
+    keys of `curve_dir` if it holds signing keys, else the user's key store's
+    (transport.keyfiles.store_signing_key, made once). The caller copies the public
+    halves beside the run's records for reference (an audit never trusts that folder)."""
     from pobo.protocol.signing import load_verify_key
     from pobo.transport.keyfiles import store_signing_key  # no zmq in this process
 
@@ -242,10 +217,10 @@ def signing_argv(curve_dir: Path | None, scratch: Path,
     allowed.mkdir(exist_ok=True)
     modeler_key = load_verify_key(public["modeler"])
     (allowed / "modeler.sign_public").write_text(modeler_key + "\n")
-    publish_keys(load_verify_key(public["curator"]), modeler_key, out)
     return (["--sign-secret", str(secrets_["curator"]), "--sign-allow", str(allowed)],
             ["--sign-secret", str(secrets_["modeler"]),
-             "--curator-sign-key", str(public["curator"])])
+             "--curator-sign-key", str(public["curator"])],
+            (load_verify_key(public["curator"]), modeler_key))
 
 
 def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
@@ -260,10 +235,9 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
     curator_curve, modeler_curve = curve_argv(curve_dir)
     if transport not in ("tcp", "ipc"):
         raise ValueError(f"transport must be tcp or ipc for two processes, got {transport!r}")
-    out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out).resolve()  # (made by the parties, as they record)
     with tempfile.TemporaryDirectory(prefix="pobo-") as sockdir:
-        curator_sign, modeler_sign = signing_argv(curve_dir, Path(sockdir), out)
+        curator_sign, modeler_sign, public = signing_argv(curve_dir, Path(sockdir))
         curator_curve, modeler_curve = (curator_curve + curator_sign,
                                         modeler_curve + modeler_sign)
         # the endpoint is chosen here, so that both parties start at once (a DEALER
@@ -295,6 +269,7 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                     s.quiet.set()
                 _stop(s.process)
                 s.reader.join(5)
+            publish_beside_records(*public, out)
     result = _merge_if_present(out)
     failed = {role: code for role, code in codes.items() if code != 0}
     if failed or result is None:

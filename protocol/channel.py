@@ -132,9 +132,12 @@ class Channel:
         # a send that finds no other under way needs no lock
         self._at_once = bool(getattr(pipe, "queues_at_once", False))
         self._waiting = 0  # sends waiting for the lock (first come, first served)
-        # a pipe that takes an envelope's SHA-256 with it (transport.inproc: the peer's
-        # Channel then need not hash the same bytes again)
-        self._send_sealed = getattr(pipe, "send_sealed", None)
+        # the send of an envelope frame and its SHA-256: handed over with it where the pipe
+        # takes it (transport.inproc: the peer's Channel then need not hash the same bytes
+        # again), else the pipe's plain send
+        sealed = getattr(pipe, "send_sealed", None)
+        self._send_envelope = sealed if sealed is not None else (
+            lambda frame, digest: pipe.send(frame))
 
     @property
     def sign_key(self) -> str:
@@ -228,10 +231,7 @@ class Channel:
         send_parts = getattr(self.pipe, "send_parts", None)
         if send_parts is not None:
             return send_parts(parts)
-        frame = b"".join(parts)
-        if self._send_sealed is not None:
-            return self._send_sealed(frame, digest)
-        return self.pipe.send(frame)
+        return self._send_envelope(b"".join(parts), digest)
 
     def _send(self, message: Message) -> Awaitable[None]:
         """Check, encode, seal and record `message`; the pipe's send of its frame (to
@@ -262,9 +262,7 @@ class Channel:
         digest = hashlib.sha256(frame).digest()  # an envelope: the peer may acknowledge it
         self._sent[digest] = self._sends
         self._sends += 1
-        if self._send_sealed is not None:  # the digest with it (transport.inproc)
-            return self._send_sealed(frame, digest)
-        return self.pipe.send(frame)
+        return self._send_envelope(frame, digest)
 
     async def recv(self, timeout: float | None = None) -> Message:
         """The next message from the peer: opened, verified, decoded and admitted by the

@@ -105,10 +105,12 @@ class Boundary:
     # against them (a Query or a Reward needs no other check of check_message's)
     _sends: frozenset[type] = field(init=False, repr=False, compare=False)
     _receives: frozenset[type] = field(init=False, repr=False, compare=False)
+    _peer: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self._peer = self.peer
         self._sends = frozenset(KINDS[k] for k in self.policy.may_send(self.role))
-        self._receives = frozenset(KINDS[k] for k in self.policy.may_send(self.peer))
+        self._receives = frozenset(KINDS[k] for k in self.policy.may_send(self._peer))
 
     @property
     def peer(self) -> str:
@@ -121,7 +123,7 @@ class Boundary:
 
     def incoming(self, message: Message) -> None:
         """Check a message the peer sent; raise rather than hand it to the party."""
-        self._admit(MODELER if self.role == CURATOR else CURATOR, self._receives, message)
+        self._admit(self._peer, self._receives, message)
 
     def _admit(self, sender: str, may: frozenset[type], message: Message) -> None:
         """Check and record `message` from `sender`, who may send the types `may`. (A

@@ -64,8 +64,9 @@ def test_a_run_that_never_starts_leaves_no_folder_and_keeps_one_that_was_there(
     """A run refused before its session starts leaves no folder holding only the keys it
     copied (the default runs/<name>/, or a given --out it made): in process nothing is
     left; over tcp the modeler, started beside the curator, keeps its record of the
-    Hello it sent if it got that far (it may be stopped before). A given --out that held
-    anything already keeps all of it, and loses the keys/ the run added to it."""
+    Hello it sent if it got that far (it may be stopped before), with the keys beside
+    it. A given --out that held anything already keeps all of it, and gains keys/ only
+    beside a record."""
     bad = ["--features", "temp,height", "--objective", "yield"]
     run = subprocess.run([*POBO, "run", "table", "--data", str(csv_file), "--transport",
                           transport, *bad], capture_output=True, text=True, timeout=120,
@@ -86,7 +87,7 @@ def test_a_run_that_never_starts_leaves_no_folder_and_keeps_one_that_was_there(
     assert run.returncode == 1, run.stderr
     assert (kept / "notes.txt").read_text() == "mine"
     assert sorted(p.name for p in kept.iterdir()) in (
-        ["notes.txt"],  # the keys it added go
+        ["notes.txt"],  # nothing recorded: no keys
         ["keys", "modeler.json", "modeler.transcript", "notes.txt"])  # (tcp: a record too)
 
 
@@ -127,55 +128,19 @@ def test_table_without_an_objective_column_measures_on_demand_from_public_bounds
         build_problem("table", 0, data=str(csv_file), features="temp,dose")
 
 
-def _failing_run(out):
-    """What a run that fails before its session does to `out`: copy the keys, then raise."""
-    from pobo.launch import _no_folder_of_keys_alone, publish_keys
+def test_a_run_s_keys_go_beside_its_records_and_nowhere_else(tmp_path):
+    """The run's public keys are copied into out/keys/ once the run has recorded anything
+    there (a party's record or transcript), never into a folder that holds none."""
+    from pobo.launch import publish_beside_records
 
-    with pytest.raises(RuntimeError, match="no session"):
-        with _no_folder_of_keys_alone(out):
-            publish_keys("c" * 64, "m" * 64, out)
-            raise RuntimeError("no session")
-
-
-def test_the_cleanup_of_a_failed_run_touches_nothing_that_was_there_before(tmp_path,
-                                                                           monkeypatch):
-    """Only what the failed run made goes: a keys/ folder or key file of the user's stays
-    (its content too), a symlinked keys/ and its target stay, anything else in --out
-    stays, `--out .` keeps the folder, and an interruption leaves the keys where they are."""
-    from pobo.launch import _no_folder_of_keys_alone, publish_keys
-
-    made = tmp_path / "runs" / "a" / "b"  # parents made for the run go too
-    _failing_run(made)
-    assert not (tmp_path / "runs").exists()
-
+    empty = tmp_path / "nothing"
+    assert publish_beside_records("c" * 64, "m" * 64, empty) is None
+    assert not empty.exists()
     mine = tmp_path / "mine"
-    (mine / "keys").mkdir(parents=True)
-    (mine / "keys" / "curator.sign_public").write_text("USER KEY\n")
-    _failing_run(mine)
-    assert (mine / "keys" / "curator.sign_public").exists()  # (overwritten by publish_keys,
-    assert (mine / "keys" / "modeler.sign_public").exists()  # as before: a run's keys)
-
-    target = tmp_path / "elsewhere"
-    target.mkdir()
-    linked = tmp_path / "linked"
-    linked.mkdir()
-    (linked / "keys").symlink_to(target, target_is_directory=True)
-    _failing_run(linked)
-    assert (linked / "keys").is_symlink() and (target / "curator.sign_public").exists()
-
-    busy = tmp_path / "busy"
-    busy.mkdir()
-    (busy / "notes.txt").write_text("mine")
-    _failing_run(busy)  # the run added keys/ alone: it goes, the folder and notes stay
-    assert sorted(p.name for p in busy.iterdir()) == ["notes.txt"]
-
-    monkeypatch.chdir(tmp_path / "busy")
-    _failing_run(Path("."))
-    assert sorted(p.name for p in Path(".").iterdir()) == ["notes.txt"]
-
-    interrupted = tmp_path / "interrupted"
-    with pytest.raises(KeyboardInterrupt):
-        with _no_folder_of_keys_alone(interrupted):
-            publish_keys("c" * 64, "m" * 64, interrupted)
-            raise KeyboardInterrupt
-    assert (interrupted / "keys" / "curator.sign_public").exists()
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert publish_beside_records("c" * 64, "m" * 64, mine) is None
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    (mine / "modeler.json").write_text("{}")
+    keys = publish_beside_records("c" * 64, "m" * 64, mine)
+    assert (keys / "curator.sign_public").read_text() == "c" * 64 + "\n"

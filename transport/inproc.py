@@ -6,14 +6,13 @@ so a sender that has hashed its frame (a Channel hashes every envelope it sends)
 the SHA-256 over with it (`send_sealed`), and the receiving end reports it
 (`sender_digest`) instead of the receiving Channel hashing the same bytes again: a
 sweep's Dataset frame is hashed once, not twice. A frame sent with plain `send` carries
-none (None). The receiver trusts the digest as the frame's: both ends are one program. A
+none (None), as does a frame that is not bytes. The receiver trusts the digest as the frame's: both ends are one program. A
 sender that handed over a wrong one would make the receiver acknowledge bytes it never
 received; the sender's own channel refuses that receipt, and an audit of the receiver's
 transcript flags it (tests/test_inproc_pipe.py)."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections import deque
 
 from pobo.protocol.errors import PeerGone, PeerTimeout
@@ -60,8 +59,8 @@ class QueuePipe:
         docstring)."""
         if self._closed:
             raise PeerGone("pipe is closed")
-        if type(frame) is not bytes:
-            frame, digest = bytes(frame), hashlib.sha256(frame).digest()
+        if type(frame) is not bytes:  # a copy: no longer the object hashed (the peer hashes it)
+            frame, digest = bytes(frame), None
         self._outbox.put(frame, digest)
 
     async def recv(self, timeout: float) -> bytes:
