@@ -31,8 +31,8 @@ PY = sys.executable
 LDP = [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 7)]
 
 
-def _journal_with_session(path=":memory:") -> Journal:
-    journal = Journal(path)
+def _journal_with_session(path=":memory:", durability: str = "full") -> Journal:
+    journal = Journal(path, durability=durability)
     journal.open_session("s1", {}, b"w", "p", "d", "me")
     return journal
 
@@ -81,15 +81,16 @@ def test_a_superseded_connection_neither_reserves_nor_completes():
     journal.complete("s1", 2, 1, 3, 1.0, 1.0)
 
 
-@pytest.mark.parametrize("path", [":memory:", "file"])
+@pytest.mark.parametrize("path", [":memory:", "file", "file-normal"])
 def test_an_answer_is_fenced_by_generation_before_f_is_evaluated(tmp_path, path):
     """The in-memory journal's one-INSERT path (no ledger entry) fences like the
-    transaction does: a superseded connection neither evaluates f nor writes, a retry of
-    an answered seq is a typed IntegrityError that leaves the first answer, and both
-    journals end holding the same rows."""
+    transaction does, on disk at either durability: a superseded connection neither
+    evaluates f nor writes, a retry of an answered seq is a typed IntegrityError that
+    leaves the first answer, and the journals end holding the same rows."""
     import sqlite3
 
-    journal = _journal_with_session(":memory:" if path == ":memory:" else tmp_path / "j.db")
+    journal = _journal_with_session(":memory:" if path == ":memory:" else tmp_path / "j.db",
+                                    "normal" if path == "file-normal" else "full")
     evaluated = []
 
     def evaluate(value):
@@ -105,6 +106,67 @@ def test_an_answer_is_fenced_by_generation_before_f_is_evaluated(tmp_path, path)
     journal.record_answer("s1", 2, 2, 4, [], Budget(), evaluate(4.0))
     assert journal.load("s1").answers == [(1, 3, 1.0, 1.5), (2, 4, 4.0, 4.5)]
     assert journal.commits >= 2
+
+
+def test_an_answer_superseded_by_another_process_is_never_evaluated(tmp_path):
+    """At durability normal (each answer its own commit) another process (a resumed
+    curator) that claims the session between two answers makes the old connection's
+    next answer Superseded, with f never called, nothing written, and no fault; while that
+    process holds the write lock the answer waits, then is refused as BUSY (typed), f
+    still not called; a retry once the lock is free is fenced the same way."""
+    path = tmp_path / "j.db"
+    journal = _journal_with_session(path, "normal")
+    journal._db.execute("PRAGMA busy_timeout = 200")
+    evaluated = []
+
+    def evaluate(value):
+        return lambda: (evaluated.append(value) or (value, value))
+
+    journal.record_answer("s1", 1, 1, 3, [], Budget(), evaluate(1.0))
+    holder = subprocess.Popen(
+        [PY, "-c", "import sqlite3, sys, time\n"
+         f"db = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
+         "db.execute('BEGIN IMMEDIATE')\n"
+         "db.execute(\"UPDATE sessions SET generation = generation + 1 WHERE id = 's1'\")\n"
+         "print('held', flush=True)\n"
+         "sys.stdin.readline()\n"
+         "db.execute('COMMIT')\n"
+         "print('committed', flush=True)\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ProtocolError) as busy:
+            journal.record_answer("s1", 1, 2, 4, [], Budget(), evaluate(2.0))
+        assert busy.value.code is ErrorCode.BUSY and evaluated == [1.0]
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "committed"
+    finally:
+        holder.kill()
+        holder.wait(10)
+    with pytest.raises(Superseded):
+        journal.record_answer("s1", 1, 2, 4, [], Budget(), evaluate(2.0))
+    assert evaluated == [1.0] and journal.fault is None
+    journal.record_answer("s1", 2, 2, 4, [], Budget(), evaluate(4.0))
+    assert journal.load("s1").answers == [(1, 3, 1.0, 1.0), (2, 4, 4.0, 4.0)]
+
+
+@pytest.mark.parametrize("raised", [EvaluationFailed("the instrument failed"),
+                                    KeyboardInterrupt()])
+def test_a_failing_evaluation_of_an_answer_is_its_own_error(tmp_path, raised):
+    """f raising inside an answer's transaction (durability normal) raises its own
+    exception, not SQLite's, writes nothing, faults nothing (no transaction left open),
+    and the next answer of the same seq is recorded."""
+    journal = _journal_with_session(tmp_path / "j.db", "normal")
+
+    def fails():
+        raise raised
+
+    with pytest.raises(type(raised)):
+        journal.record_answer("s1", 1, 1, 3, [], Budget(), fails)
+    assert journal.fault is None and journal.load("s1").answers == []
+    assert journal.record_answer("s1", 1, 1, 3, [], Budget(), lambda: (2.0, 2.5)) == (2.0, 2.5)
+    assert journal.load("s1").answers == [(1, 3, 2.0, 2.5)]
 
 
 def test_an_answer_racing_a_claim_on_another_thread_is_superseded():
