@@ -1,6 +1,6 @@
 """One query -> reward round trip over loopback tcp: pobo's full path against raw ZeroMQ.
 
-    python benchmarks/round_trip.py [--reps 7] [--block 300]
+    python benchmarks/round_trip.py [--reps 7] [--block 300] [--cpus 0]
 
 Every server is its own OS process (as a curator is); this process is the client. In
 each of `--reps` repetitions every path does a block of `--block` round trips, in an
@@ -25,6 +25,11 @@ are shared) hits every path alike. The paths:
       path, see protocol.channel.Channel) with the journal at --durability normal; then
       the same at full; signed in plaintext (every signature verified before the message
       is used); and unsigned in plaintext.
+
+`--cpus 0` (a list: `0,1`) pins this process and every server to those CPUs (their
+threads inherit it), a diagnostic: on one CPU no frame wakes a thread on another core, so
+a path's time is its work, not the machine's cross-core wake-ups (see docs/performance.md,
+"The round trip").
 
 Each path is printed as the median and p90 of all its round trips in ms, and as the
 median over repetitions of (its median / (b)'s median in the same repetition). Then the
@@ -454,9 +459,11 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
         sync_ctx.term()
 
     base = paths[1]
+    cpus = sorted(os.sched_getaffinity(0))
     print(f"round trip over loopback tcp, {len(frame)}-byte frames (a signed Reward); "
           f"{args.reps} interleaved repetitions x {args.block} round trips per path; "
-          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
+          f"run on CPU{'s' if len(cpus) > 1 else ''} {','.join(map(str, cpus))}")
     print("(c) without a qualifier runs over CURVE, as a deployment off loopback does")
     print(f"{'path':<38} {'p50 ms':>8} {'p90 ms':>8} {'/ (b) p50':>10} {'/ CURVE':>8}")
     for p in paths:
@@ -477,11 +484,26 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
               f"p50 {ms(xs, 50):.3f} ms, p90 {ms(xs, 90):.3f} ms")
 
 
+def cpu_list(text: str) -> set[int]:
+    """The CPUs of `--cpus` ("0" or "0,1"), each one this process may run on."""
+    try:
+        cpus = {int(c) for c in text.split(",")}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected CPU numbers like 0 or 0,1")
+    allowed = os.sched_getaffinity(0)
+    if not cpus or not cpus <= allowed:
+        raise argparse.ArgumentTypeError(f"{text!r}: this process may run on CPUs "
+                                         f"{','.join(map(str, sorted(allowed)))} only")
+    return cpus
+
+
 def main() -> None:
     """Parse the options; run a server or the whole measurement."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7, help="interleaved repetitions")
     parser.add_argument("--block", type=int, default=300, help="round trips per path per rep")
+    parser.add_argument("--cpus", type=cpu_list, default=None,
+                        help="pin every process to these CPUs (e.g. 0): a diagnostic")
     parser.add_argument("--serve", choices=("rep", "router", "router-curve", "hub", "flat",
                                                    "flat-curve"),
                         help=argparse.SUPPRESS)
@@ -490,6 +512,8 @@ def main() -> None:
     if args.serve:
         serve(args.serve, args.keys)
         return
+    if args.cpus is not None:
+        os.sched_setaffinity(0, args.cpus)  # before any thread or server starts: inherited
     with tempfile.TemporaryDirectory() as out:
         asyncio.run(measure(args, Path(out)))
 
