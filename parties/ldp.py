@@ -13,6 +13,7 @@ The noise is lattice Laplace (parties.noise), so it resists the floating-point a
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from dataclasses import dataclass
 
@@ -86,17 +87,29 @@ class NoisePool:
                  size: int = POOL_SIZE) -> None:
         self.mechanism, self.source, self.size = mechanism, source, int(size)
         self._ahead: deque[int] = deque()
+        self._pid = os.getpid()
         self.refill()
 
     def privatise(self, y: float) -> float:
-        """The eps-LDP release of y with the oldest noise drawn (one drawn now if none)."""
+        """The eps-LDP release of y with the oldest noise drawn (one drawn now if none:
+        only with `size` 0, or more answers between two refills than `size`, which a
+        session's pool, as large as its batch, never has)."""
+        self._check_fork()
         z = self._ahead.popleft() if self._ahead else self.mechanism.noise(self.source)
         return self.mechanism.with_noise(y, z)
 
     def refill(self) -> None:
         """Draw noises until `size` are ahead (off the answer path)."""
+        self._check_fork()
         while len(self._ahead) < self.size:
             self._ahead.append(self.mechanism.noise(self.source))
+
+    def _check_fork(self) -> None:
+        """In a forked child, drop the noises the parent drew: the two processes would
+        otherwise release the same noises."""
+        if self._pid != os.getpid():
+            self._ahead.clear()
+            self._pid = os.getpid()
 
 
 def subweibull_clip(K: float, theta: float, T: int, delta: float) -> float:

@@ -13,6 +13,7 @@ lattice whatever y was. Google's DP library and OpenDP take the same approach.
 from __future__ import annotations
 
 import math
+import operator
 import os
 import threading
 import zlib
@@ -28,6 +29,23 @@ SECURE, SEEDED = "os-csprng", "seeded"
 LATTICE_BITS = 30  # the lattice step is about scale / 2^30
 POOL_BYTES = 4096  # CSPRNG bytes read at once for randbelow
 NORMAL_CHUNK = 1 << 20  # CSPRNG normals drawn per os.urandom read (16 MB of scratch)
+
+
+def _integer(value, what: str) -> int:
+    """`value` as an int (numpy integers too); ValueError for anything else."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{what} needs an integer, got {value!r}") from None
+
+
+def _count(value, what: str) -> int:
+    """`value` as a non-negative int; ValueError otherwise: a negative count would rewind
+    the CSPRNG pool and hand out its bytes again."""
+    value = _integer(value, what)
+    if value < 0:
+        raise ValueError(f"{what} needs a count >= 0, got {value}")
+    return value
 
 
 def rng_for(seed: int | None, stream: str) -> np.random.Generator:
@@ -61,18 +79,27 @@ class NoiseSource:
 
     def random_bytes(self, count: int) -> bytes:
         """`count` uniform random bytes: the seeded Generator's, or the OS CSPRNG's."""
+        count = _count(count, "random_bytes")
         if self._rng is not None:
             return self._rng.bytes(count)
         if count > POOL_BYTES:
             return os.urandom(count)
+        if self._pid != os.getpid():  # a forked child: never the parent's bytes, nor its
+            self._forked()  # lock (held in the child if another thread held it at fork)
         with self._lock:
-            if self._pid != os.getpid() or self._at + count > len(self._pool):
-                self._pool, self._at, self._pid = os.urandom(POOL_BYTES), 0, os.getpid()
+            if self._at + count > len(self._pool):
+                self._pool, self._at = os.urandom(POOL_BYTES), 0
             start, self._at = self._at, self._at + count
             return self._pool[start:self._at]
 
+    def _forked(self) -> None:
+        """Drop what a forked child inherited: the parent's unused bytes and its lock."""
+        self._pool, self._at, self._pid = b"", 0, os.getpid()
+        self._lock = threading.Lock()
+
     def randbelow(self, n: int) -> int:
         """A uniform integer in [0, n), exactly, for any positive Python int n."""
+        n = _integer(n, "randbelow")
         if n <= 0:
             raise ValueError(f"randbelow needs n > 0, got {n}")
         bits = (n - 1).bit_length() or 1
@@ -84,6 +111,7 @@ class NoiseSource:
 
     def uniform(self, size: int) -> np.ndarray:
         """Uniform doubles in (0, 1) on the grid k / 2^53 (the seeded Generator's: [0, 1))."""
+        size = _count(size, "uniform")
         if self._rng is not None:
             return self._rng.random(size)
         k = self._uint53(size)
@@ -123,6 +151,8 @@ def bernoulli(p: Fraction, source: NoiseSource) -> bool:
 
 def bernoulli_exp(gamma: Fraction, source: NoiseSource) -> bool:
     """Exact Bernoulli(exp(-gamma)) for a rational gamma >= 0 (CKS20, Algorithm 1)."""
+    if gamma < 0:
+        raise ValueError(f"bernoulli_exp needs gamma >= 0, got {gamma}")
     while gamma > 1:
         if not bernoulli_exp(Fraction(1), source):
             return False
@@ -134,7 +164,9 @@ def bernoulli_exp(gamma: Fraction, source: NoiseSource) -> bool:
 
 
 def discrete_laplace(scale: Fraction, source: NoiseSource) -> int:
-    """An integer Z with P(Z = z) proportional to exp(-|z| / scale) (CKS20, Algorithm 2)."""
+    """An integer Z with P(Z = z) proportional to exp(-|z| / scale) (CKS20, Algorithm 2);
+    a float scale is taken exactly (Fraction(float))."""
+    scale = _rational(scale, "discrete_laplace's scale")
     if scale <= 0:
         raise ValueError(f"scale must be positive, got {scale}")
     s, t = scale.denominator, scale.numerator  # scale = t / s
@@ -150,6 +182,14 @@ def discrete_laplace(scale: Fraction, source: NoiseSource) -> int:
         if negative and y == 0:
             continue
         return -y if negative else y
+
+
+def _rational(value, what: str) -> Fraction:
+    """`value` (an int, a finite float or a Fraction) as an exact Fraction; ValueError else."""
+    try:
+        return value if isinstance(value, Fraction) else Fraction(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{what} must be a finite number, got {value!r}") from None
 
 
 def lattice_step(scale: float) -> float:
@@ -176,8 +216,6 @@ def lattice_laplace(value: float, sensitivity: float, epsilon: float,
 def lattice_noise(sensitivity: float, epsilon: float, source: NoiseSource) -> int:
     """The integer noise Z (in lattice steps) of `lattice_laplace`: it does not depend on
     the value, so it may be drawn ahead of the request (parties.ldp.NoisePool)."""
-    if not (sensitivity > 0 and epsilon > 0 and math.isfinite(sensitivity / epsilon)):
-        raise ValueError("lattice_laplace needs sensitivity > 0 and epsilon > 0")
     _, steps = _lattice(sensitivity, epsilon)
     return discrete_laplace(Fraction(steps) / Fraction(epsilon), source)
 
@@ -185,15 +223,21 @@ def lattice_noise(sensitivity: float, epsilon: float, source: NoiseSource) -> in
 def lattice_point(value: float, sensitivity: float, epsilon: float, z: int) -> float:
     """(value rounded half up to the lattice + z steps) * g: `lattice_laplace` with its
     noise z given (a few exact integer operations, whatever z is)."""
-    if not (math.isfinite(value) and sensitivity > 0 and epsilon > 0):
-        raise ValueError("lattice_laplace needs a finite value, sensitivity > 0, epsilon > 0")
+    if not math.isfinite(value):
+        raise ValueError(f"lattice_laplace needs a finite value, got {value}")
     g, _ = _lattice(sensitivity, epsilon)
     return float((math.floor(Fraction(value) / g + Fraction(1, 2)) + z) * g)
 
 
 def _lattice(sensitivity: float, epsilon: float) -> tuple[Fraction, int]:
     """(g, steps): the lattice step and the noise's sensitivity in steps (a multiple of
-    LAPLACE_GRAIN, at least ceil(sensitivity / g))."""
+    LAPLACE_GRAIN, at least ceil(sensitivity / g)); ValueError unless sensitivity and
+    epsilon are finite and positive with a lattice step a double can hold."""
+    if not (0 < sensitivity < math.inf and 0 < epsilon < math.inf
+            and lattice_step(sensitivity / epsilon) > 0):
+        raise ValueError("lattice_laplace needs finite sensitivity > 0 and epsilon > 0, "
+                         f"whose lattice step a double can hold (sensitivity / epsilon > ~2^-1044; got {sensitivity}, "
+                         f"{epsilon})")
     g = Fraction(lattice_step(sensitivity / epsilon))
     return g, LAPLACE_GRAIN * math.ceil(Fraction(sensitivity) / (g * LAPLACE_GRAIN))
 
@@ -220,15 +264,22 @@ def discrete_exponential(gammas: Sequence[Fraction], source: NoiseSource,
     if n == 0:
         raise ValueError("discrete_exponential needs at least one exponent")
     if levels is None:
-        levels = np.array([min(math.floor(g), LEVELS) for g in gammas], dtype=np.int64)
-    levels = np.minimum(np.asarray(levels, dtype=np.int64), LEVELS)
+        levels = [math.floor(g) for g in gammas]
+    # exp(-gamma_i) / sum_j exp(-gamma_j) is unchanged when every gamma_i and level k_i
+    # lose the same integer: the lowest level goes to 0, so a trial accepts with
+    # probability >= 1/e whatever the exponents (all of them past the cap would never end)
+    levels = np.asarray(levels)  # (object dtype for a list holding huge ints)
+    shift = int(levels.min())
+    if shift < 0:
+        raise ValueError(f"discrete_exponential needs exponents >= 0 (a level {shift})")
+    levels = np.minimum(levels - shift if shift else levels, LEVELS).astype(np.int64)
     order = np.argsort(levels, kind="stable")
     counts = np.bincount(levels, minlength=LEVELS + 1)
     starts = np.concatenate(([0], np.cumsum(counts)))
     while True:
         k = _pick_level([int(c) for c in counts], source)
         i = int(order[starts[k] + source.randbelow(int(counts[k]))])
-        rest = gammas[i] - k
+        rest = _rational(gammas[i], "an exponent") - (shift + k)
         if rest < 0:
             raise ValueError(f"row {i}: level {k} above its exponent {gammas[i]}")
         if bernoulli_exp(rest, source):

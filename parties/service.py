@@ -28,7 +28,7 @@ from pobo.parties.dataset import Problem, dataset_digest
 from pobo.parties.journal import (
     Journal, JournalError, JournalFault, JournaledSession, Superseded,
 )
-from pobo.parties.ldp import ConvertToLaplace, subweibull_clip
+from pobo.parties.ldp import POOL_SIZE, ConvertToLaplace, subweibull_clip
 from pobo.parties.noise import SECURE, SEEDED, NoiseSource, rng_for
 from pobo.parties.objective import (
     EvaluationFailed, EvaluationRequest, FunctionObjective, Objective,
@@ -154,7 +154,8 @@ class CuratorSession:
                   Oracle(problem.f, problem.noise_var, problem.noise, problem.R))
         curator = Curator(oracle, self.params.T, self.stream("measurement-noise"),
                           self.service.ldp, self.source("ldp-noise"), self.ledger,
-                          n=problem.X.shape[0])
+                          n=problem.X.shape[0],  # as many noises ahead as answers in a
+                          pool_size=max(POOL_SIZE, self.params.batch))  # turn: its batch
         for seq, row, measured, value in (self.restored.answers if self.restored else ()):
             curator.replay(seq, row, measured, value)
         for seq, (row, requested) in (self.restored.pending if self.restored else {}).items():

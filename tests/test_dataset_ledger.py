@@ -382,3 +382,22 @@ def test_a_query_refused_for_its_row_budget_frees_its_seq_and_slot(tmp_path):
     assert result["status"] == "ok" and result["queries"] == [2, 3]
     reports = audit_session(tmp_path / "curator.transcript", tmp_path / "modeler.transcript")
     assert all(r.ok for r in reports), [r.violations for r in reports]
+
+
+@pytest.mark.parametrize("batch, size", [(1, 32), (33, 33), (64, 64)])
+def test_a_sessions_noise_pool_holds_as_many_noises_as_its_batch(batch, size):
+    """With more answers finishing in one loop turn than noises ahead, the rest were
+    drawn on the answer path, where their time tells their size (issue 21). A session's
+    pool now holds at least its batch: 64 reserved queries completed in a row, with no
+    refill between, draw no noise on the answer path."""
+    service = prepare_service(cfg(T=100, seed=None, ldp_epsilon=1.0, max_batch=64,
+                                  objective_wait=True))
+    curator = service.new_session(batch=batch).curator()
+    assert curator.noise.size == size and len(curator.noise._ahead) == size
+    curator.source = curator.noise.source = CountingSource()
+    for seq in range(1, batch + 1):
+        curator.start(seq, seq % 7)
+    before = CountingSource.draws
+    for seq in range(1, batch + 1):
+        curator.complete(seq, 0.25)
+    assert CountingSource.draws == before  # every answer took a noise drawn ahead

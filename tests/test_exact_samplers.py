@@ -1,6 +1,7 @@
 """Issue 21 item 4: the exponential mechanism sampled exactly, lattice rounding half up,
 and LDP noise drawn ahead of the request."""
 import math
+import os
 from fractions import Fraction
 
 import numpy as np
@@ -9,7 +10,10 @@ from scipy import stats
 
 from pobo.parties import noise as noise_module
 from pobo.parties.ldp import ConvertToLaplace, NoisePool
-from pobo.parties.noise import NoiseSource, discrete_exponential, lattice_step
+from pobo.parties.noise import (
+    NoiseSource, bernoulli_exp, discrete_exponential, discrete_laplace, lattice_laplace,
+    lattice_step,
+)
 from pobo.parties.release import exponential_mechanism
 from pobo.protocol.accounting import LAPLACE_GRAIN
 
@@ -114,3 +118,59 @@ def test_levels_are_drawn_exactly_by_lazy_inversion():
     scores = np.zeros(100_000)
     scores[123] = 60.0  # eps / (2 Delta) = 1/2: 30 nats above every other row
     assert exponential_mechanism(scores, 1.0, 1.0, source) == 123
+
+
+def test_a_forked_child_never_releases_its_parents_pooled_noise():
+    """A pool filled before a fork held the same noises in parent and child: both would
+    release them. The child drops them at its first use and draws its own."""
+    ctl = ConvertToLaplace(1.0, 1.0, 0.5)
+    pool = NoisePool(ctl, NoiseSource(), size=3)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, repr(pool.privatise(0.0)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    theirs = float(os.read(read, 64).decode())
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert theirs != pool.privatise(0.0)  # equal by chance: ~2^-30
+
+
+def test_exponents_far_past_the_last_level_are_drawn_without_hanging():
+    """Every exponent at or past level 64 used to leave each trial an acceptance of
+    ~e^-(gamma - 64): [1000] never returned. The lowest level is shifted to 0 first
+    (exp(-gamma_i) normalised is unchanged): [1000] returns 0 at once, and [100, 101, 100]
+    has the law of [0, 1, 0] (20,000 draws, chi-square p > 1e-3)."""
+    source = NoiseSource(np.random.default_rng(3))
+    assert discrete_exponential([Fraction(1000)], source) == 0
+    seen = np.bincount([discrete_exponential([Fraction(100), 101, Fraction(100)], source)
+                        for _ in range(20_000)], minlength=3)
+    w = np.exp(-np.array([0.0, 1.0, 0.0]))
+    assert stats.chisquare(seen, w / w.sum() * seen.sum()).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("call", [
+    lambda s: bernoulli_exp(Fraction(-1), s),
+    lambda s: discrete_laplace(float("nan"), s),
+    lambda s: discrete_laplace(Fraction(0), s),
+    lambda s: lattice_laplace(0.0, 1e-320, 1.0, s),
+    lambda s: lattice_laplace(0.0, 1.0, float("inf"), s),
+    lambda s: lattice_laplace(float("nan"), 1.0, 1.0, s),
+    lambda s: discrete_exponential([Fraction(-1), Fraction(2)], s),
+], ids=["negative-gamma", "nan-scale", "zero-scale", "subnormal-scale", "infinite-eps",
+        "nan-value", "negative-exponent"])
+def test_bad_sampler_input_is_a_value_error(call):
+    """Each used to be silently wrong (bernoulli_exp(-1) was True) or another exception
+    (AttributeError, ZeroDivisionError, OverflowError)."""
+    with pytest.raises(ValueError):
+        call(NoiseSource(np.random.default_rng(0)))
+
+
+def test_a_float_scale_is_taken_exactly():
+    """discrete_laplace(0.5) is discrete_laplace(Fraction(1, 2)), draw for draw."""
+    a, b = NoiseSource(np.random.default_rng(9)), NoiseSource(np.random.default_rng(9))
+    assert ([discrete_laplace(0.5, a) for _ in range(200)]
+            == [discrete_laplace(Fraction(1, 2), b) for _ in range(200)])

@@ -144,3 +144,61 @@ def test_seeded_streams_are_unchanged():
     source = NoiseSource(np.random.default_rng(11))
     assert np.array_equal(source.standard_normal((3, 4)),
                           np.random.default_rng(11).standard_normal((3, 4)))
+
+
+def _numbered_pool(monkeypatch) -> None:
+    """Make os.urandom return numbered 4-byte words (0, 1, 2, ...): where a draw came from
+    in the pool is then readable from its bytes."""
+    counter = [0]
+
+    def numbered(count: int) -> bytes:
+        words = range(counter[0], counter[0] + (count + 3) // 4)
+        counter[0] += len(words)
+        return b"".join(i.to_bytes(4, "big") for i in words)[:count]
+
+    monkeypatch.setattr(noise.os, "urandom", numbered)
+
+
+@pytest.mark.parametrize("bad", [-5000, -1, 2.5, float("nan"), "4", None])
+def test_a_bad_count_is_refused_and_never_rewinds_the_pool(monkeypatch, bad):
+    """A negative count used to move the pool's cursor back, so the next draws handed
+    out bytes already drawn (or, past the start, nothing but zeros); a float left a
+    float cursor that broke every later draw. Each is a ValueError now, for every entry
+    point, and the draws after it continue where the last one stopped."""
+    _numbered_pool(monkeypatch)
+    source = NoiseSource()
+    assert source.random_bytes(8) == (0).to_bytes(4, "big") + (1).to_bytes(4, "big")
+    for draw in (source.random_bytes, source.uniform):
+        with pytest.raises(ValueError):
+            draw(bad)
+    if not (isinstance(bad, int) and bad < 0):  # a negative n has its own message
+        with pytest.raises(ValueError, match="integer"):
+            source.randbelow(bad)
+    assert source.random_bytes(4) == (2).to_bytes(4, "big")  # no byte handed out twice
+    assert len(source.uniform(3)) == 3 and source.randbelow(np.int64(7)) in range(7)
+
+
+def test_a_child_forked_while_the_pool_is_locked_still_draws():
+    """A fork while another thread holds the source's lock (mid-draw) used to leave the
+    child a lock nobody would release: its next draw hung. The child now starts a lock
+    and a pool of its own. (Bounded: the child is killed after 20 s.)"""
+    source = NoiseSource()
+    source.random_bytes(16)
+    read, write = os.pipe()
+    with source._lock:  # as another thread inside random_bytes at the fork
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.write(write, source.random_bytes(16))
+            finally:
+                os._exit(0)
+    os.close(write)
+    import select
+    ready, _, _ = select.select([read], [], [], 20)
+    if not ready:
+        os.kill(pid, 9)
+    theirs = os.read(read, 16) if ready else b""
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert len(theirs) == 16, "the forked child's draw hung on the inherited lock"
+    assert theirs != source.random_bytes(16)
