@@ -42,7 +42,9 @@ from pathlib import Path
 
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.accounting import part_of, parts_counter
-from pobo.protocol.ledger import CENTRAL, LOCAL, Budget, Entry, PrivacyBudgetExceeded, local_summary
+from pobo.protocol.ledger import (
+    CENTRAL, LOCAL, Budget, Entry, ExactSum, PrivacyBudgetExceeded, local_summary,
+)
 from pobo.protocol.transcript import file_digest
 
 log = logging.getLogger("pobo.journal")
@@ -345,12 +347,19 @@ class Journal:
 
     @staticmethod
     def _spent(cur: sqlite3.Cursor, entry: Entry) -> tuple[float, float]:
+        """(eps, delta) spent so far in `entry`'s scope (central, or its row's reports):
+        the exactly rounded sums of the hash-chained entries themselves (`ledger`, by
+        index), never a running total a writer could have edited or let drift."""
         if entry.scope == CENTRAL:
-            return tuple(cur.execute("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) "
-                                     "FROM ledger WHERE scope = ?", (CENTRAL,)).fetchone())
-        row = cur.execute("SELECT epsilon, delta FROM row_ledger WHERE row = ?",
-                          (entry.row,)).fetchone()
-        return (0.0, 0.0) if row is None else tuple(row)
+            rows = cur.execute("SELECT epsilon, delta FROM ledger WHERE scope = ?", (CENTRAL,))
+        else:
+            rows = cur.execute("SELECT epsilon, delta FROM ledger WHERE row = ? AND scope = ?",
+                               (entry.row, LOCAL))
+        eps, dlt = ExactSum(), ExactSum()
+        for e, d in rows:
+            eps.add(e)
+            dlt.add(d)
+        return float(eps), float(dlt)
 
     @staticmethod
     def _parts(cur: sqlite3.Cursor, scope: str, row: int = -1) -> Counter:
@@ -799,17 +808,47 @@ class Journal:
             "SELECT n, session, mechanism, epsilon, delta, scope, row, time FROM ledger "
             "WHERE n > ? ORDER BY n LIMIT ?", (after, limit))]
 
+    def check_row_totals(self) -> None:
+        """Raise JournalError unless the per-row running totals (`row_ledger`, which picks
+        the worst-off row for a ledger head) agree with the hash-chained entries: a total
+        edited down on disk would let that row's reports past its budget unnoticed. O(the
+        local entries), once when a curator starts. (The budget itself is always checked
+        against the entries: `_spent`.)"""
+        held = {r: (e, d, n) for r, e, d, n in self._db.execute(
+            "SELECT row, epsilon, delta, reports FROM row_ledger")}
+        sums: dict[int, list] = {}
+        for r, e, d in self._db.execute("SELECT row, epsilon, delta FROM ledger "
+                                        "WHERE scope = ?", (LOCAL,)):
+            acc = sums.get(r)
+            if acc is None:
+                acc = sums[r] = [ExactSum(), ExactSum(), 0]
+            acc[0].add(e)
+            acc[1].add(d)
+            acc[2] += 1
+        for r in held.keys() | sums.keys():
+            e, d, n = held.get(r, (0.0, 0.0, 0))
+            acc = sums.get(r, (ExactSum(), ExactSum(), 0))
+            exact = (float(acc[0]), float(acc[1]))
+            if n != acc[2] or any(abs(a - b) > 1e-9 * max(1.0, abs(b))  # a running float
+                                  for a, b in zip((e, d), exact)):  # sum's drift, no more
+                raise JournalError(
+                    f"{self.path}: row {r}'s running totals ({n} reports, eps {e:g}, delta "
+                    f"{d:g}) disagree with its ledger entries ({acc[2]} reports, eps "
+                    f"{exact[0]:g}, delta {exact[1]:g}): the journal was edited; refusing "
+                    "to start on it")
+
     def basic_totals(self) -> dict:
-        """The ledger's basic-composition totals, from running sums (two indexed queries,
-        no accountant): central (epsilon, delta) and the worst-off row's local (epsilon,
-        delta), in the layout a ledger head commits to (protocol.checkpoint.ledger_head)."""
-        eps, dlt = self._db.execute("SELECT COALESCE(SUM(epsilon), 0), COALESCE(SUM(delta), 0) "
-                                    "FROM ledger WHERE scope = ?", (CENTRAL,)).fetchone()
-        row = self._db.execute("SELECT epsilon, delta FROM row_ledger ORDER BY epsilon DESC, "
-                               "delta DESC LIMIT 1").fetchone() or (0.0, 0.0)
-        return {"central": {"epsilon_basic": float(eps), "delta_basic": float(dlt)},
-                "local": {"max_row_epsilon_basic": float(row[0]),
-                          "max_row_delta_basic": float(row[1])}}
+        """The ledger's basic-composition totals (no accountant), exactly summed from the
+        entries: central (epsilon, delta) and the worst-off row's local (epsilon, delta),
+        in the layout a ledger head commits to (protocol.checkpoint.ledger_head)."""
+        cur = self._db.cursor()
+        eps, dlt = self._spent(cur, Entry("", 0.0, 0.0, CENTRAL))
+        top = cur.execute("SELECT row FROM row_ledger ORDER BY epsilon DESC, delta DESC "
+                          "LIMIT 1").fetchone()  # the worst-off row (checked at open)
+        row = (0.0, 0.0) if top is None else self._spent(cur, Entry("", 0.0, 0.0, LOCAL,
+                                                                    top[0]))
+        return {"central": {"epsilon_basic": eps, "delta_basic": dlt},
+                "local": {"max_row_epsilon_basic": row[0], "max_row_delta_basic": row[1]}}
 
     def central_entries(self) -> list[dict]:
         """Every central entry with its session and time, oldest first."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import math
 import secrets
 from dataclasses import asdict, dataclass, replace
@@ -47,6 +48,7 @@ from pobo.protocol.messages import (
 from pobo.protocol.policy import DP_PROJECTION, LDP_REWARD, LIFT_TEST, MAX_BATCH, NON_PRIVATE, PRIVATE
 from pobo.protocol.chunks import shared_dataset
 
+log = logging.getLogger("pobo.curator")
 MAX_FAILURES = 5  # failed evaluations of one query before it is evaluated no more
 LDP_DELTA = 1e-6  # P(some of T Gaussian noises exceeds the clip): a utility figure, not privacy
 
@@ -265,6 +267,7 @@ class CuratorService:
         self._committed = self.head_file.read() if self.head_file is not None else None
         if self._committed is not None:  # before anything is charged: refused, not spent
             check_not_behind(self.chain, self._committed, self.head_file.path)
+        self.journal.check_row_totals()
         self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))
         self.ledger = DatasetLedger(self.journal, settings.budget)
         self.ldp = ldp_mechanism(problem, settings)
@@ -394,6 +397,17 @@ class CuratorService:
             self.head_file.write(head)
             self._committed = head
         return head
+
+    def keep_head(self, session_id: str) -> None:
+        """`checkpoint` as a session ends, however it ends (a modeler that vanished sends
+        no End, and its session's charges were committed to by no head): the entries it
+        charged can then never be taken out of the journal unseen, since the next start
+        is LedgerBehind. A failure is logged, never raised over the session's outcome."""
+        try:
+            self.checkpoint()
+        except Exception as exc:  # the session's own result says what happened to it
+            log.warning("session %s: the ledger head could not be kept at its end: %s: %s",
+                        session_id[:12], type(exc).__name__, exc)
 
     def _check_journal(self) -> None:
         """Refuse new work once a journal write has failed (disk full, I/O error)."""

@@ -294,6 +294,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         result["sign_keys"] = {CURATOR: channel.sign_key, MODELER: channel.peer_key or ""}
         if session.current:  # a superseded connection writes nothing: the new one owns it
             service.journal.set_status(sid, session.generation, status)
+            service.keep_head(sid)  # however it ended: no End comes from a vanished peer
             if out is not None:
                 write_json(out / "curator.json", result)
         else:

@@ -125,6 +125,35 @@ class Budget:
                    limits.get("row_budget_delta", ROW_DELTA))
 
 
+_UNIT = 1 << 1074  # 2^-1074, the smallest double, is 1 / _UNIT
+
+
+class ExactSum:
+    """A running sum of floats kept exactly (an integer count of 2^-1074, the smallest
+    double's value) and read correctly rounded: `float(s)` is `math.fsum` of all that was
+    added, in whatever order, in O(1) per addition. Basic composition is then the sum a
+    reader recomputes from the entries, not one that drifts with their order (a total of
+    1.0 used to absorb every later 1e-16 charge)."""
+
+    __slots__ = ("_units",)
+
+    def __init__(self, values=()) -> None:
+        self._units = 0
+        for value in values:
+            self.add(value)
+
+    def add(self, value: float) -> None:
+        """Add a finite float exactly; ValueError for inf or NaN."""
+        try:
+            num, den = float(value).as_integer_ratio()  # den: a power of two <= 2^1074
+        except (OverflowError, ValueError):
+            raise ValueError(f"a ledger sum takes finite values, got {value}") from None
+        self._units += num * (_UNIT // den)
+
+    def __float__(self) -> float:
+        return self._units / _UNIT  # int / int is correctly rounded
+
+
 class Ledger:
     """Entries and running totals in memory (a charge is O(1) while the basic sums fit
     the budget); `charge` refuses what the budget does not allow."""
@@ -132,13 +161,16 @@ class Ledger:
     def __init__(self, budget: Budget = Budget()) -> None:
         self.budget = budget
         self.entries: list[Entry] = []
-        self._central = [0.0, 0.0]
+        self._central = (ExactSum(), ExactSum())
         self._central_parts: Counter = Counter()
-        self._rows: dict[int, list[float]] = {}  # row -> [sum eps, sum delta, reports]
+        self._rows: dict[int, list] = {}  # row -> [sum eps, sum delta (ExactSum), reports]
         self._row_parts: dict[int, Counter] = defaultdict(Counter)
 
     def charge(self, entry: Entry) -> None:
         """Record an entry; one past the budget raises PrivacyBudgetExceeded."""
+        if not (math.isfinite(entry.epsilon) and math.isfinite(entry.delta)):
+            raise ValueError(f"a ledger entry needs a finite (epsilon, delta), got "
+                             f"({entry.epsilon}, {entry.delta})")
         central = entry.scope == CENTRAL
         spent = self.central() if central else self.row(entry.row)
         parts = self._central_parts if central else self._row_parts[entry.row]
@@ -148,22 +180,24 @@ class Ledger:
         self.entries.append(entry)
         parts[part_of(entry.mechanism, entry.epsilon, entry.delta)] += 1
         if central:
-            self._central[0] += entry.epsilon
-            self._central[1] += entry.delta
+            self._central[0].add(entry.epsilon)
+            self._central[1].add(entry.delta)
         else:
-            acc = self._rows.setdefault(entry.row, [0.0, 0.0, 0])
-            acc[0] += entry.epsilon
-            acc[1] += entry.delta
+            acc = self._rows.get(entry.row)
+            if acc is None:
+                acc = self._rows[entry.row] = [ExactSum(), ExactSum(), 0]
+            acc[0].add(entry.epsilon)
+            acc[1].add(entry.delta)
             acc[2] += 1
 
     def central(self) -> tuple[float, float]:
-        """(sum eps, sum delta) of the central entries: basic composition."""
-        return self._central[0], self._central[1]
+        """(sum eps, sum delta) of the central entries: basic composition, exactly summed."""
+        return float(self._central[0]), float(self._central[1])
 
     def row(self, row: int) -> tuple[float, float]:
-        """(sum eps, sum delta) of the local reports on one row."""
+        """(sum eps, sum delta) of the local reports on one row, exactly summed."""
         acc = self._rows.get(row)
-        return (0.0, 0.0) if acc is None else (acc[0], acc[1])
+        return (0.0, 0.0) if acc is None else (float(acc[0]), float(acc[1]))
 
     def local(self) -> dict:
         """Per-individual LDP: reports per row composed, and the worst-off row."""

@@ -2,6 +2,7 @@
 budgets enforced on its epsilon (allowed where the basic sum would refuse)."""
 import math
 
+import numpy as np
 import pytest
 
 from pobo.parties.journal import Journal
@@ -123,3 +124,55 @@ def test_a_central_budget_is_refused_at_the_accountants_bound():
     assert composed_epsilon({(LAPLACE, 0.2, 0.0): count + 1}, 1e-5) > 6.0
     central = ledger.to_dict()["central"]
     assert central["epsilon"] <= 6.0 < central["epsilon_basic"] and central["delta"] == 1e-5
+
+
+def test_an_exact_sum_is_fsum_of_its_values_in_any_order():
+    """ExactSum reads math.fsum of what was added, whatever the order: 2,000 floats of
+    magnitudes 1e-300 to 1e3 (and dust of 1e-16 beside 1.0), 5 orders each."""
+    import math
+
+    from pobo.protocol.ledger import ExactSum
+    rng = np.random.default_rng(12)
+    values = list(10.0 ** rng.uniform(-300, 3, 1000)) + [1.0] + [1e-16] * 999
+    for _ in range(5):
+        rng.shuffle(values)
+        assert float(ExactSum(values)) == math.fsum(values)
+    assert float(ExactSum([0.1] * 10)) == 1.0 != sum([0.1] * 10)
+    with pytest.raises(ValueError):
+        ExactSum([math.inf])
+
+
+def test_a_ledger_at_its_budget_does_not_absorb_dust_charges():
+    """At a central budget of 1, after a charge of 1.0, charges of 1e-16 used to be
+    accepted for ever (the running float total stayed 1.0). The total is exact now: they
+    are refused once the exact sum passes the budget's relative slack 1e-12, i.e. after
+    ~10,000 of them, and the central spend is fsum of the entries."""
+    import math
+
+    from pobo.protocol.ledger import Budget, Entry, Ledger, PrivacyBudgetExceeded
+    ledger = Ledger(Budget(epsilon=1.0))
+    ledger.charge(Entry("m", 1.0, 0.0))
+    accepted = 0
+    with pytest.raises(PrivacyBudgetExceeded):
+        for _ in range(20_000):
+            ledger.charge(Entry("m", 1e-16, 0.0))
+            accepted += 1
+    assert 9_990 <= accepted <= 10_010
+    assert ledger.central()[0] == math.fsum(e.epsilon for e in ledger.entries)
+
+
+def test_the_journal_spends_and_commits_to_exact_sums(tmp_path):
+    """Ten reports of 0.1 on a row spent 0.9999999999999999 by the journal's running sum
+    (what the signed head committed to) against `pobo ledger`'s 1.0: both are the exact
+    sum of the entries now, and so is the central spend."""
+    from pobo.parties.journal import Journal
+    from pobo.protocol.ledger import CENTRAL, LOCAL, Budget, Entry
+    journal = Journal(tmp_path / "j.db", durability="normal")
+    for _ in range(10):
+        journal.charge("s", [Entry("ctl-laplace", 0.1, 0.0, LOCAL, 4),
+                             Entry("projection", 0.1, 1e-7, CENTRAL)], Budget())
+    assert journal.row_spent(4) == (1.0, 0.0)
+    totals = journal.basic_totals()
+    assert totals["local"]["max_row_epsilon_basic"] == 1.0
+    assert totals["central"] == {"epsilon_basic": 1.0, "delta_basic": math.fsum([1e-7] * 10)}
+    journal.close()

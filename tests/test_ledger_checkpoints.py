@@ -28,7 +28,8 @@ from pobo.protocol.checkpoint import GENESIS_HEAD, Checkpoint, forks
 from pobo.protocol.codec import decode, encode
 from pobo.protocol.errors import PeerError, PolicyViolation, ProtocolError
 from pobo.protocol.messages import NO_LEDGER_HEAD, End, LedgerHead, Welcome
-from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
+from pobo.protocol.ledger import LOCAL, Budget, Entry, PrivacyBudgetExceeded
+from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, PRIVATE, Boundary
 from pobo.protocol.signing import ZERO, Link, open_frame, seal
 from pobo.protocol.transcript import read_transcript
 from pobo.cli import main as pobo_main
@@ -56,13 +57,18 @@ class OneRow:
         return self.row
 
 
+def _channels(out: Path, curator_timeout: float = 10.0, modeler_out: Path | None = None):
+    """(the curator's channel, the modeler's), signed, over in-process queues."""
+    cpipe, mpipe = pipe_pair()
+    return (open_channel(cpipe, CURATOR, False, out, curator_timeout, signer=SIGNING.curator,
+                         peer_key=SIGNING.modeler_keys),
+            open_channel(mpipe, MODELER, False, modeler_out, 10.0, signer=SIGNING.modeler,
+                         peer_key=SIGNING.curator_key))
+
+
 async def _session(service, out: Path):
     session = service.new_session()
-    cpipe, mpipe = pipe_pair()
-    cchan = open_channel(cpipe, CURATOR, False, out, 10.0, signer=SIGNING.curator,
-                         peer_key=SIGNING.modeler_keys)
-    mchan = open_channel(mpipe, MODELER, False, out, 10.0, signer=SIGNING.modeler,
-                         peer_key=SIGNING.curator_key)
+    cchan, mchan = _channels(out, modeler_out=out)
     try:
         return await asyncio.gather(curate(cchan, session, out, verbose=False),
                                     optimise(mchan, 1, out=out))
@@ -362,3 +368,79 @@ def test_a_head_that_cannot_be_kept_at_the_end_is_not_sent(tmp_path, monkeypatch
     assert modeler["status"] == "ok" and modeler["ledger_head"] is None  # End came, no head
     kinds = [(k, h.entries) for k, h in _heads(tmp_path / "s" / "modeler.transcript")]
     assert kinds == [("welcome", 1), ("end", 0)]  # the End carries no head it could not keep
+
+
+async def _vanishing_modeler(service, out: Path, rows: list[int]) -> dict:
+    """A modeler that asks `rows` then goes silent (no End): the curator's session ends
+    on its timeout, interrupted. The curator's result."""
+    from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Query
+    session = service.new_session()
+    cchan, mchan = _channels(out, curator_timeout=0.5)
+    served = asyncio.ensure_future(curate(cchan, session, out, verbose=False,
+                                          raise_errors=False))
+    try:
+        await mchan.send(Hello(PROTOCOL_VERSION, "vanish", sign_key=mchan.sign_key))
+        await mchan.recv()  # Welcome
+        await mchan.recv()  # Dataset
+        for seq, row in enumerate(rows, 1):
+            await mchan.send(Query(seq, row))
+            await mchan.recv()
+        return await asyncio.wait_for(served, 20)
+    finally:
+        served.cancel()
+        cchan.close()
+        mchan.close()
+
+
+def _erase_entries(journal: Path, keep: int) -> None:
+    """The operator's edit: every ledger entry past the first `keep` deleted, the per-row
+    totals made to agree with what is left (so that only the head can tell)."""
+    import sqlite3
+    db = sqlite3.connect(journal, isolation_level=None)
+    db.execute("DELETE FROM ledger WHERE n > ?", (keep,))
+    db.execute("DELETE FROM row_ledger")
+    db.execute("INSERT INTO row_ledger SELECT row, SUM(epsilon), SUM(delta), COUNT(*) "
+               "FROM ledger WHERE scope = 'local' GROUP BY row")
+    db.close()
+
+
+def test_entries_charged_by_a_session_that_ends_without_an_end_cannot_be_erased_unseen(
+        tmp_path):
+    """The head file was written at a session's Welcome and at its End only: a modeler
+    that vanished after two LDP rewards left them committed to by no head, and the
+    operator could delete them and serve the row past its budget. Every session's end
+    now keeps the head: the erased journal is LedgerBehind at the next start."""
+    journal = tmp_path / "curator.journal"
+    j = Journal(journal)
+    service = prepare_service(CONFIG, journal=j)
+    before = len(j.ledger_rows())
+    result = asyncio.run(_vanishing_modeler(service, tmp_path / "s1", [0, 0]))
+    assert result["status"] == "interrupted" and len(result["queries"]) == 2
+    assert len(j.ledger_rows()) == before + 2
+    assert HeadFile(Path(f"{journal}.head"), service.digest).read().entries == before + 2
+    j.close()
+    _erase_entries(journal, before)
+    with pytest.raises(LedgerBehind):
+        prepare_service(CONFIG, journal=Journal(journal))
+
+
+def test_per_row_totals_edited_on_disk_are_refused_at_start_and_never_spend(tmp_path,
+                                                                           monkeypatch):
+    """The budget check read a row's spend from its running total (`row_ledger`), which
+    no head covers: setting it to 0 let row 0 be served three more times past its budget
+    of 3. The budget is now checked against the entries themselves, and a curator refuses
+    to start on totals that disagree with them."""
+    import sqlite3
+    journal = tmp_path / "curator.journal"
+    spent = _serve(journal, tmp_path / "spent", 0, monkeypatch)
+    assert spent["queries"] == [0, 0, 0]  # row 0's budget of 3 is spent
+    db = sqlite3.connect(journal, isolation_level=None)
+    db.execute("UPDATE row_ledger SET epsilon = 0 WHERE row = 0")
+    db.close()
+    with pytest.raises(JournalError, match="row 0's running totals"):
+        prepare_service(CONFIG, journal=Journal(journal))
+    j = Journal(journal)  # a curator already running when the total was edited
+    assert j.row_spent(0) == (3.0, 0.0)
+    with pytest.raises(PrivacyBudgetExceeded):
+        j.charge("s", [Entry(LDP_REWARD, 1.0, 0.0, LOCAL, 0)], Budget(row_epsilon=3.0))
+    j.close()
