@@ -126,6 +126,7 @@ class Budget:
 
 
 _UNIT = 1 << 1074  # 2^-1074, the smallest double, is 1 / _UNIT
+_BITS = 1075  # _UNIT.bit_length()
 
 
 class ExactSum:
@@ -145,10 +146,10 @@ class ExactSum:
     def add(self, value: float) -> None:
         """Add a finite float exactly; ValueError for inf or NaN."""
         try:
-            num, den = float(value).as_integer_ratio()  # den: a power of two <= 2^1074
+            num, den = float(value).as_integer_ratio()  # den: 2^k, k <= 1074
         except (OverflowError, ValueError):
             raise ValueError(f"a ledger sum takes finite values, got {value}") from None
-        self._units += num * (_UNIT // den)
+        self._units += num << (_BITS - den.bit_length())  # num * 2^(1074 - k)
 
     def __float__(self) -> float:
         return self._units / _UNIT  # int / int is correctly rounded
