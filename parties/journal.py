@@ -1,10 +1,11 @@
-"""The curator's journal: one SQLite database holding all of its durable state.
+"""The curator's journal: one SQLite database, and the projections' `.npy` files beside
+it (`<journal>.projections/`), holding all of its durable state.
 
 The prepared dataset's digest (a journal serves one dataset), the projections served
 (each stored once, keyed by its parameters, and referenced by every session that uses
-it; on disk Z itself is a content-addressed `.npy` file beside the journal, named by its
-SHA-256 in the row, memory-mapped and verified on load), every session (its configuration, welcome frame, projection key, status
-and release), every answered query (committed in the same transaction as its ledger
+it; on disk Z itself is a content-addressed `.npy` file, named by its SHA-256 in the
+row, read into memory and hashed as it is read on load), every session (its
+configuration, welcome frame, projection key, status and release), every answered query (committed in the same transaction as its ledger
 entry, before the reward is sent: an answer the modeler saw is never lost and never
 evaluated twice), and the dataset's privacy ledger across all sessions and restarts
 (central entries, and per-row local totals for the LDP row budget). Every write that
@@ -29,9 +30,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
 import math
+import os
 import sqlite3
 import threading
 import time
@@ -163,6 +166,7 @@ class Journal:
         if durability not in DURABILITY:
             raise ValueError(f"durability {durability!r}: expected one of {', '.join(DURABILITY)}")
         self.path = str(path)
+        self._real_path = self.path if self.path == ":memory:" else os.path.realpath(self.path)
         self.durability = durability
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -188,20 +192,44 @@ class Journal:
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                                    timeout=busy_timeout)  # how long to wait for another writer
         if self.path != ":memory:":  # (a new in-memory database holds nothing yet)
-            (version,) = self._db.execute("PRAGMA user_version").fetchone()
-            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
-            if version != SCHEMA_VERSION and version not in MIGRATABLE and tables:
+            try:
+                self._open_file(durability, busy_timeout)
+            except BaseException:
                 self._db.close()
-                raise JournalError(f"{self.path} is a journal of schema {version}, this pobo "
-                                   f"writes schema {SCHEMA_VERSION}: start a new journal")
-        if self.path == ":memory:" and hasattr(self._db, "deserialize"):
+                raise
+        elif hasattr(self._db, "deserialize"):
             self._db.deserialize(_empty_schema())  # a copy of the empty schema: no DDL per journal
             self._db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
         else:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
             self._db.executescript(SCHEMA)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _open_file(self, durability: str, busy_timeout: float) -> None:
+        """Check an on-disk journal's schema, switch it to WAL and create (or migrate) its
+        tables, safely beside another process opening the same new journal: the check
+        reads one snapshot, the switch is retried while the other holds the lock, and
+        the tables and their version are one transaction (never tables without it)."""
+        db = self._db
+        db.execute("BEGIN")  # one snapshot: the version and the tables together
+        try:
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
+        finally:
+            db.execute("COMMIT")
+        if version != SCHEMA_VERSION and version not in MIGRATABLE and tables:
+            raise JournalError(f"{self.path} is a journal of schema {version}, this pobo "
+                               f"writes schema {SCHEMA_VERSION}: start a new journal")
+        deadline = time.monotonic() + busy_timeout
+        while True:  # the switch to WAL takes no busy handler: a second opener retries
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise JournalError(f"cannot open the journal {self.path}: {exc}") from exc
+                time.sleep(0.005)
+        db.execute(f"PRAGMA synchronous={DURABILITY[durability]}")
+        db.executescript(f"BEGIN IMMEDIATE; {SCHEMA}; "
+                         f"PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
 
     # -- transactions -------------------------------------------------------------------
 
@@ -393,8 +421,8 @@ class Journal:
 
     def projection(self, key: str):
         """(the stored ProjectedDataset, curator-private report), or None. A projection
-        kept in a .npy file comes back memory-mapped, after its file was checked against
-        the digest the journal holds (JournalError if it is missing or altered)."""
+        kept in a .npy file is read into memory and checked against the digest the
+        journal holds as it is read (JournalError if it is missing or altered)."""
         row = self._db.execute("SELECT frame, report FROM projections WHERE key = ?",
                                (key,)).fetchone()
         if row is None:
@@ -431,29 +459,52 @@ class Journal:
         where = {"memory": key} if self.path == ":memory:" else {"npy": self._save_npy(Z)}
         frame = NPY_REF + json.dumps({**where, "shape": list(Z.shape),
                                       "dataset": head.hex()}).encode()
-        self._transaction([("INSERT INTO projections VALUES (?, ?, ?, ?)",
-                            (key, frame, json.dumps(report), time.time()))],
-                          "", entries, budget)
+        try:
+            self._transaction([("INSERT INTO projections VALUES (?, ?, ?, ?)",
+                                (key, frame, json.dumps(report), time.time()))],
+                              "", entries, budget)
+        except BaseException:  # refused, raced or failed: no row names the file
+            if "npy" in where:
+                self._discard_npy(where["npy"])
+            raise
         if "memory" in where:  # stored and charged: only now does the key name Z
             self._arrays[key] = Z
 
+    def _discard_npy(self, digest: str) -> None:
+        """Remove `<digest>.npy` unless a projection row names it (a file this process
+        wrote for a store that did not commit; left alone if anything else holds it)."""
+        try:
+            named = self._db.execute("SELECT 1 FROM projections WHERE instr(frame, ?) > 0",
+                                     (json.dumps(digest).encode(),)).fetchone()
+            if named is None:
+                (self.projection_dir / f"{digest}.npy").unlink(missing_ok=True)
+        except (sqlite3.Error, OSError) as exc:  # never over the store's own error
+            log.warning("journal %s: projection file %s.npy left behind: %s", self.path,
+                        digest, exc)
+
     @property
     def projection_dir(self) -> Path:
-        """Where an on-disk journal keeps its projections: `<journal>.projections/`."""
-        return Path(self.path + ".projections")
+        """Where an on-disk journal keeps its projections: `<journal>.projections/`, beside
+        the journal's real file (the same folder whatever link or relative path opened
+        it)."""
+        return Path(self._real_path + ".projections")
 
     def _save_npy(self, Z) -> str:
         """Write Z as `<sha256 of the file>.npy` (atomically: a temporary file, fsynced,
-        renamed; an existing verified copy is kept); returns the digest."""
-        import os
+        renamed, the folder fsynced; an existing verified copy is kept); returns the
+        digest. JournalError (one line) when the file cannot be written (a full disk);
+        nothing is left behind then."""
         import secrets
 
         import numpy as np
 
         folder = self.projection_dir
-        folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{os.getpid()}.{secrets.token_hex(4)}.npy.tmp"
         try:
+            if not folder.is_dir():
+                folder.mkdir(parents=True, exist_ok=True)
+                _fsync_dir(folder.parent)  # the folder's own entry, before a row names it
+            _sweep_stale_tmp(folder)
             with open(tmp, "wb") as f:
                 np.save(f, Z, allow_pickle=False)
                 f.flush()
@@ -461,34 +512,22 @@ class Journal:
             digest = file_digest(tmp)
             path = folder / f"{digest}.npy"
             if path.is_file() and file_digest(path) == digest:
-                return digest
+                return digest  # (fsynced when it was written)
             os.replace(tmp, path)
-            dir_fd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)  # the rename itself is durable before the row names it
-            finally:
-                os.close(dir_fd)
+            _fsync_dir(folder)  # the rename itself is durable before the row names it
+        except OSError as exc:
+            raise JournalError(f"cannot write the projection file in {folder}: "
+                               f"{exc.strerror or exc}") from exc
         finally:
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
         return digest
 
     def _load_npy(self, digest: str, shape: tuple[int, ...]):
-        """The Z of `<digest>.npy`, memory-mapped read-only, once the file hashes to
-        `digest` and holds an array of `shape`; JournalError otherwise."""
-        import numpy as np
-
-        path = self.projection_dir / f"{digest}.npy"
-        if not path.is_file():
-            raise JournalError(f"the journal's projection file {path} is missing")
-        actual = file_digest(path)
-        if actual != digest:
-            raise JournalError(f"the journal's projection file {path} is corrupt: it hashes "
-                               f"to {actual}, the journal holds {digest}")
-        Z = np.load(path, mmap_mode="r", allow_pickle=False)
-        if Z.shape != shape:
-            raise JournalError(f"the journal's projection file {path} holds an array of "
-                               f"shape {Z.shape}, not {shape}")
-        return Z
+        """The Z of `<digest>.npy` (see `read_npy`)."""
+        return read_npy(self.projection_dir / f"{digest}.npy", digest, shape)
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -899,6 +938,82 @@ def _empty_schema() -> bytes:
         return db.serialize()
     finally:
         db.close()
+
+
+_READ_CHUNK = 1 << 24  # bytes read (and hashed) at a time from a projection file
+
+
+def _fsync_dir(folder: Path) -> None:
+    """fsync a folder: the entries made in it (a file renamed in, a folder made) are
+    durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sweep_stale_tmp(folder: Path) -> None:
+    """Remove the temporary files of projection writes whose process is gone (a curator
+    killed while writing leaves one, as large as Z); another live writer's are kept."""
+    for tmp in folder.glob(".*.npy.tmp"):
+        try:
+            pid = int(tmp.name.split(".")[1])
+            os.kill(pid, 0)  # raises ProcessLookupError when no such process is running
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except (ValueError, IndexError, PermissionError):
+            continue  # not one of ours, or another user's live process
+
+
+def read_npy(path: Path, digest: str, shape: tuple[int, ...]):
+    """The float64 array of `shape` in the .npy file `path`, read into memory through one
+    descriptor and hashed as it is read, so that what was checked is what is served (a
+    memory map checked first could change under a file rewritten in place, and a file
+    truncated under it kills the process). Read-only. JournalError unless the file is a
+    .npy of float64 in C order of `shape` whose bytes hash (SHA-256) to `digest`; it
+    never unpickles anything."""
+    import numpy as np
+    from numpy.lib import format as npy
+
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise JournalError(f"the journal's projection file {path} is missing") from None
+    with f:
+        try:
+            version = npy.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f"format version {version}")
+            read_header = (npy.read_array_header_1_0 if version == (1, 0)
+                           else npy.read_array_header_2_0)
+            held, fortran, dtype = read_header(f)
+        except ValueError as exc:
+            raise JournalError(f"the journal's projection file {path} is not a .npy "
+                               f"array: {exc}") from None
+        if tuple(held) != tuple(shape) or fortran or dtype != np.dtype("<f8"):
+            raise JournalError(f"the journal's projection file {path} holds {dtype} of shape "
+                               f"{tuple(held)}{' (Fortran order)' if fortran else ''}, not "
+                               f"float64 of shape {tuple(shape)}")
+        header = f.tell()
+        f.seek(0)
+        hasher = hashlib.sha256(f.read(header))
+        Z = np.empty(shape, dtype="<f8")
+        view = memoryview(Z.reshape(-1)).cast("B")
+        at = 0
+        while at < len(view):
+            got = f.readinto(view[at:at + _READ_CHUNK])
+            if not got:
+                raise JournalError(f"the journal's projection file {path} is truncated")
+            hasher.update(view[at:at + got])
+            at += got
+        while rest := f.read(_READ_CHUNK):  # bytes past the array: part of the digest
+            hasher.update(rest)
+    if hasher.hexdigest() != digest:
+        raise JournalError(f"the journal's projection file {path} is corrupt: it hashes to "
+                           f"{hasher.hexdigest()}, the journal holds {digest}")
+    Z.flags.writeable = False
+    return Z
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

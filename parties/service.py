@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import secrets
+import sqlite3
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -228,6 +229,25 @@ class CuratorSession:
         return data
 
 
+def _warn_if_raised(journal: Journal, budget: Budget) -> None:
+    """Warn (one line) when this curator's budget allows more than the one its journal
+    last recorded: every curator enforces its own, so a larger one spends past the old
+    limit. (Lowering it is always safe.)"""
+    held = journal.meta("budget")
+    if held is None:
+        return
+    old = Budget.from_dict(json.loads(held))
+    pairs = [("central epsilon", old.epsilon, budget.epsilon),
+             ("central delta", old.delta, budget.delta),
+             ("row epsilon", old.row_epsilon, budget.row_epsilon),
+             ("row delta", old.row_delta, budget.row_delta)]
+    raised = [f"{name} {a:g} -> {b:g}" for name, a, b in pairs if b > a]
+    if raised:
+        log.warning("this curator's budget is larger than the one the journal %s recorded "
+                    "(%s): the dataset may now spend past the old limit", journal.path,
+                    ", ".join(raised))
+
+
 class CuratorService:
     """A curator serving one prepared dataset to any number of sessions.
 
@@ -268,6 +288,7 @@ class CuratorService:
         if self._committed is not None:  # before anything is charged: refused, not spent
             check_not_behind(self.chain, self._committed, self.head_file.path)
         self.journal.check_row_totals()
+        _warn_if_raised(self.journal, settings.budget)
         self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))
         self.ledger = DatasetLedger(self.journal, settings.budget)
         self.ldp = ldp_mechanism(problem, settings)
@@ -323,7 +344,10 @@ class CuratorService:
             entries = [Entry(release_mechanism(s.lift), s.epsilon, s.delta)]
             if self.test_epsilon:
                 entries.append(Entry(LIFT_TEST, self.test_epsilon, self.test_delta))
-            self.ledger.check(entries)  # refused here, before the projection draws anything
+            try:
+                self.ledger.check(entries)  # refused before the projection draws anything
+            except PrivacyBudgetExceeded as exc:
+                return self._stored_meanwhile(key, exc)
             seed = s.seed
             release, rep = choose_projection(
                 self.problem.X, s.epsilon, s.delta, s.r,
@@ -333,8 +357,21 @@ class CuratorService:
                 r_fallback=self.problem.r, additive_lift=s.additive_lift)
             report = asdict(rep)
         release = replace(release, dp=release.dp and release_is_dp(s))
-        self.journal.store_projection(key, release, report, entries, s.budget)
+        try:
+            self.journal.store_projection(key, release, report, entries, s.budget)
+        except (PrivacyBudgetExceeded, sqlite3.IntegrityError) as exc:
+            return self._stored_meanwhile(key, exc)  # this draw: never released nor charged
         return key, release, report
+
+    def _stored_meanwhile(self, key: str, refusal: Exception
+                          ) -> tuple[str, ProjectedDataset, dict]:
+        """The projection another curator on this journal stored under `key` since this one
+        looked (two starting at once: the second is refused its charge, or its row, and
+        serves the first one's, charged once); else the refusal stands."""
+        stored = self.journal.projection(key)
+        if stored is None:
+            raise refusal
+        return key, *stored
 
     def _session_params(self) -> SessionParams:
         s, problem = self.settings, self.problem
@@ -379,7 +416,8 @@ class CuratorService:
         saved = self.journal.load(session_id)
         if saved.f_digest != self.digest:
             raise ProtocolError("the journaled session is of another dataset", ErrorCode.INTERNAL)
-        stored = self.journal.projection(saved.projection)
+        stored = ((self.release, self.report) if saved.projection == self.projection_key
+                  else self.journal.projection(saved.projection))  # (this one: read once)
         if stored is None:
             raise ProtocolError("the journal lost the session's projection", ErrorCode.INTERNAL)
         welcome = decode(saved.welcome)

@@ -401,3 +401,43 @@ def test_a_sessions_noise_pool_holds_as_many_noises_as_its_batch(batch, size):
     for seq in range(1, batch + 1):
         curator.complete(seq, 0.25)
     assert CountingSource.draws == before  # every answer took a noise drawn ahead
+
+
+@pytest.mark.parametrize("budget", [None, 5.0])
+def test_a_curator_that_loses_the_race_to_store_the_projection_serves_the_stored_one(
+        tmp_path, monkeypatch, budget):
+    """Two curators starting at once on one journal both find no projection; the second
+    to store it was refused with a raw IntegrityError (or, under a budget with room for
+    one, PrivacyBudgetExceeded) although the projection it needs was stored and paid
+    for. It now serves the stored one, charged once, and leaves no file of its own."""
+    from pobo.parties.journal import Journal as J
+    config = cfg(**({} if budget is None else {"budget_epsilon": budget}))
+    first = prepare_service(config, journal=Journal(tmp_path / "j.db"))
+    looked = []
+    real = J.projection
+
+    def not_yet(self, key):  # the second looked before the first had stored
+        looked.append(key)
+        return None if len(looked) == 1 else real(self, key)
+
+    monkeypatch.setattr(J, "projection", not_yet)
+    second = prepare_service(config, journal=Journal(tmp_path / "j.db"))
+    assert np.array_equal(second.release.Z, first.release.Z)
+    kinds = Counter(e["mechanism"] for e in first.journal.central_entries())
+    assert all(count == 1 for count in kinds.values()), kinds
+    assert len(list(first.journal.projection_dir.glob("*.npy"))) == 1
+
+
+def test_a_curator_with_a_larger_budget_than_the_journal_recorded_warns(tmp_path, caplog):
+    """Every curator enforces the budget it was started with: one started with a larger
+    budget on the same journal may spend past the old limit. It says so, one line naming
+    what was raised; the same or a smaller budget says nothing."""
+    import logging
+    journal = tmp_path / "j.db"
+    prepare_service(cfg(budget_epsilon=5.0), journal=Journal(journal))
+    with caplog.at_level(logging.WARNING, logger="pobo.curator"):
+        prepare_service(cfg(budget_epsilon=4.0), journal=Journal(journal))
+        assert not caplog.records
+        prepare_service(cfg(budget_epsilon=9.0), journal=Journal(journal))
+    assert len(caplog.records) == 1
+    assert "central epsilon 4 -> 9" in caplog.records[0].getMessage()
