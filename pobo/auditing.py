@@ -224,7 +224,8 @@ def check_ledger_chain(reports: list[AuditReport]) -> None:
     if len({r.session for r in reports}) < 2:
         return  # one session: its own transcripts were checked one by one
     by_path = {r.path: r for r in reports}
-    for point, why in forks([c for r in reports for c in r.checkpoints]):
+    for point, why in forks([c for r in reports for c in r.checkpoints],
+                            floors=[f for r in reports for f in r.floors]):
         report = by_path[point.path]
         if why not in report.violations:
             report.violations.append(why)

@@ -62,7 +62,7 @@ from pobo.protocol.chunks import with_body
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
-from pobo.protocol.checkpoint import Checkpoint, forks
+from pobo.protocol.checkpoint import Checkpoint, charged_floor, forks
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, Release, Reward, Welcome,
 )
@@ -94,6 +94,7 @@ class AuditReport:
     signatures: str = "unsigned"  # verified | unsigned | unverified (...) | FAILED at record N (...)
     complete: bool = True  # False when the transcript holds no End (cut, or still running)
     checkpoints: list[Checkpoint] = field(default_factory=list)  # the curator's ledger heads
+    floors: list[Checkpoint] = field(default_factory=list)  # entries it shows were charged
     dp: bool | None = None  # what the Dataset says (False: "not DP"); None without one
 
     @property
@@ -228,6 +229,7 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
         report.complete = False
     report.ledger = recompute_ledger(messages, welcome).to_dict()
     report.checkpoints = checkpoints(messages, role, str(path))
+    report.floors = charged_floors(messages, role, report.checkpoints)
     report.violations += [why for _, why in forks(report.checkpoints)]
     if X is not None:
         _check_data(messages, welcome, np.asarray(X, float), f, report)
@@ -247,6 +249,26 @@ def checkpoints(messages: list, role: str, path: str) -> list[Checkpoint]:
                 and m.ledger != NO_LEDGER_HEAD):
             out.append(Checkpoint(session, r.kind, r.time, m.ledger, path, r.seq, opened))
     return out
+
+
+def charged_floors(messages: list, role: str, heads: list[Checkpoint]) -> list[Checkpoint]:
+    """For a fresh session (its Hello resumes nothing), what its transcript proves the
+    curator's ledger held: its Welcome's head count plus one entry per LDP report
+    (a Reward with noise, each seq once) the curator sent, by the last of them
+    (protocol.checkpoint.charged_floor). A resumed connection proves nothing this way:
+    its rewards may be resends of answers charged before."""
+    welcome = next((c for c in heads if c.kind == "welcome"), None)
+    hello = next((m for _, m in messages if isinstance(m, Hello)), None)
+    if welcome is None or hello is None or hello.resume:
+        return []
+    by_curator = "sent" if role == CURATOR else "recv"
+    seqs, last = set(), None
+    for r, m in messages:
+        if isinstance(m, Reward) and r.dir == by_curator and m.noise and m.seq not in seqs:
+            seqs.add(m.seq)
+            last = Checkpoint(welcome.session, "reward", r.time, welcome.head,
+                              welcome.path, r.seq, welcome.opened)
+    return [] if last is None else [charged_floor(welcome, len(seqs), last)]
 
 
 def _role(messages: list) -> str:

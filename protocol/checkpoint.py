@@ -99,13 +99,25 @@ class Checkpoint:
         return f"session {self.session[:12]}'s {self.kind} ({self.path} record {self.record})"
 
 
-def forks(points: list[Checkpoint], limit: int = 3) -> list[tuple[Checkpoint, str]]:
+def charged_floor(welcome: Checkpoint, charges: int, last: Checkpoint) -> Checkpoint:
+    """What a fresh session's transcript proves of the ledger: its Welcome's head plus
+    one entry per LDP report it sent, held by the time of the last one (`last`: that
+    record, as a Checkpoint of kind 'charged' with only its count meaningful)."""
+    return Checkpoint(welcome.session, "charged", last.time,
+                      LedgerHead(welcome.head.entries + charges, "", 0.0, 0.0, 0.0, 0.0),
+                      last.path, last.record, welcome.opened)
+
+
+def forks(points: list[Checkpoint], limit: int = 3,
+          floors: list[Checkpoint] = ()) -> list[tuple[Checkpoint, str]]:
     """The checkpoints that break one chain, each with a one-line reason (at most
     `limit`): two that commit to the same number of entries with different heads; one
     that commits to fewer entries than one recorded before its connection was opened
     (the curator computed it later: the ledger went back); or, in one transcript, fewer
-    than the one before it. Connections that overlap in time are held to the first
-    rule only: their frames may cross in flight."""
+    than the one before it; or fewer than a `floor` (`charged_floors`: what a session's
+    own transcript shows was charged by then) recorded before its connection opened.
+    Connections that overlap in time are held to the first rule only: their frames may
+    cross in flight."""
     unique: dict[tuple, Checkpoint] = {}
     for p in sorted(points, key=lambda p: p.time):  # both transcripts of a session: once
         unique.setdefault((p.session, p.kind, p.head.entries, p.head.chain), p)
@@ -126,6 +138,16 @@ def forks(points: list[Checkpoint], limit: int = 3) -> list[tuple[Checkpoint, st
                 out.append((q, f"ledger fork: {q.describe()} commits to {q.head.entries} "
                                f"entries, after {p.describe()} committed to "
                                f"{p.head.entries}: the curator's journal was rolled back"))
+            else:
+                under = [f for f in floors if f.session != q.session and f.time <= q.opened
+                         and f.head.entries > q.head.entries]
+                if under:
+                    f = max(under, key=lambda f: f.head.entries)
+                    out.append((q, f"ledger fork: {q.describe()} commits to "
+                                   f"{q.head.entries} entries, after session "
+                                   f"{f.session[:12]}'s transcript ({f.path}) showed "
+                                   f"{f.head.entries} charged by record {f.record}: entries "
+                                   "were taken out of the curator's journal"))
         if len(out) >= limit:
             break
     return out

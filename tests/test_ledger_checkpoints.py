@@ -444,3 +444,30 @@ def test_per_row_totals_edited_on_disk_are_refused_at_start_and_never_spend(tmp_
     with pytest.raises(PrivacyBudgetExceeded):
         j.charge("s", [Entry(LDP_REWARD, 1.0, 0.0, LOCAL, 0)], Budget(row_epsilon=3.0))
     j.close()
+
+
+def test_erased_charges_of_a_session_whose_curator_died_show_in_the_audit(tmp_path,
+                                                                        monkeypatch):
+    """A curator killed mid-session keeps no head at its end: the entries that session
+    charged after its Welcome could be deleted and the next start would not see it. The
+    session's own transcript proves them (its Welcome's count plus one entry per LDP
+    report), so the audit of it beside a later session whose Welcome commits to fewer
+    entries names the erasure."""
+    from pobo.parties.service import CuratorService
+    journal = tmp_path / "curator.journal"
+    j = Journal(journal)
+    service = prepare_service(CONFIG, journal=j)
+    before = len(j.ledger_rows())
+    monkeypatch.setattr(CuratorService, "keep_head", lambda self, sid: None)  # killed -9
+    result = asyncio.run(_vanishing_modeler(service, tmp_path / "s1", [0, 0]))
+    assert result["status"] == "interrupted"
+    j.close()
+    _erase_entries(journal, before)
+    j = Journal(journal)
+    asyncio.run(_session(prepare_service(CONFIG, journal=j), tmp_path / "s2"))  # it starts
+    j.close()
+    transcripts = [str(tmp_path / name / "curator.transcript") for name in ("s1", "s2")]
+    status, out, _ = _cli(["audit", *transcripts, "--keys", str(_keys(tmp_path))])
+    erased = [line for line in out.splitlines() if "taken out" in line]
+    assert status == 2 and erased, out
+    assert f"showed {before + 2} charged" in erased[0]
