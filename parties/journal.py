@@ -5,12 +5,13 @@ The prepared dataset's digest (a journal serves one dataset), the projections se
 (each stored once, keyed by its parameters, and referenced by every session that uses
 it; on disk Z itself is a content-addressed `.npy` file, named by its SHA-256 in the
 row, read into memory and hashed as it is read on load), every session (its
-configuration, welcome frame, projection key, status and release), every answered query (committed in the same transaction as its ledger
-entry, before the reward is sent: an answer the modeler saw is never lost and never
-evaluated twice), and the dataset's privacy ledger across all sessions and restarts
-(central entries, and per-row local totals for the LDP row budget). Every write that
-charges the ledger checks the budget inside its transaction (BEGIN IMMEDIATE), so not
-even two processes sharing one journal can overspend it.
+configuration, welcome frame, projection key, status and release), every answered query
+(committed in the same transaction as its ledger entry, before the reward is sent: an
+answer the modeler saw is never lost and never evaluated twice), and the dataset's
+privacy ledger across all sessions and restarts (central entries, and per-row local
+totals for the LDP row budget). Every write that charges the ledger checks the budget
+against the entries inside its transaction (BEGIN IMMEDIATE), so not even two processes
+sharing one journal can overspend it.
 
 `Journal(":memory:")` keeps the same state for the life of the process only.
 

@@ -235,9 +235,9 @@ def _lattice(sensitivity: float, epsilon: float) -> tuple[Fraction, int]:
     epsilon are finite and positive with a lattice step a double can hold."""
     if not (0 < sensitivity < math.inf and 0 < epsilon < math.inf
             and lattice_step(sensitivity / epsilon) > 0):
-        raise ValueError("lattice_laplace needs finite sensitivity > 0 and epsilon > 0, "
-                         f"whose lattice step a double can hold (sensitivity / epsilon > ~2^-1044; got {sensitivity}, "
-                         f"{epsilon})")
+        raise ValueError("lattice_laplace needs finite sensitivity > 0 and epsilon > 0 "
+                         "whose lattice step a double can hold (sensitivity / epsilon > "
+                         f"~2^-1044; got {sensitivity}, {epsilon})")
     g = Fraction(lattice_step(sensitivity / epsilon))
     return g, LAPLACE_GRAIN * math.ceil(Fraction(sensitivity) / (g * LAPLACE_GRAIN))
 
