@@ -253,6 +253,8 @@ class Journal:
         with self._lock:
             if loop is None and self._group is not None:
                 self._commit_group()  # an immediate write never overtakes a staged one
+            if self.fault is not None:  # staged answers were lost: nothing is written (a
+                raise JournalFault(self.fault)  # release, a status 'ok') as if they were not
             joining = loop is not None and self._group is not None  # in a SAVEPOINT
             cur = self._db.cursor()
             try:
@@ -352,6 +354,14 @@ class Journal:
             finally:
                 if not group.done():
                     group.set_result(None)
+
+    def flush(self) -> None:
+        """Commit the staged group now, so that what this connection reads next (a ledger
+        head, signed and sent) is what is durable; JournalFault once a write has failed."""
+        with self._lock:
+            self._commit_group()
+            if self.fault is not None:
+                raise JournalFault(self.fault)
 
     async def committed(self) -> None:
         """Return once every write staged so far is committed; JournalFault once any

@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 
 from pobo.parties.curator import Curator
+from pobo.parties.journal import JournalFault
 from pobo.parties.modeler import HyperFit, Modeler
 from pobo.parties.objective import EvaluationFailed
 from pobo.parties.strategies import (
     KusnerUCB, Robust, Strategy, declaration, for_release, under_rules,
 )
-from pobo.protocol.channel import Channel, before_handshake
+from pobo.protocol.channel import Channel, LateSignature, before_handshake
 from pobo.protocol.chunks import ChunkedDataset, with_body
 from pobo.protocol.policy import CURATOR
 from pobo.protocol.codec import decode
@@ -168,7 +169,7 @@ async def _send_closing_end(channel: Channel, checkpoint: Callable[[], LedgerHea
     End goes without it: either way the session is over and nothing of it is lost."""
     try:
         head = checkpoint()
-    except OSError as exc:
+    except (OSError, JournalFault) as exc:
         log.error("session %s: the ledger head could not be kept (%s): the closing End "
                   "carries none", session_id[:12], exc)
         head = NO_LEDGER_HEAD
@@ -297,6 +298,8 @@ async def closing_head(channel: Channel) -> LedgerHead | None:
     while True:
         try:
             message = await channel.recv()
+        except LateSignature:
+            raise  # a reward acted on was forged: the session failed, not just its close
         except ProtocolError as exc:
             if exc.code is ErrorCode.DUPLICATE:
                 continue

@@ -427,7 +427,9 @@ class CuratorService:
     def checkpoint(self) -> LedgerHead:
         """The dataset ledger's head now, for a Welcome or an End: kept in the head file
         (when there is one) before it is returned, so no frame commits to a head the
-        file does not hold or extend."""
+        file does not hold or extend. It commits to what is durable only: a group of
+        answers staged in this loop turn is committed first (JournalFault if it fails)."""
+        self.journal.flush()
         entries, chain = self.chain.current()
         head = ledger_head(entries, chain, self.journal.basic_totals())  # no accountant
         if self.head_file is not None and (self._committed is None

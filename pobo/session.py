@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pobo.parties.journal import Journal
+from pobo.parties.journal import Journal, JournalFault
 from pobo.parties.choices import HyperFit
 from pobo.parties.objective import CommandObjective, DeferredObjective, Objective
 from pobo.parties.runners import ResumeState, receive_hello, run_modeler, serve_session
@@ -293,7 +293,11 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         result["signatures"] = channel.signatures
         result["sign_keys"] = {CURATOR: channel.sign_key, MODELER: channel.peer_key or ""}
         if session.current:  # a superseded connection writes nothing: the new one owns it
-            service.journal.set_status(sid, session.generation, status)
+            try:
+                service.journal.set_status(sid, session.generation, status)
+            except JournalFault as exc:  # the session stays open (resumable): nothing of
+                CURATOR_LOG.warning("session %s: status %s not recorded: %s", sid[:12],
+                                    status, exc)  # its lost answers was ever sent
             service.keep_head(sid)  # however it ended: no End comes from a vanished peer
             if out is not None:
                 write_json(out / "curator.json", result)

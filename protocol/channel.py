@@ -165,9 +165,10 @@ class Channel:
         `shared`: `message` already encoded once for every session (SharedBody.of(
         encode(message))): sealed and recorded without copying or hashing the body again,
         and sent as parts the pipe may pass on without a copy (`send_parts`); for a
-        Dataset, a ChunkedDataset (protocol.chunks) too. An End "done" is never sent
-        over frames not yet verified: they are checked first (LateSignature)."""
-        if self._unverified and isinstance(message, End) and message.reason == "done":
+        Dataset, a ChunkedDataset (protocol.chunks) too. An End, whatever its reason, is
+        never sent over frames not yet verified: they are checked first (LateSignature),
+        so that a session closed early still learns of a bad one."""
+        if self._unverified and isinstance(message, End):
             self.verify_accepted()
         sending = self._sending
         if self._at_once and shared is None and type(message) is not Dataset \

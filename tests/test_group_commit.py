@@ -114,13 +114,15 @@ def test_a_second_process_waits_for_the_group_and_then_sees_its_charges(tmp_path
 
 
 class _FailingCommit:
-    """The journal's connection, whose COMMIT fails like a full disk."""
+    """The journal's connection, whose COMMIT fails like a full disk: every one, or (with
+    `once`) the next one after `armed` is set."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
+    def __init__(self, db: sqlite3.Connection, once: bool = False) -> None:
+        self._db, self.once, self.armed = db, once, not once
 
     def execute(self, sql, *args):
-        if sql == "COMMIT":
+        if sql == "COMMIT" and self.armed:
+            self.armed = not self.once
             raise sqlite3.OperationalError("database or disk is full")
         return self._db.execute(sql, *args)
 
@@ -280,3 +282,85 @@ def test_an_in_memory_journal_commits_each_answer_at_once_even_in_a_running_loop
         assert grouped.commits == before + 1 and len(answers(grouped)) == 3
 
     asyncio.run(main())
+
+
+def _ldp_service(path):
+    from pobo.session import RunConfig, prepare_service
+    config = RunConfig("synthetic", T=12, seed=2, options={"grid": 10}, timeout=20,
+                       ldp_epsilon=2.0)
+    return config, prepare_service(config, journal=Journal(path, durability="full"))
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["commits", "commit-fails"])
+def test_a_ledger_head_never_commits_to_an_answer_not_yet_durable(tmp_path, fails):
+    """Session A's query and session B's End in one loop turn: B's closing head was read
+    through the connection holding A's staged answer, so it counted an entry not yet
+    committed (signed, and kept in the head file): a kill -9 or a failed COMMIT then left
+    a curator that never started again (LedgerBehind). A head now commits the staged
+    group first; when that COMMIT fails, A is told and B's End carries no head."""
+    from pobo.protocol.messages import NO_LEDGER_HEAD, PROTOCOL_VERSION, End, Hello, Query
+    from pobo.session import curate, open_channel, prepare_service
+    from pobo.transport.inproc import pipe_pair
+    path = tmp_path / "j.db"
+    config, service = _ldp_service(path)
+    journal = service.journal
+    connection = journal._conn = _FailingCommit(journal._conn, once=True)
+
+    async def main():
+        modelers = []
+        for _ in range(2):
+            cpipe, mpipe = pipe_pair()
+            asyncio.ensure_future(curate(open_channel(cpipe, "curator", False, None, 20.0),
+                                         service.new_session(), None, verbose=False,
+                                         raise_errors=False))
+            m = open_channel(mpipe, "modeler", False, None, 20.0)
+            await m.send(Hello(PROTOCOL_VERSION, "x"))
+            await m.recv()
+            await m.recv()
+            modelers.append(m)
+        a, b = modelers
+        connection.armed = fails
+        await a.send(Query(1, 4))
+        await b.send(End("done"))
+        return await asyncio.wait_for(a.recv(), 20), await asyncio.wait_for(b.recv(), 20)
+
+    answer, end = asyncio.run(main())
+    journal._conn = connection._db
+    with sqlite3.connect(path) as db:
+        durable = db.execute("SELECT COUNT(*) FROM ledger").fetchone()[0]
+    if fails:
+        assert type(answer).__name__ == "Error" and answer.code == "internal"
+        assert end.ledger == NO_LEDGER_HEAD
+    else:
+        assert type(answer).__name__ == "Reward" and end.ledger.entries == durable
+    journal.close()
+    prepare_service(config, journal=Journal(path)).journal.close()  # it starts again
+
+
+def test_after_a_failed_group_commit_no_write_reports_success(tmp_path):
+    """After a group's COMMIT failed (its answers rolled back), the next immediate write
+    ran and succeeded: a release was granted, a session marked 'ok', over answers that
+    were lost. Every write is now the same JournalFault, and nothing is written."""
+    path = tmp_path / "j.db"
+    journal = Journal(path)
+    journal.open_session("s", {}, b"w", "p", "f", "owner")
+    connection = journal._conn = _FailingCommit(journal._conn, once=True)
+
+    async def main():
+        connection.armed = True
+        journal.record_answer("s", 1, 1, 3, [], Budget(), lambda: (1.0, 1.0))  # staged
+        with pytest.raises(JournalFault):
+            journal.charge_release("s", 1, [Entry("release:noisy", 0.5, 1e-3)], Budget(),
+                                   "noisy")
+        with pytest.raises(JournalFault):
+            journal.set_status("s", 1, "ok")
+        with pytest.raises(JournalFault):
+            await journal.committed()
+
+    asyncio.run(main())
+    journal._conn = connection._db
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT COUNT(*) FROM answers").fetchone()[0] == 0
+        assert db.execute("SELECT status, release FROM sessions").fetchone() == ("open", None)
+        assert db.execute("SELECT COUNT(*) FROM ledger").fetchone()[0] == 0
+    journal.close()

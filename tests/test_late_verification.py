@@ -333,3 +333,166 @@ async def test_the_audit_says_who_forged_and_that_the_honest_side_ended_the_sess
     assert any("did not verify, found after it was accepted" in n for n in report.notes)
     report, = audit_files([modeler_path], keys=announced_keys([modeler_path]))
     assert report.signatures.startswith("FAILED at record")  # the curator's forged reward
+
+
+def test_another_curve_key_under_a_sessions_routing_id_is_not_heard(tmp_path):
+    """The hub routed frames by the ZeroMQ routing id, which a client may choose, and read
+    the CURVE User-Id from a peer's first frame only. After the victim's connection
+    dropped, another allowed key connecting under its routing id spoke in its session,
+    whose pipe counts as authenticated: a query signed with the wrong key was evaluated
+    (f at the attacker's row, the session's T and ledger charged) and answered to the
+    attacker before its signature was checked. A frame from another key under a peer's
+    routing id is dropped and counted now: the attacker hears nothing, nothing is charged.
+    Loopback, a free port, every wait bounded."""
+    import hashlib
+    import shutil
+
+    import zmq.auth
+
+    from pobo.protocol.codec import decode
+    from pobo.remote import serve_curator
+    from pobo.session import Signing
+    from pobo.transport.security import secure_client
+    from tests.curator_process import free_port
+
+    async def main():
+        keys = make_keys(tmp_path / "keys")
+        attacker_public, attacker_secret = zmq.auth.create_certificates(
+            str(tmp_path / "keys"), "attacker")
+        shutil.copy(attacker_public, keys["allowed"] / "attacker.key")  # also allowed
+        victim, attacker, curator = Signer.generate(), Signer.generate(), Signer.generate()
+        journal = Journal(tmp_path / "j.db", durability="normal")
+        service = prepare_service(RunConfig("synthetic", T=10, seed=1, options={"grid": 8},
+                                            timeout=4, ldp_epsilon=1.0), journal=journal)
+        endpoint = f"tcp://127.0.0.1:{free_port()}"
+        server = asyncio.ensure_future(serve_curator(
+            service, endpoint, tmp_path / "c", sessions=1, accept_timeout=20,
+            curve=CurveServer(keys["curator_secret"], keys["allowed"]), verbose=False,
+            signing=Signing(curator=curator, modeler_keys=frozenset([victim.public_hex]))))
+        ctx = zmq.asyncio.Context()
+
+        def dealer(secret):
+            sock = ctx.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.ROUTING_ID, b"victim-rid")
+            secure_client(sock, CurveClient(secret, keys["curator_public"]))
+            sock.connect(endpoint)
+            return sock
+
+        try:
+            await asyncio.sleep(0.3)
+            sock = dealer(keys["modeler_secret"])
+            channel = open_channel(DealerPipe(sock, None, endpoint=endpoint, curve=True),
+                                   MODELER, False, None, 8, signer=victim)
+            await channel.send(Hello(PROTOCOL_VERSION, "v", sign_key=channel.sign_key))
+            await channel.recv()
+            await channel.recv()
+            await channel.send(Query(1, 2))
+            assert isinstance(await channel.recv(), Reward)
+            sock.close(linger=0)
+            await asyncio.sleep(0.3)
+            intruder = dealer(tmp_path / "keys" / "attacker.key_secret")
+            await asyncio.sleep(0.3)
+            forged = seal(encode(Query(2, 5)), Link(channel.session_id, 1000, ZERO, ZERO),
+                          attacker)
+            await intruder.send(b"junk")
+            await intruder.send(forged)
+            with pytest.raises(asyncio.TimeoutError):  # not a word back
+                await asyncio.wait_for(intruder.recv(), 3)
+            intruder.close(linger=0)
+            result = await asyncio.wait_for(server, 30)
+        finally:
+            server.cancel()
+            ctx.destroy(linger=0)  # every socket closed, whatever failed
+        assert result["queries"] == [2]  # the victim's only
+        assert len(journal.entries(result["session"])) == 1
+        journal.close()
+
+    asyncio.run(asyncio.wait_for(main(), 90))
+
+
+def test_a_client_closed_early_still_learns_of_a_forged_reward(tmp_path, monkeypatch):
+    """ModelerClient hands a reward over before its signature is checked (over CURVE).
+    Closed with a reason other than 'done' (or before T), its End went out unverified and
+    the LateSignature found afterwards was swallowed: modeler.json said ok. Every End is
+    sent over verified frames now: the record says error, LateSignature. (The curator
+    here signs its second reward with another key; loopback, bounded waits.)"""
+    import threading
+
+    from pobo.client import ModelerClient
+    from pobo.protocol import channel as channel_module
+    from pobo.remote import serve_curator
+    from pobo.session import Signing
+    from tests.curator_process import free_port
+
+    keys = make_keys(tmp_path / "keys")
+    curator, modeler = Signer.generate(), Signer.generate()
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    honest_send = channel_module.Channel._send
+
+    def forging_send(self, message):
+        if self.boundary.role == CURATOR and isinstance(message, Reward) and message.seq == 2:
+            signer, self.signer = self.signer, Signer.generate()
+            try:
+                return honest_send(self, message)
+            finally:
+                self.signer = signer
+        return honest_send(self, message)
+
+    monkeypatch.setattr(channel_module.Channel, "_send", forging_send)
+
+    def serve():
+        service = prepare_service(RunConfig("synthetic", T=3, seed=1, options={"grid": 8},
+                                            timeout=8),
+                                  journal=Journal(tmp_path / "j.db", durability="normal"))
+        asyncio.run(asyncio.wait_for(serve_curator(
+            service, endpoint, tmp_path / "c", accept_timeout=20, verbose=False,
+            curve=CurveServer(keys["curator_secret"], keys["allowed"]),
+            signing=Signing(curator=curator, modeler_keys=frozenset([modeler.public_hex]))),
+            60))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = ModelerClient.connect(
+        endpoint, tmp_path / "m", timeout=8,
+        curve=CurveClient(keys["modeler_secret"], keys["curator_public"]),
+        signing=Signing(modeler=modeler, curator_key=curator.public_hex))
+    try:
+        client.query(1)
+        client.query(2)  # forged: handed over before its check, as over CURVE it may be
+    finally:
+        record = client.close("finished")
+        thread.join(30)
+    assert record["status"] == "error" and "LateSignature" in record["error"]
+    refused = [r for r in read_transcript(tmp_path / "m" / "modeler.transcript")
+               if r.kind == REFUSED]
+    assert [r.code for r in refused] == [ErrorCode.BAD_SIGNATURE.value]
+
+
+@pytest.mark.parametrize("reason", ["done", "finished", "the modeler gives up"])
+async def test_no_end_of_any_reason_goes_out_over_an_unverified_frame(tmp_path, reason):
+    """A channel that acted on a frame before checking it (an authenticated pipe) checks
+    it before it sends an End, whatever the End's reason: only 'done' was, so a session
+    closed early never learned of a forged reward. LateSignature, recorded, no End sent."""
+    cpipe, mpipe = pipe_pair()
+    mpipe.authenticated = True  # as a CURVE pipe is: rewards verified late
+    signer = Signer.generate()
+    cur = open_channel(cpipe, CURATOR, False, None, 5, signer=signer)
+    mod = open_channel(mpipe, MODELER, False, tmp_path, 5, signer=Signer.generate())
+    assert mod.late
+    service = prepare_service(RunConfig("synthetic", T=5, seed=1, options={"grid": 8}))
+    task = asyncio.ensure_future(curate(cur, service.new_session(), None, verbose=False,
+                                        raise_errors=False))
+    await mod.send(Hello(PROTOCOL_VERSION, "late", sign_key=mod.sign_key))
+    await mod.recv()
+    await mod.recv()
+    honest, cur.signer = cur.signer, Signer.generate()  # the curator's next reward: forged
+    await mod.send(Query(1, 3))
+    assert isinstance(await mod.recv(), Reward)
+    cur.signer = honest
+    with pytest.raises(LateSignature):
+        await mod.send(End(reason))
+    task.cancel()
+    refused = [r for r in read_transcript(tmp_path / "modeler.transcript") if r.kind == REFUSED]
+    assert [r.code for r in refused] == [ErrorCode.BAD_SIGNATURE.value]
+    assert not [r for r in read_transcript(tmp_path / "modeler.transcript") if r.kind == "end"]

@@ -500,7 +500,8 @@ class _Peer(Wakeup):
     """One routing identity's queue of frames (or ProtocolErrors) and its bookkeeping; a
     recv waiting for a frame waits on it (transport.wakeup: no timer or event per frame)."""
 
-    __slots__ = ("user_id", "frames", "bytes", "accepted", "last_seen", "warned")
+    __slots__ = ("user_id", "frames", "bytes", "accepted", "last_seen", "warned",
+                 "foreign_warned")
 
     def __init__(self, user_id: str, now: float) -> None:
         super().__init__()
@@ -509,7 +510,7 @@ class _Peer(Wakeup):
         self.bytes = 0
         self.accepted = False
         self.last_seen = now
-        self.warned = False
+        self.warned = self.foreign_warned = False
 
 
 class RouterHub:
@@ -533,7 +534,7 @@ class RouterHub:
         self._refused: OrderedDict[bytes, None] = OrderedDict()
         self._arrived = asyncio.Event()
         self._counts = {"dropped_frames": 0, "refused_peers": 0, "expired_peers": 0,
-                        "late_frames": 0, "pump_errors": 0}
+                        "late_frames": 0, "pump_errors": 0, "foreign_frames": 0}
         self._last_refusal_log = float("-inf")
         self._pump: asyncio.AbstractEventLoop | None = None  # the loop reading, once started
         self._sweeper: asyncio.TimerHandle | None = None
@@ -663,6 +664,9 @@ class RouterHub:
             if peer is None:
                 self._counts["dropped_frames"] += 1
                 return
+        elif self.security == CURVE and rest and _user_id(rest[-1]) != peer.user_id:
+            self._foreign(peer, identity, rest[-1])  # another key under this routing id
+            return
         if not self._fits(peer, size):
             self._drop(peer, identity)
             return
@@ -704,6 +708,17 @@ class RouterHub:
         self._pending[identity] = None
         self._arrived.set()
         return peer
+
+    def _foreign(self, peer: _Peer, identity: bytes, frame: zmq.Frame) -> None:
+        """Drop and count a frame that comes under a peer's routing identity from another
+        CURVE key (a client may choose its routing id: after the peer's connection
+        dropped, another allowed key could otherwise speak in its session, which its
+        pipe, `authenticated`, lets verify signatures late); warn once per peer."""
+        self._counts["foreign_frames"] += 1
+        if not peer.foreign_warned:
+            peer.foreign_warned = True
+            LOG.warning("peer %s (%s): a frame from another key (%s) under its routing id "
+                        "was dropped", identity.hex(), peer.user_id, _user_id(frame))
 
     def _fits(self, peer: _Peer, size: int) -> bool:
         """Whether one more frame of `size` bytes stays within this peer's bounds."""
