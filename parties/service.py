@@ -442,7 +442,10 @@ class CuratorService:
         """`checkpoint` as a session ends, however it ends (a modeler that vanished sends
         no End, and its session's charges were committed to by no head): the entries it
         charged can then never be taken out of the journal unseen, since the next start
-        is LedgerBehind. A failure is logged, never raised over the session's outcome."""
+        is LedgerBehind. A failure is logged, never raised over the session's outcome.
+        Without a head file (a journal in memory: a sweep's run) there is nothing to keep."""
+        if self.head_file is None:
+            return
         try:
             self.checkpoint()
         except Exception as exc:  # the session's own result says what happened to it
