@@ -80,6 +80,11 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
         channel.boundary.restore_queries(asked)
     evaluations: dict[int, asyncio.Task] = {}
 
+    def unlist(seq: int) -> None:
+        """Unlist this task's evaluation of `seq` (not a retry's, started since)."""
+        if evaluations.get(seq) is asyncio.current_task():
+            del evaluations[seq]
+
     async def evaluate(seq: int, index: int) -> None:
         try:
             value = curator.complete(seq, await measure(seq, index))
@@ -91,10 +96,11 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                 exc = EvaluationFailed(f"{type(exc).__name__}: {exc}")
             log.warning("session %s: query %d (row %d) not evaluated: %s", session_id[:12],
                         seq, index, exc)  # the cause stays here: it may be about the row
+            unlist(seq)  # a retry coming while this error goes out is evaluated anew
             await _send_error(channel, exc.code, getattr(exc, "public", str(exc)), seq)
             return
         finally:
-            evaluations.pop(seq, None)
+            unlist(seq)
         if on_measured is not None:
             on_measured(seq)
         await channel.send(Reward(seq, index, value, curator.noise_tag))

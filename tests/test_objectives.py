@@ -5,6 +5,7 @@ restart while a value is awaited."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -534,10 +535,11 @@ def test_a_failed_evaluation_tells_the_modeler_nothing_about_the_row(tmp_path, c
     assert json.loads((tmp_path / "out" / "curator.json").read_text())["queries"] == []
 
 
-async def _hammer(config: RunConfig, tries: int) -> Exception:
-    """A modeler that retries one failing query `tries` times; the error it ends with."""
-    from pobo.parties.runners import ask
-    from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Query
+@contextlib.asynccontextmanager
+async def _opened(config: RunConfig):
+    """A modeler channel past the Welcome and Dataset of an in-process curator serving
+    `config` (stopped, and both channels closed, on the way out)."""
+    from pobo.protocol.messages import PROTOCOL_VERSION, Hello
     from pobo.protocol.policy import CURATOR, MODELER
     from pobo.session import curate, open_channel, prepare_curator
     from pobo.transport.inproc import pipe_pair
@@ -547,18 +549,28 @@ async def _hammer(config: RunConfig, tries: int) -> Exception:
     mchan = open_channel(mpipe, MODELER, False, None, 10)
     serving = asyncio.ensure_future(curate(cchan, prepare_curator(config), None,
                                            verbose=False, raise_errors=False))
-    await mchan.send(Hello(PROTOCOL_VERSION, "hammer"))
-    await mchan.recv()
-    await mchan.recv()
     try:
-        await ask(mchan, Query(1, 3), tries, retry_delay=0.05)
-    except PeerError as exc:
-        return exc
+        await mchan.send(Hello(PROTOCOL_VERSION, "test"))
+        await mchan.recv()
+        await mchan.recv()
+        yield mchan
     finally:
         serving.cancel()
         await asyncio.gather(serving, return_exceptions=True)
         cchan.close()
         mchan.close()
+
+
+async def _hammer(config: RunConfig, tries: int) -> Exception:
+    """A modeler that retries one failing query `tries` times; the error it ends with."""
+    from pobo.parties.runners import ask
+    from pobo.protocol.messages import Query
+
+    async with _opened(config) as mchan:
+        try:
+            await ask(mchan, Query(1, 3), tries, retry_delay=0.05)
+        except PeerError as exc:
+            return exc
     raise AssertionError("the query was answered")
 
 
@@ -732,3 +744,40 @@ def test_a_standalone_modeler_says_every_10_s_that_the_curator_is_unreachable(tm
         if modeler is not None and modeler.poll() is None:
             modeler.kill()
     assert err.count("curator unreachable, retrying") >= 2, err[-2000:]
+
+
+def test_a_retry_that_comes_while_a_failure_is_being_answered_is_evaluated(tmp_path,
+                                                                        monkeypatch):
+    """A query re-sent while the curator was still sending the evaluation_failed of its
+    first try found the failed evaluation still listed: it got a Pending and no
+    evaluation, and the modeler had to ask again. The failed one is unlisted before its
+    error goes out now: the retry is evaluated (the command's second run succeeds) and
+    answered. (The error's send is slowed to 0.3 s to open the window.)"""
+    import pobo.parties.runners as runners_module
+    from pobo.protocol.messages import Query, Reward
+
+    send_error = runners_module._send_error
+
+    async def slow_error(*args, **kwargs):
+        await asyncio.sleep(0.3)
+        await send_error(*args, **kwargs)
+
+    monkeypatch.setattr(runners_module, "_send_error", slow_error)
+    config = RunConfig("synthetic", T=3, seed=1, options={"grid": 8}, timeout=10,
+                       objective_cmd=_flaky_command(tmp_path))
+
+    async def main():
+        async with _opened(config) as mchan:
+            await mchan.send(Query(1, 3))
+            await asyncio.sleep(0.15)  # the first try has failed; its error is on its way
+            await mchan.send(Query(1, 3))
+            seen = []
+            while not seen or not isinstance(seen[-1], Reward):
+                try:
+                    seen.append(await mchan.recv(3))
+                except ProtocolError as exc:  # the first try's evaluation_failed
+                    seen.append(exc)
+            return seen
+
+    seen = asyncio.run(asyncio.wait_for(main(), 30))
+    assert isinstance(seen[-1], Reward) and seen[-1].seq == 1
