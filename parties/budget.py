@@ -16,7 +16,7 @@ from pobo.parties.statement import statement_lines
 from pobo.parties.journal import Journal
 from pobo.protocol.accounting import part_of
 from pobo.protocol.ledger import (
-    CENTRAL, LOCAL, Budget, Entry, ExactSum, Ledger, PrivacyBudgetExceeded, describe_ledger,
+    CENTRAL, LOCAL, Budget, Entry, Ledger, PrivacyBudgetExceeded, describe_ledger,
     ledger_dict,
 )
 
@@ -75,9 +75,7 @@ class DatasetLedger:
 
     def central(self) -> tuple[float, float]:
         """The dataset's central (eps, delta) so far, over every session."""
-        entries = self.journal.central_entries()
-        return (float(ExactSum(e["epsilon"] for e in entries)),
-                float(ExactSum(e["delta"] for e in entries)))
+        return self.journal.central_spent()
 
     def to_dict(self) -> dict:
         """The dataset's ledger (layout of protocol.ledger.ledger_dict), and under

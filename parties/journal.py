@@ -445,7 +445,8 @@ class Journal:
             return decode(frame).release, json.loads(report)
         ref = json.loads(frame[len(NPY_REF):])
         Z = (self._arrays[ref["memory"]] if "memory" in ref
-             else self._load_npy(ref["npy"], tuple(ref["shape"])))
+             else read_npy(self.projection_dir / f"{ref['npy']}.npy", ref["npy"],
+                           tuple(ref["shape"])))
         head = decode(bytes.fromhex(ref["dataset"])).release
         from dataclasses import replace
 
@@ -535,10 +536,6 @@ class Journal:
             except OSError:
                 pass
         return digest
-
-    def _load_npy(self, digest: str, shape: tuple[int, ...]):
-        """The Z of `<digest>.npy` (see `read_npy`)."""
-        return read_npy(self.projection_dir / f"{digest}.npy", digest, shape)
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -893,12 +890,10 @@ class Journal:
         """The ledger's basic-composition totals (no accountant), exactly summed from the
         entries: central (epsilon, delta) and the worst-off row's local (epsilon, delta),
         in the layout a ledger head commits to (protocol.checkpoint.ledger_head)."""
-        cur = self._db.cursor()
-        eps, dlt = self._spent(cur, Entry("", 0.0, 0.0, CENTRAL))
-        top = cur.execute("SELECT row FROM row_ledger ORDER BY epsilon DESC, delta DESC "
-                          "LIMIT 1").fetchone()  # the worst-off row (checked at open)
-        row = (0.0, 0.0) if top is None else self._spent(cur, Entry("", 0.0, 0.0, LOCAL,
-                                                                    top[0]))
+        eps, dlt = self.central_spent()
+        top = self._db.execute("SELECT row FROM row_ledger ORDER BY epsilon DESC, delta DESC "
+                               "LIMIT 1").fetchone()  # the worst-off row (checked at start)
+        row = (0.0, 0.0) if top is None else self.row_spent(top[0])
         return {"central": {"epsilon_basic": eps, "delta_basic": dlt},
                 "local": {"max_row_epsilon_basic": row[0], "max_row_delta_basic": row[1]}}
 
@@ -912,6 +907,10 @@ class Journal:
     def central_parts(self) -> Counter:
         """The central entries so far, (kind, eps, delta) -> count."""
         return self._parts(self._db.cursor(), CENTRAL)
+
+    def central_spent(self) -> tuple[float, float]:
+        """(eps, delta) of the central entries so far, over all sessions (exact sums)."""
+        return self._spent(self._db.cursor(), Entry("", 0.0, 0.0, CENTRAL))
 
     def row_spent(self, row: int) -> tuple[float, float]:
         """(eps, delta) of the LDP reports on one row so far, over all sessions."""

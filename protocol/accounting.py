@@ -37,6 +37,7 @@ charges many identical reports computes each (eps, k)-fold composition once.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from collections import Counter
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -65,9 +66,11 @@ def part_of(mechanism: str, epsilon: float, delta: float) -> Part:
 
 
 def basic(parts: Mapping[Part, int]) -> tuple[float, float]:
-    """(sum eps, sum delta): basic composition."""
-    return (math.fsum(e * n for (_, e, _), n in parts.items()),
-            math.fsum(d * n for (_, _, d), n in parts.items()))
+    """(sum eps, sum delta): basic composition, the exactly rounded sum of every entry
+    (math.fsum of them one by one, as protocol.ledger.ExactSum and the journal read it:
+    each count times its value is summed exactly, not rounded first)."""
+    return (float(sum((Fraction(e) * n for (_, e, _), n in parts.items()), Fraction(0))),
+            float(sum((Fraction(d) * n for (_, _, d), n in parts.items()), Fraction(0))))
 
 
 def composed_epsilon(parts: Mapping[Part, int], delta: float) -> float:
