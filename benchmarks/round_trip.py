@@ -45,6 +45,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,7 @@ from pobo.transport.inproc import pipe_pair  # noqa: E402
 from pobo.transport.security import (  # noqa: E402
     CurveClient, make_keys,
 )
+from pobo.transport import spin  # noqa: E402
 from pobo.transport.sockets import DealerPipe, RouterHub  # noqa: E402
 
 TIMEOUT = 30.0
@@ -81,8 +83,8 @@ TIMEOUT = 30.0
 # ---- the servers, each run as `round_trip.py --serve MODE` in its own process ----------
 
 def serve(mode: str, keys: Path | None = None) -> None:
-    """Echo every frame back: REQ/REP, a raw asyncio ROUTER (with CURVE given `keys`) or
-    pobo's RouterHub."""
+    """Echo every frame back: REQ/REP, a raw asyncio ROUTER (with CURVE given `keys`; on
+    pobo's polling loop for router-spin) or pobo's RouterHub."""
     if mode == "rep":
         ctx = zmq.Context()
         rep = ctx.socket(zmq.REP)
@@ -90,6 +92,8 @@ def serve(mode: str, keys: Path | None = None) -> None:
         print(f"{LISTENING}tcp://127.0.0.1:{port}", flush=True)
         while True:
             rep.send(rep.recv())
+    if mode == "router-spin":
+        spin.run(_serve_async("router", keys))
     asyncio.run(_serve_async(mode, keys))
 
 
@@ -221,6 +225,36 @@ class Path_:
     label: str
     trip: object  # async () -> None
     times: list[list[float]] = field(default_factory=list)  # one list per repetition
+    polling: bool = False  # its client runs on pobo's own loop (PoboLoop), not this one
+
+
+class PoboLoop:
+    """pobo's event loop (transport.spin.event_loop, as `pobo modeler` runs) in a thread
+    of this process: the clients of the paths that run as pobo runs are made, timed and
+    closed on it, while this process's plain asyncio loop (the baselines') waits."""
+
+    def __init__(self) -> None:
+        self.loop = spin.event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    async def call(self, coro):
+        """The result of `coro`, run on pobo's loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+async def called(function, *args):
+    """`function(*args)`, as a coroutine: called on the loop that runs it."""
+    return function(*args)
+
+
+async def timed(path: Path_, rounds: int, pobo_loop: PoboLoop) -> None:
+    """A block of `path`, on the loop its client runs on."""
+    await (pobo_loop.call(block(path, rounds)) if path.polling else block(path, rounds))
 
 
 async def block(path: Path_, rounds: int) -> None:
@@ -261,8 +295,9 @@ async def pobo_session(ctx, endpoint: str, keys: Path | None, transcript: Path,
 
 
 def curator_argv(where: Path, durability: str, keys: Path | None, T: int,
-                 curve: bool = False) -> list[str]:
-    """`pobo curator` of the synthetic scenario, journal and transcripts in `where`."""
+                 curve: bool = False, polling: bool = True) -> list[str]:
+    """`pobo curator` of the synthetic scenario, journal and transcripts in `where`
+    (with `--spin 0` unless `polling`)."""
     sign = ["--sign-secret", str(keys / "curator.sign_secret"),
             "--sign-allow", str(keys / "allowed")] if keys else ["--unsigned"]
     if curve:
@@ -271,7 +306,7 @@ def curator_argv(where: Path, durability: str, keys: Path | None, T: int,
     return [sys.executable, "-m", "pobo", "curator", "synthetic", "--grid", "50", "--T", str(T),
             "--seed", "1", "--bind", "tcp://127.0.0.1:0", "--timeout", "600",
             "--journal", str(where / "journal.db"), "--durability", durability,
-            "--out", str(where / "c"), *sign]
+            "--out", str(where / "c"), *sign, *([] if polling else ["--spin", "0"])]
 
 
 # ---- the pieces, in this process -------------------------------------------------------
@@ -347,13 +382,16 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
     T = args.reps * args.block + 100
     me = [sys.executable, __file__, "--keys", str(keys), "--serve"]
     servers = {name: start([*me, name], out / f"{name}.log")
-               for name in ("rep", "router", "router-curve", "hub", "flat", "flat-curve")}
-    curators = {  # name: (durability, signed, CURVE)
-        "curve": ("normal", True, True), "full": ("full", True, True),
-        "plain": ("normal", True, False), "unsigned": ("normal", False, False)}
-    started = {name: start(curator_argv(out / name, d, keys if signed else None, T, curve),
-                           out / f"{name}.log")
-               for name, (d, signed, curve) in curators.items()}
+               for name in ("rep", "router", "router-curve", "hub", "flat", "flat-curve",
+                            "router-spin")}
+    curators = {  # name: (durability, signed, CURVE, on pobo's polling loops)
+        "curve": ("normal", True, True, True), "full": ("full", True, True, True),
+        "plain": ("normal", True, False, True), "unsigned": ("normal", False, False, True),
+        "still": ("normal", True, True, False)}
+    started = {name: start(curator_argv(out / name, d, keys if signed else None, T, curve,
+                                        polling), out / f"{name}.log")
+               for name, (d, signed, curve, polling) in curators.items()}
+    pobo_loop = PoboLoop()
     ctx = zmq.asyncio.Context()
     sync_ctx = zmq.Context()
     rng = np.random.default_rng(0)
@@ -361,12 +399,12 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
     try:
         sessions = {}
         for name, (_, endpoint) in started.items():
-            _, signed, curve = curators[name]
-            channel, opening, trip = await pobo_session(
-                ctx, endpoint, keys if signed else None, out / f"{name}.modeler.transcript",
-                rng, curve)
-            channels.append(channel)
-            await trip()
+            _, signed, curve, polling = curators[name]
+            made = pobo_session(ctx, endpoint, keys if signed else None,
+                                out / f"{name}.modeler.transcript", rng, curve)
+            channel, opening, trip = await (pobo_loop.call(made) if polling else made)
+            channels.append((channel, polling))
+            await (pobo_loop.call(trip()) if polling else trip())
             sessions[name] = (trip, channel.last_frame)
         frame = b"x" * len(sessions["plain"][1])  # as long as a signed Reward frame
 
@@ -380,6 +418,17 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
         curved.curve_serverkey, _ = zmq.auth.load_certificate(keys / "curator.key")
         curved.connect(servers["router-curve"][1])
         pipe = DealerPipe.connect(ctx, servers["hub"][1])
+
+        async def polled_dealer():
+            """A DEALER of the router-spin server, made on pobo's loop, and its trip."""
+            sock = ctx.socket(zmq.DEALER)
+            sock.connect(servers["router-spin"][1])
+
+            async def trip() -> None:
+                await sock.send(frame)
+                await sock.recv()
+            return sock, trip
+        polled, raw_polled = await pobo_loop.call(polled_dealer())
 
         async def reqrep() -> None:
             req.send(frame)
@@ -426,19 +475,23 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
                  Path_("pipe: DealerPipe/RouterHub echo", piped),
                  Path_("(p) the same work, flat, no pobo", flat_trip),
                  Path_("(p) the same, flat, over CURVE", flat_curve_trip),
-                 Path_("(c) pobo, signed, journal normal", sessions["curve"][0]),
-                 Path_("(c) pobo, signed, journal full", sessions["full"][0]),
-                 Path_("(c) signed, plaintext, normal", sessions["plain"][0]),
-                 Path_("(c) unsigned, plaintext, normal", sessions["unsigned"][0])]
+                 Path_("(c) pobo, signed, journal normal", sessions["curve"][0], polling=True),
+                 Path_("(c) pobo, signed, journal full", sessions["full"][0], polling=True),
+                 Path_("(c) signed, plaintext, normal", sessions["plain"][0], polling=True),
+                 Path_("(c) unsigned, plaintext, normal", sessions["unsigned"][0],
+                       polling=True),
+                 Path_("(c) with --spin 0 (loops that never poll)", sessions["still"][0]),
+                 Path_("(b) on pobo's polling loops", raw_polled, polling=True)]
         for p in paths:  # warm up every path
-            for _ in range(20):
-                await p.trip()
+            await timed(Path_(p.label, p.trip, polling=p.polling), 20, pobo_loop)
         for rep in range(args.reps):
             k = rep % len(paths)
             for p in paths[k:] + paths[:k]:
-                await block(p, args.block)
-        for channel in channels:
-            await channel.send(End("done"))
+                await timed(p, args.block, pobo_loop)
+        for channel, polling in channels:
+            await (pobo_loop.call(channel.send(End("done"))) if polling
+                   else channel.send(End("done")))
+        await pobo_loop.call(called(polled.close, 0))
         pipe.close()
         flat_sock.close(0)
         flat_curve_sock.close(0)
@@ -446,8 +499,12 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
         dealer.close(0)
         req.close(0)
     finally:
-        for channel in channels:
-            channel.close()
+        for channel, polling in channels:
+            if polling:
+                await pobo_loop.call(called(channel.close))
+            else:
+                channel.close()
+        pobo_loop.stop()
         for proc, _ in [*servers.values()]:
             proc.kill()
         for proc, _ in started.values():
@@ -505,7 +562,7 @@ def main() -> None:
     parser.add_argument("--cpus", type=cpu_list, default=None,
                         help="pin every process to these CPUs (e.g. 0): a diagnostic")
     parser.add_argument("--serve", choices=("rep", "router", "router-curve", "hub", "flat",
-                                                   "flat-curve"),
+                                                   "flat-curve", "router-spin"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--keys", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -282,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "journal (default JOURNAL.head; beside its keys is better): it refuses "
                         "to start on a journal behind it")
     _durability_argument(p)
+    _spin_argument(p)
     p.add_argument("--curve-secret", type=Path, help="CURVE: the curator's secret key file")
     p.add_argument("--curve-allow", type=Path,
                    help="CURVE: directory of the modeler public keys to admit")
@@ -338,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=non_negative, default=86400.0,
                    help="seconds to keep reconnecting to a curator that vanished while an "
                         "evaluation was pending (it resumes the session; default 1 day)")
+    _spin_argument(p)
     p.add_argument("--curve-secret", type=Path, help="CURVE: the modeler's secret key file")
     p.add_argument("--curve-server", type=Path, help="CURVE: the curator's public key file")
     p.add_argument("--sign-secret", type=Path, metavar="FILE",
@@ -513,6 +515,16 @@ def release_from_args(args: argparse.Namespace) -> ReleaseRequest | None:
 def hyper_from_args(args: argparse.Namespace) -> HyperFit:
     """The modeler's hyperparameter policy that the options describe."""
     return HyperFit(args.fit, args.n_init, args.fit_every, args.restarts, args.kernel)
+
+
+def _spin_argument(p: argparse.ArgumentParser) -> None:
+    """--spin: how long the process's event loop polls before it sleeps (transport.spin)."""
+    from pobo.transport.spin import SPIN
+
+    p.add_argument("--spin", type=non_negative, default=SPIN * 1e6, metavar="MICROSECONDS",
+                   help="while frames come this close together, poll this long before "
+                        "sleeping between them (a lower round-trip latency for at most this "
+                        f"much CPU a wait; 0: never poll; default {SPIN * 1e6:g})")
 
 
 def _durability_argument(p: argparse.ArgumentParser) -> None:
@@ -886,12 +898,11 @@ def open_files_for(sessions: int) -> None:
 
 
 def _cmd_curator(args: argparse.Namespace) -> int:
-    import asyncio
-
     from pobo.parties.journal import Journal
     from pobo.protocol.signing import load_allowed_keys
     from pobo.remote import serve_curator
     from pobo.session import Signing, prepare_service
+    from pobo.transport import spin
     from pobo.transport.security import CurveServer
 
     config = config_from_args(args)
@@ -912,10 +923,11 @@ def _cmd_curator(args: argparse.Namespace) -> int:
             service = prepare_service(config, journal=journal, head_file=args.ledger_head)
         for line in startup_warnings(config):  # before it serves, once the dataset is built
             print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
-        result = asyncio.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
-                                           max_sessions=args.max_sessions,
-                                           accept_timeout=args.accept_timeout, curve=curve,
-                                           insecure=args.insecure, signing=signing))
+        result = spin.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
+                                        max_sessions=args.max_sessions,
+                                        accept_timeout=args.accept_timeout, curve=curve,
+                                        insecure=args.insecure, signing=signing),
+                          spin=args.spin * 1e-6)
     finally:
         if journal is not None:
             journal.close()
@@ -992,30 +1004,29 @@ def describe_pending(pending: list, as_json: bool = False) -> str:
 
 
 def _cmd_modeler(args: argparse.Namespace) -> int:
-    import asyncio
-
     from pobo.protocol.signing import load_verify_key
     from pobo.remote import connect_modeler
     from pobo.session import Signing
+    from pobo.transport import spin
     from pobo.transport.security import CurveClient
 
-    result = asyncio.run(connect_modeler(args.connect, args.out, seed=args.seed,
-                                         strategy=strategy_spec(args.strategy, args.moma_k,
-                                                                bool(args.distinct),
-                                                                bool(args.authors_code)),
-                                         hyper=hyper_from_args(args),
-                                         beta_scale=args.beta_scale,
-                                         release=release_from_args(args),
-                                         non_private=args.non_private,
-                                         curve=CurveClient(*_curve_pair(
-                                             args.curve_secret, args.curve_server, "server"))
-                                         if args.curve_secret else None,
-                                         timeout=args.timeout, resume=args.resume,
-                                         verbose=args.verbose, batch=args.batch,
-                                         patience=args.patience, signing=Signing(
-                                             modeler=own_signer(args, "modeler"),
-                                             curator_key=load_verify_key(args.curator_sign_key)
-                                             if args.curator_sign_key else None)))
+    result = spin.run(connect_modeler(args.connect, args.out, seed=args.seed,
+                                      strategy=strategy_spec(args.strategy, args.moma_k,
+                                                             bool(args.distinct),
+                                                             bool(args.authors_code)),
+                                      hyper=hyper_from_args(args),
+                                      beta_scale=args.beta_scale,
+                                      release=release_from_args(args),
+                                      non_private=args.non_private,
+                                      curve=CurveClient(*_curve_pair(
+                                          args.curve_secret, args.curve_server, "server"))
+                                      if args.curve_secret else None,
+                                      timeout=args.timeout, resume=args.resume,
+                                      verbose=args.verbose, batch=args.batch,
+                                      patience=args.patience, signing=Signing(
+                                          modeler=own_signer(args, "modeler"),
+                                          curator_key=load_verify_key(args.curator_sign_key)
+                                          if args.curator_sign_key else None)))
     print(f"[modeler] {len(result['queries'])} queries; best reward {result['best_reward']} "
           f"at row {result['best_index']}", flush=True)
     return 0 if result["status"] == "ok" else 1

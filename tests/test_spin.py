@@ -1,0 +1,170 @@
+"""The polling event loop (transport.spin): it polls only while frames come close together,
+never delivers an event or a timer late or twice, and costs no CPU while traffic is sparse."""
+from __future__ import annotations
+
+import asyncio
+import selectors
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from pobo.transport import spin
+from pobo.transport.spin import SpinningSelector, event_loop
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    a.setblocking(False)
+    b.setblocking(False)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def _later(seconds: float, function) -> threading.Thread:
+    thread = threading.Timer(seconds, function)
+    thread.start()
+    return thread
+
+
+def _cpu_during(function) -> tuple[float, object]:
+    """(this thread's CPU seconds while `function()` ran, its result)."""
+    started = time.thread_time()
+    result = function()
+    return time.thread_time() - started, result
+
+
+def test_polls_while_frames_come_close_together(pair):
+    a, b = pair
+    selector = SpinningSelector(0.2)
+    selector.register(b, selectors.EVENT_READ)
+    _later(0.01, lambda: a.send(b"x")).join()
+    assert selector.select(5) and not selector.spins  # the first wait sleeps
+    assert selector.dense  # and it was short: the next one polls
+    b.recv(1)
+    _later(0.02, lambda: a.send(b"y"))
+    ready = selector.select(5)
+    assert [key.fileobj for key, _ in ready] == [b] and selector.spins == 1
+    assert b.recv(1) == b"y"
+
+
+def test_sleeps_after_a_quiet_spell_and_costs_no_cpu(pair):
+    a, b = pair
+    selector = SpinningSelector(0.05)
+    selector.register(b, selectors.EVENT_READ)
+    selector.dense = True  # as after a run of frames
+    timer = _later(0.4, lambda: a.send(b"x"))
+    cpu, ready = _cpu_during(lambda: selector.select(5))
+    timer.join()
+    assert ready and not selector.spins  # polled 0.05 s, then slept until the frame
+    assert cpu < 0.05 + 0.1, f"{cpu:.3f} CPU-s for a wait that polls 0.05 s at most"
+    assert not selector.dense  # the wait was long: the next one sleeps at once
+    b.recv(1)
+    timer = _later(0.3, lambda: a.send(b"y"))
+    cpu, ready = _cpu_during(lambda: selector.select(5))
+    timer.join()
+    assert ready and cpu < 0.05, f"{cpu:.3f} CPU-s for a sleeping wait"
+
+
+def test_a_poll_stops_at_the_timeout(pair):
+    _, b = pair
+    selector = SpinningSelector(5.0)  # a long poll: the timeout must still hold
+    selector.register(b, selectors.EVENT_READ)
+    selector.dense = True
+    started = time.perf_counter()
+    assert selector.select(0.05) == []
+    assert time.perf_counter() - started < 1.0
+    assert selector.dense  # a timer's short timeout is not a quiet spell
+    assert selector.select(0) == []  # a non-blocking look never polls
+
+
+def test_timers_and_events_on_the_loop_are_on_time_and_once():
+    async def main() -> tuple[list[float], list[int]]:
+        loop = asyncio.get_running_loop()
+        late, got = [], []
+        for _ in range(20):  # timers among frames close together: the loop polls
+            due = loop.time() + 0.002
+            fired = loop.create_future()
+            loop.call_at(due, lambda f=fired: f.set_result(loop.time()))
+            late.append(await fired - due)
+        reader, writer = await asyncio.open_connection(*server_address[0])
+        for i in range(200):
+            writer.write(i.to_bytes(4, "big"))
+            await writer.drain()
+            got.append(int.from_bytes(await reader.readexactly(4), "big"))
+        writer.close()
+        return late, got
+
+    server_address: list = []
+
+    async def echo(reader, writer):
+        while data := await reader.read(4096):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    async def serve_and_run():
+        server = await asyncio.start_server(echo, "127.0.0.1", 0)
+        server_address.append(server.sockets[0].getsockname()[:2])
+        async with server:
+            return await main()
+
+    late, got = spin.run(serve_and_run(), spin=0.001)
+    assert got == list(range(200))  # every frame, in order, once
+    assert min(late) >= 0 and max(late) < 0.05, late
+
+
+def test_the_loop_polls_a_round_trip_and_not_a_slow_one():
+    loop = event_loop(0.01)
+    try:
+        selector = loop._selector  # noqa: SLF001 (the statistic of the loop under test)
+        a, b = socket.socketpair()
+
+        async def round_trips(gap: float, count: int) -> None:
+            r, w = await asyncio.open_connection(sock=b)
+            echo = threading.Thread(target=lambda: [a.sendall(a.recv(1)) or time.sleep(gap)
+                                                    for _ in range(count)])
+            echo.start()
+            for _ in range(count):
+                w.write(b"q")
+                await r.readexactly(1)
+            echo.join()
+            w.close()
+
+        loop.run_until_complete(round_trips(0.0, 200))
+        assert selector.spins > 100  # replies came within 10 ms: the loop polled for them
+        spins = selector.spins
+        a.close()
+        a, b = socket.socketpair()
+        loop.run_until_complete(round_trips(0.05, 10))  # a slow peer: sleep, never poll
+        assert selector.spins - spins <= 1
+        a.close()
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "1", True, None])
+def test_a_bad_spin_is_refused(bad):
+    with pytest.raises(ValueError, match="spin must be a number of seconds"):
+        event_loop(bad)
+    with pytest.raises(ValueError, match="spin must be a number of seconds"):
+        SpinningSelector(bad)
+
+
+def test_spin_zero_is_the_plain_selector():
+    loop = event_loop(0)
+    try:
+        assert not isinstance(loop._selector, SpinningSelector)  # noqa: SLF001
+    finally:
+        loop.close()
+
+
+def test_the_cli_refuses_a_negative_spin():
+    done = subprocess.run([sys.executable, "-m", "pobo", "curator", "synthetic", "--spin", "-1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--spin" in done.stderr
