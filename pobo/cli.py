@@ -154,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the curator's SQLite journal (default: in memory; with "
                         "--objective-wait: OUT/curator.journal)")
     _durability_argument(p)
+    _spin_argument(p, "each party's event loop (tcp, ipc; inproc has no wait to poll)")
     p.add_argument("--max-batch", type=positive_int,
                    help="the most queries the curator lets the modeler keep outstanding "
                         "(default: --batch)")
@@ -517,14 +518,15 @@ def hyper_from_args(args: argparse.Namespace) -> HyperFit:
     return HyperFit(args.fit, args.n_init, args.fit_every, args.restarts, args.kernel)
 
 
-def _spin_argument(p: argparse.ArgumentParser) -> None:
-    """--spin: how long the process's event loop polls before it sleeps (transport.spin)."""
+def _spin_argument(p: argparse.ArgumentParser, whose: str = "this process's event loop") -> None:
+    """--spin: how long the event loop polls before it sleeps (transport.spin)."""
     from pobo.transport.spin import SPIN
 
     p.add_argument("--spin", type=non_negative, default=SPIN * 1e6, metavar="MICROSECONDS",
-                   help="while frames come this close together, poll this long before "
-                        "sleeping between them (a lower round-trip latency for at most this "
-                        f"much CPU a wait; 0: never poll; default {SPIN * 1e6:g})")
+                   help=f"while frames come this close together, {whose} polls "
+                        "this long before sleeping between them (a lower round-trip latency "
+                        f"for at most this much CPU a wait; 0: never poll; default "
+                        f"{SPIN * 1e6:g})")
 
 
 def _durability_argument(p: argparse.ArgumentParser) -> None:
@@ -643,7 +645,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = args.out or Path("runs") / f"{config.scenario}-{time.strftime('%Y%m%d-%H%M%S')}"
     try:
         result = run(config, out, args.transport, curve_dir=args.curve,
-                     modeler_lines=args.verbose >= 1)
+                     modeler_lines=args.verbose >= 1, spin=args.spin * 1e-6)
     except LaunchError as exc:
         print(f"pobo run: error: {exc}", file=sys.stderr)
         return 1

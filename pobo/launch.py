@@ -111,7 +111,8 @@ def modeler_argv(config: RunConfig) -> list[str]:
 
 def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
         verbose: bool = True, wall_timeout: float | None = None,
-        curve_dir: Path | None = None, modeler_lines: bool = False) -> dict:
+        curve_dir: Path | None = None, modeler_lines: bool = False,
+        spin: float | None = None) -> dict:
     """Run one session over `transport` (two processes for tcp/ipc); return result.json.
     Works from a running event loop too (a notebook): see `run_async` to await it.
     `modeler_lines` also shows the modeler's per-query lines (`pobo run -v`). Ctrl-C
@@ -124,7 +125,7 @@ def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
         except KeyboardInterrupt:  # both sides wrote their records while unwinding
             raise Interrupted(_merge_if_present(Path(out), partial=True), Path(out)) from None
     return run_processes(config, out, transport, verbose=verbose, wall_timeout=wall_timeout,
-                         curve_dir=curve_dir, modeler_lines=modeler_lines)
+                         curve_dir=curve_dir, modeler_lines=modeler_lines, spin=spin)
 
 
 async def run_async(config: RunConfig, out: Path | str, transport: str = "tcp", *,
@@ -226,13 +227,20 @@ def signing_argv(curve_dir: Path | None,
 def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                   verbose: bool = True, wall_timeout: float | None = None,
                   start_timeout: float = 60.0, curve_dir: Path | None = None,
-                  modeler_lines: bool = False, stop: threading.Event | None = None) -> dict:
+                  modeler_lines: bool = False, stop: threading.Event | None = None,
+                  spin: float | None = None) -> dict:
     """Curator and modeler as two OS processes over loopback tcp or ipc (CURVE-encrypted
-    with the keys in `curve_dir` when given); result.json. Setting `stop` (from another
+    with the keys in `curve_dir` when given); result.json. `spin`: seconds each party's
+    loop polls between close frames (`--spin`, pobo.transport.spin; None: its default). Setting `stop` (from another
     thread) stops both parties and raises LaunchError; so does `wall_timeout` (seconds
     for the whole run) running out. Each party also stops by itself if this process
     dies (its stdin, a pipe from here, closes: see `scenarios.cli`)."""
     curator_curve, modeler_curve = curve_argv(curve_dir)
+    if spin is not None:  # both parties' loops
+        from pobo.transport.spin import checked_spin
+
+        polling = ["--spin", repr(checked_spin(spin) * 1e6)]
+        curator_curve, modeler_curve = curator_curve + polling, modeler_curve + polling
     if transport not in ("tcp", "ipc"):
         raise ValueError(f"transport must be tcp or ipc for two processes, got {transport!r}")
     out = Path(out).resolve()  # (made by the parties, as they record)

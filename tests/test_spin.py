@@ -3,6 +3,7 @@ never delivers an event or a timer late or twice, and costs no CPU while traffic
 from __future__ import annotations
 
 import asyncio
+import json
 import selectors
 import socket
 import subprocess
@@ -168,3 +169,27 @@ def test_the_cli_refuses_a_negative_spin():
     done = subprocess.run([sys.executable, "-m", "pobo", "curator", "synthetic", "--spin", "-1"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--spin" in done.stderr
+
+
+def test_pobo_run_polls_or_not_with_the_same_session(tmp_path):
+    """--spin changes when each party's loop looks, not what the session does: a seeded
+    run queries the same rows and gets the same rewards polling or not."""
+    results = []
+    for polling in ("0", "3000"):
+        out = tmp_path / polling
+        done = subprocess.run([sys.executable, "-m", "pobo", "run", "synthetic", "--grid", "12",
+                               "--T", "6", "--r", "4", "--seed", "3", "--spin", polling,
+                               "--out", str(out)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        results.append(json.loads((out / "result.json").read_text()))
+    assert results[0]["queries"] == results[1]["queries"] and len(results[0]["queries"]) == 6
+    assert results[0]["rewards"] == results[1]["rewards"]
+
+
+def test_a_bad_spin_is_refused_before_any_party_starts(tmp_path):
+    from pobo.launch import run_processes
+    from pobo.runspec import RunConfig
+
+    with pytest.raises(ValueError, match="spin must be"):
+        run_processes(RunConfig(T=2), tmp_path / "out", spin=-1.0)
+    assert not (tmp_path / "out").exists()

@@ -17,13 +17,15 @@ selector. `event_loop(spin)` is the loop factory (`asyncio.Runner(loop_factory=.
 """
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import selectors
 import time
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
 
 T = TypeVar("T")
 _yield = getattr(os, "sched_yield", lambda: None)
@@ -80,6 +82,8 @@ def checked_spin(spin: object) -> float:
 def event_loop(spin: float = SPIN) -> asyncio.AbstractEventLoop:
     """A new event loop whose selector is a SpinningSelector(`spin`); a plain selector
     loop for `spin=0`."""
+    import asyncio  # not at import: `pobo --help` reads SPIN without it
+
     spin = checked_spin(spin)
     return asyncio.SelectorEventLoop(SpinningSelector(spin) if spin else
                                      selectors.DefaultSelector())
@@ -88,6 +92,8 @@ def event_loop(spin: float = SPIN) -> asyncio.AbstractEventLoop:
 def run(main: Coroutine[Any, Any, T], spin: float = SPIN) -> T:
     """`asyncio.run(main)` on an `event_loop(spin)`: what `pobo curator` and `pobo
     modeler` run their party on (`--spin`, in microseconds there)."""
+    import asyncio
+
     spin = checked_spin(spin)
     with asyncio.Runner(loop_factory=lambda: event_loop(spin)) as runner:
         return runner.run(main)
