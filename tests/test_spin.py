@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import selectors
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +195,36 @@ def test_a_bad_spin_is_refused_before_any_party_starts(tmp_path):
     with pytest.raises(ValueError, match="spin must be"):
         run_processes(RunConfig(T=2), tmp_path / "out", spin=-1.0)
     assert not (tmp_path / "out").exists()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU seconds, from /proc (Linux, as CI runs)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_curator_that_polled_through_a_run_of_queries_sleeps_when_they_stop(tmp_path):
+    """The guarantee that makes polling a default: a curator's loop polls only while
+    frames come close together. After 40 quick round trips the session goes quiet for
+    1.5 s: the curator (polling up to 0.2 s a wait here, so that a loop that kept
+    polling would burn ~1.5 CPU-s) must spend next to no CPU in it."""
+    from curator_process import CuratorProcess
+
+    from pobo.client import ModelerClient
+
+    curator = CuratorProcess(tmp_path / "curator", 60, ["--spin", "200000"])
+    try:
+        curator.wait_listening()
+        client = ModelerClient.connect(curator.endpoint, out=tmp_path / "modeler", timeout=20.0)
+        try:
+            for i in range(40):
+                client.query(i % 64)
+            before = _cpu_seconds(curator.proc.pid)
+            time.sleep(1.5)
+            quiet = _cpu_seconds(curator.proc.pid) - before
+            client.query(1)  # the session still answers after its quiet spell
+        finally:
+            client.close()
+        assert quiet < 0.2 + 0.15, f"{quiet:.2f} CPU-s in a 1.5 s quiet spell"
+    finally:
+        curator.kill()
