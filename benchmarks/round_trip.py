@@ -17,14 +17,21 @@ are shared) hits every path alike. The paths:
       SQLite journal (WAL, synchronous=NORMAL) before it replies; each side verifies the
       peer's signature after its own send (as (c) does over CURVE). No policy, links,
       codec validation or session machinery: the floor of this work in Python here;
-      then the same over CURVE: the floor of the figure's work, (c) over CURVE;
+      then the same over CURVE: the floor of the figure's work, (c) over CURVE; then the
+      same over CURVE with both sides on pobo's polling loops (below);
   (c) pobo's full path: `pobo curator synthetic` with signatures, transcripts and a
       journal on disk, and a modeler Channel (signed, with its transcript) sending a Query
-      and receiving its Reward. The figure: over CURVE (as every deployment off loopback
-      runs; the signatures of queries and rewards are then verified off the critical
-      path, see protocol.channel.Channel) with the journal at --durability normal; then
-      the same at full; signed in plaintext (every signature verified before the message
-      is used); and unsigned in plaintext.
+      and receiving its Reward, each side on the event loop pobo runs its parties on
+      (pobo.transport.spin: the curator's by default, the modeler's here on a thread of
+      this process, as `pobo modeler` runs it; it polls briefly between close frames).
+      The figure: over CURVE (as every deployment off loopback runs; the signatures of
+      queries and rewards are then verified off the critical path, see
+      protocol.channel.Channel) with the journal at --durability normal; then the same at
+      full; signed in plaintext (every signature verified before the message is used);
+      unsigned in plaintext; and the figure's path with `--spin 0` on both sides (plain
+      asyncio loops: what the polling is worth);
+  (b) on pobo's polling loops: the baseline's echo with both sides on those loops (what
+      they are worth to code that does no work: the baseline itself stays plain asyncio).
 
 `--cpus 0` (a list: `0,1`) pins this process and every server to those CPUs (their
 threads inherit it), a diagnostic: on one CPU no frame wakes a thread on another core, so
@@ -92,15 +99,16 @@ def serve(mode: str, keys: Path | None = None) -> None:
         print(f"{LISTENING}tcp://127.0.0.1:{port}", flush=True)
         while True:
             rep.send(rep.recv())
-    if mode == "router-spin":
-        spin.run(_serve_async("router", keys))
+    if mode in ("router-spin", "flat-curve-spin"):  # on pobo's polling loop
+        spin.run(_serve_async(mode.removesuffix("-spin"), keys, polling=True))
     asyncio.run(_serve_async(mode, keys))
 
 
-async def _serve_async(mode: str, keys: Path | None) -> None:
+async def _serve_async(mode: str, keys: Path | None, polling: bool = False) -> None:
     ctx = zmq.asyncio.Context()
     if mode in ("flat", "flat-curve"):
-        await _serve_flat(ctx, keys, curve=mode == "flat-curve")
+        await _serve_flat(ctx, keys, curve=mode == "flat-curve",
+                          folder=mode + "-spin" * polling)
     if mode in ("router", "router-curve"):
         sock = ctx.socket(zmq.ROUTER)
         if mode == "router-curve":  # every client admitted: the handshake is not timed
@@ -169,12 +177,12 @@ class FlatSide:
         self.unverified.clear()
 
 
-async def _serve_flat(ctx, keys: Path, curve: bool = False) -> None:
+async def _serve_flat(ctx, keys: Path, curve: bool = False, folder: str = "flat") -> None:
     """The (p) server: answer each query from a table, committed to SQLite first (over
-    CURVE with `curve`, its own folder then)."""
+    CURVE with `curve`), its files in `folder`."""
     import sqlite3
 
-    where = keys.parent / ("flat-curve" if curve else "flat")
+    where = keys.parent / folder
     where.mkdir()
     sock = ctx.socket(zmq.ROUTER)
     if curve:
@@ -383,7 +391,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
     me = [sys.executable, __file__, "--keys", str(keys), "--serve"]
     servers = {name: start([*me, name], out / f"{name}.log")
                for name in ("rep", "router", "router-curve", "hub", "flat", "flat-curve",
-                            "router-spin")}
+                            "router-spin", "flat-curve-spin")}
     curators = {  # name: (durability, signed, CURVE, on pobo's polling loops)
         "curve": ("normal", True, True, True), "full": ("full", True, True, True),
         "plain": ("normal", True, False, True), "unsigned": ("normal", False, False, True),
@@ -464,6 +472,8 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
 
         flat_sock, flat_trip = flat_client("flat", False)
         flat_curve_sock, flat_curve_trip = flat_client("flat-curve", True)
+        flat_polled_sock, flat_polled_trip = await pobo_loop.call(
+            called(flat_client, "flat-curve-spin", True))
 
         async def piped() -> None:
             await pipe.send(frame)
@@ -475,6 +485,8 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
                  Path_("pipe: DealerPipe/RouterHub echo", piped),
                  Path_("(p) the same work, flat, no pobo", flat_trip),
                  Path_("(p) the same, flat, over CURVE", flat_curve_trip),
+                 Path_("(p) flat over CURVE, pobo's polling loops", flat_polled_trip,
+                       polling=True),
                  Path_("(c) pobo, signed, journal normal", sessions["curve"][0], polling=True),
                  Path_("(c) pobo, signed, journal full", sessions["full"][0], polling=True),
                  Path_("(c) signed, plaintext, normal", sessions["plain"][0], polling=True),
@@ -492,6 +504,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
             await (pobo_loop.call(channel.send(End("done"))) if polling
                    else channel.send(End("done")))
         await pobo_loop.call(called(polled.close, 0))
+        await pobo_loop.call(called(flat_polled_sock.close, 0))
         pipe.close()
         flat_sock.close(0)
         flat_curve_sock.close(0)
@@ -562,7 +575,8 @@ def main() -> None:
     parser.add_argument("--cpus", type=cpu_list, default=None,
                         help="pin every process to these CPUs (e.g. 0): a diagnostic")
     parser.add_argument("--serve", choices=("rep", "router", "router-curve", "hub", "flat",
-                                                   "flat-curve", "router-spin"),
+                                                   "flat-curve", "router-spin",
+                                                   "flat-curve-spin"),
                         help=argparse.SUPPRESS)
     parser.add_argument("--keys", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
