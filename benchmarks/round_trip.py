@@ -32,6 +32,8 @@ are shared) hits every path alike. The paths:
       asyncio loops: what the polling is worth);
   (b) on pobo's polling loops: the baseline's echo with both sides on those loops (what
       they are worth to code that does no work: the baseline itself stays plain asyncio).
+      A last line divides (c) and the flat prototype by it: pobo's cost over raw ZeroMQ
+      like for like, every side on the same loops.
 
 `--cpus 0` (a list: `0,1`) pins this process and every server to those CPUs (their
 threads inherit it), a diagnostic: on one CPU no frame wakes a thread on another core, so
@@ -85,6 +87,7 @@ from pobo.transport import spin  # noqa: E402
 from pobo.transport.sockets import DealerPipe, RouterHub  # noqa: E402
 
 TIMEOUT = 30.0
+FLAT_POLLED = "(p) flat over CURVE, pobo's polling loops"
 
 
 # ---- the servers, each run as `round_trip.py --serve MODE` in its own process ----------
@@ -485,8 +488,7 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
                  Path_("pipe: DealerPipe/RouterHub echo", piped),
                  Path_("(p) the same work, flat, no pobo", flat_trip),
                  Path_("(p) the same, flat, over CURVE", flat_curve_trip),
-                 Path_("(p) flat over CURVE, pobo's polling loops", flat_polled_trip,
-                       polling=True),
+                 Path_(FLAT_POLLED, flat_polled_trip, polling=True),
                  Path_("(c) pobo, signed, journal normal", sessions["curve"][0], polling=True),
                  Path_("(c) pobo, signed, journal full", sessions["full"][0], polling=True),
                  Path_("(c) signed, plaintext, normal", sessions["plain"][0], polling=True),
@@ -540,6 +542,11 @@ async def measure(args: argparse.Namespace, out: Path) -> None:
         flat = [t for ts in p.times for t in ts]
         print(f"{p.label:<38} {ms(flat, 50):>8.3f} {ms(flat, 90):>8.3f} {ratio(p, base):>9.2f}x"
               f" {ratio(p, paths[2]):>7.2f}x")
+    by = {p.label: p for p in paths}
+    figure, polled = by["(c) pobo, signed, journal normal"], by["(b) on pobo's polling loops"]
+    print(f"like for like, both sides of both on pobo's polling loops: (c) / (b) "
+          f"{ratio(figure, polled):.2f}x; the flat prototype over CURVE / (b) "
+          f"{ratio(by[FLAT_POLLED], polled):.2f}x")
 
     sign_us, verify_us = ed25519_costs()
     alone = await channel_alone(opening, args.reps * args.block, out)

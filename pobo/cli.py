@@ -520,13 +520,17 @@ def hyper_from_args(args: argparse.Namespace) -> HyperFit:
 
 def _spin_argument(p: argparse.ArgumentParser, whose: str = "this process's event loop") -> None:
     """--spin: how long the event loop polls before it sleeps (transport.spin)."""
-    from pobo.transport.spin import SPIN
+    from pobo.transport.spin import MAX_SPIN, SHARE, SPIN
 
-    p.add_argument("--spin", type=non_negative, default=SPIN * 1e6, metavar="MICROSECONDS",
+    most = MAX_SPIN * 1e6
+    p.add_argument("--spin", type=_number(float, lambda v: 0 <= v <= most,
+                                          f"microseconds in [0, {most:g}]"),
+                   default=SPIN * 1e6, metavar="MICROSECONDS",
                    help=f"while frames come this close together, {whose} polls "
-                        "this long before sleeping between them (a lower round-trip latency "
-                        f"for at most this much CPU a wait; 0: never poll; default "
-                        f"{SPIN * 1e6:g})")
+                        "until this long after the last one before it sleeps (a lower "
+                        "round-trip latency for CPU: at most this much after a frame and "
+                        f"{SHARE * 100:g}%% of the time; 0: never poll; default {SPIN * 1e6:g}, "
+                        f"at most {most:g})")
 
 
 def _durability_argument(p: argparse.ArgumentParser) -> None:

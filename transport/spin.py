@@ -5,15 +5,20 @@ wake-up itself: on a virtual machine's cores the ~40 Python calls that handle th
 frame run 2-3x slower than the same calls in a loop (docs/performance.md, "The round
 trip"). `SpinningSelector` is the hybrid polling of network stacks (Linux's busy_poll,
 Aeron's back-off idle strategy): when the loop has nothing to run it polls the selector
-without blocking for up to `spin` seconds, and only then sleeps. It polls only while
-traffic is dense: when the last wait that ended in an event lasted no longer than
-`spin`. A wait longer than that (a modeler's GP step, an objective that takes seconds,
-an idle curator) turns polling off until a wait is short again, so an idle or slow
-session costs no CPU, and a run of frames spends at most `spin` CPU-seconds a wait.
+without blocking, yielding its core at each turn, and only then sleeps. It polls
 
-It changes when the loop looks, never what it sees: the same events, in the same order,
-and a timer is never late (a poll stops at the loop's next timer). `spin=0` is the plain
-selector. `event_loop(spin)` is the loop factory (`asyncio.Runner(loop_factory=...)`).
+- only while traffic is dense: the last wait that ended in an event lasted no longer
+  than `spin` (a longer one, such as a modeler's GP step, an objective that takes
+  seconds or an idle curator, turns polling off until a wait is short again);
+- only until `spin` after the last event (short timers alone never keep it polling);
+- for at most SHARE of every WINDOW seconds: a peer sending frames just under `spin`
+  apart costs the loop at most that share of a core in polling, not all of it.
+
+So an idle or slow session costs no CPU. It changes when the loop looks, never what it
+sees: the same events, in the same order, and a timer is never late (a poll stops at the
+loop's next timer). `spin=0` is the platform's plain selector; `spin` is at most
+MAX_SPIN. `event_loop(spin)` is the loop factory (`asyncio.Runner(loop_factory=...)`),
+`run(main, spin)` the `asyncio.run` of it.
 """
 from __future__ import annotations
 
@@ -31,51 +36,72 @@ T = TypeVar("T")
 _yield = getattr(os, "sched_yield", lambda: None)
 
 SPIN = 500e-6  # seconds a loop polls before it sleeps, while frames come this close
+MAX_SPIN = 0.01  # the most: a window as long as the loop's timers would never stop polling
+SHARE, WINDOW = 0.5, 0.1  # a loop polls at most SHARE of every WINDOW seconds
 
 
 class SpinningSelector(selectors.DefaultSelector):  # type: ignore[misc, valid-type]
-    """The platform's default selector, which polls (timeout 0) for up to `spin` seconds
-    before a blocking wait, as long as the last wait that ended in an event was no
-    longer than `spin` (see the module's docstring)."""
+    """The platform's default selector, which polls (timeout 0) before a blocking wait
+    while frames come close together: only while the last wait that ended in an event
+    lasted no longer than `spin`, only until `spin` after that event, and for at most
+    `share` of the time (see the module's docstring)."""
 
-    def __init__(self, spin: float = SPIN) -> None:
+    def __init__(self, spin: float = SPIN, share: float = SHARE) -> None:
         super().__init__()
         self.spin = checked_spin(spin)
+        if not (isinstance(share, (int, float)) and 0 <= share <= 1):
+            raise ValueError(f"share must be a fraction in [0, 1], not {share!r}")
+        self.share = float(share)
         self.dense = False  # the last wait that ended in an event lasted <= spin
+        self.event_at = -math.inf  # when the last wait that found an event ended
         self.spins = 0  # waits that ended in an event while polling (a statistic)
+        self.polled = 0.0  # seconds spent polling, in all (a statistic)
+        self._window_at, self._window_polled = -math.inf, 0.0
 
     def select(self, timeout: float | None = None) -> list:
         """The ready keys, as the default selector's `select(timeout)` returns them."""
-        if timeout is not None and timeout <= 0:
-            return super().select(0)
         poll = super().select
-        started = time.perf_counter()
-        if self.dense:
-            until = started + (self.spin if timeout is None else min(self.spin, timeout))
-            while True:
+        if timeout is not None and timeout <= 0:
+            return poll(0)
+        started = now = time.perf_counter()
+        until = self.event_at + self.spin  # never longer than `spin` after an event
+        if timeout is not None:
+            until = min(until, started + timeout)  # nor past the loop's next timer
+        if self.dense and until > started:
+            if started - self._window_at >= WINDOW:  # a new window of the time share
+                self._window_at, self._window_polled = started, 0.0
+            until = min(until, started + self.share * WINDOW - self._window_polled)
+            while now < until:
                 ready = poll(0)
                 if ready:
+                    self.event_at = time.perf_counter()
+                    self._polled(self.event_at - started)
                     self.spins += 1
                     return ready
-                now = time.perf_counter()
-                if now >= until:
-                    break
                 _yield()  # a thread ready on this core (ZeroMQ's I/O thread) runs now
+                now = time.perf_counter()
+            self._polled(now - started)
             if timeout is not None:
                 timeout = max(0.0, timeout - (now - started))
         ready = poll(timeout)
         if ready:
-            self.dense = time.perf_counter() - started <= self.spin
+            self.event_at = time.perf_counter()
+            self.dense = self.event_at - started <= self.spin
         elif timeout is None or timeout >= self.spin:
             self.dense = False  # a quiet spell: poll again once a wait is short
         return ready
 
+    def _polled(self, seconds: float) -> None:
+        self.polled += seconds
+        self._window_polled += seconds
+
 
 def checked_spin(spin: object) -> float:
-    """`spin` as seconds >= 0; ValueError naming it otherwise."""
+    """`spin` as seconds in [0, MAX_SPIN]; ValueError naming it otherwise."""
     if isinstance(spin, bool) or not isinstance(spin, (int, float)) \
-            or not math.isfinite(spin) or spin < 0:
-        raise ValueError(f"spin must be a number of seconds >= 0, not {spin!r}")
+            or not 0 <= spin <= MAX_SPIN:
+        raise ValueError(f"spin must be a number of seconds in [0, {MAX_SPIN:g}], not "
+                         f"{spin!r}")
     return float(spin)
 
 
