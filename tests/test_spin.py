@@ -194,6 +194,7 @@ def test_the_loop_polls_a_round_trip_and_not_a_slow_one():
     loop = event_loop(0.01)
     try:
         selector = loop._selector  # noqa: SLF001 (the statistic of the loop under test)
+        selector.share = 1.0  # the echo thread shares this process: polls fill the window
         a, b = socket.socketpair()
 
         async def round_trips(gap: float, count: int) -> None:
@@ -227,12 +228,28 @@ def test_a_bad_spin_is_refused(bad):
         SpinningSelector(bad)
 
 
-def test_spin_zero_is_the_plain_selector():
-    loop = event_loop(0)
+def test_spin_zero_is_asyncios_own_loop():
+    """--spin 0 is plain asyncio: the loop the installed policy makes (uvloop, say)."""
+    class Marked(asyncio.SelectorEventLoop):
+        pass
+
+    class Policy(asyncio.DefaultEventLoopPolicy):
+        def new_event_loop(self):
+            return Marked()
+
+    async def which() -> type:
+        return type(asyncio.get_running_loop())
+
+    old = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(Policy())
     try:
-        assert not isinstance(loop._selector, SpinningSelector)  # noqa: SLF001
-    finally:
+        loop = event_loop(0)
         loop.close()
+        assert type(loop) is Marked
+        assert spin.run(which(), spin=0) is Marked
+        assert spin.run(which(), spin=0.001) is asyncio.SelectorEventLoop
+    finally:
+        asyncio.set_event_loop_policy(old)
 
 
 @pytest.mark.parametrize("bad", ["-1", "10001", "1e12", "nan"])

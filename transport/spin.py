@@ -16,7 +16,7 @@ without blocking, yielding its core at each turn, and only then sleeps. It polls
 
 So an idle or slow session costs no CPU. It changes when the loop looks, never what it
 sees: the same events, in the same order, and a timer is never late (a poll stops at the
-loop's next timer). `spin=0` is the platform's plain selector; `spin` is at most
+loop's next timer). `spin=0` is asyncio's own loop; `spin` is at most
 MAX_SPIN. `event_loop(spin)` is the loop factory (`asyncio.Runner(loop_factory=...)`),
 `run(main, spin)` the `asyncio.run` of it.
 """
@@ -106,20 +106,22 @@ def checked_spin(spin: object) -> float:
 
 
 def event_loop(spin: float = SPIN) -> asyncio.AbstractEventLoop:
-    """A new event loop whose selector is a SpinningSelector(`spin`); a plain selector
-    loop for `spin=0`."""
+    """A new event loop whose selector is a SpinningSelector(`spin`); for `spin=0` the
+    loop asyncio itself would make (the installed policy's: uvloop, say)."""
     import asyncio  # not at import: `pobo --help` reads SPIN without it
 
     spin = checked_spin(spin)
-    return asyncio.SelectorEventLoop(SpinningSelector(spin) if spin else
-                                     selectors.DefaultSelector())
+    if not spin:
+        return asyncio.new_event_loop()
+    return asyncio.SelectorEventLoop(SpinningSelector(spin))
 
 
 def run(main: Coroutine[Any, Any, T], spin: float = SPIN) -> T:
     """`asyncio.run(main)` on an `event_loop(spin)`: what `pobo curator` and `pobo
-    modeler` run their party on (`--spin`, in microseconds there)."""
+    modeler` run their party on (`--spin`, in microseconds there); `spin=0` is
+    `asyncio.run(main)` itself."""
     import asyncio
 
     spin = checked_spin(spin)
-    with asyncio.Runner(loop_factory=lambda: event_loop(spin)) as runner:
+    with asyncio.Runner(loop_factory=(lambda: event_loop(spin)) if spin else None) as runner:
         return runner.run(main)
