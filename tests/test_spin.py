@@ -89,7 +89,7 @@ def test_sleeps_after_a_quiet_spell_and_costs_no_cpu(pair):
     cpu, ready = _cpu_during(lambda: selector.select(5))
     timer.join()
     assert ready and not selector.spins  # polled 0.01 s, then slept until the frame
-    assert selector.polled <= 0.01 + 0.005
+    assert selector.polled <= 0.01 + 0.02  # not the 0.4 s until the frame
     assert cpu < 0.01 + 0.1, f"{cpu:.3f} CPU-s for a wait that polls 0.01 s at most"
     assert not selector.dense  # the wait was long: the next one sleeps at once
     b.recv(1)
@@ -103,9 +103,13 @@ def test_a_poll_stops_at_the_timeout(pair):
     _, b = pair
     selector = SpinningSelector(0.01)  # a poll longer than the timeout: the timeout holds
     selector.register(b, selectors.EVENT_READ)
-    selector.dense, selector.event_at = True, time.perf_counter()
-    assert selector.select(0.001) == []
-    assert 0.0009 <= selector.polled < 0.0095, selector.polled
+    polls = []
+    for _ in range(5):  # the least of five: a busy machine may preempt one of them
+        selector.dense, selector.event_at = True, time.perf_counter()
+        polled = selector.polled
+        assert selector.select(0.001) == []
+        polls.append(selector.polled - polled)
+    assert 0.0009 <= min(polls) < 0.005, polls  # stopped at the timeout, not at 10 ms
     assert selector.dense  # a timer's short timeout is not a quiet spell
     polled = selector.polled
     assert selector.select(0) == [] and selector.polled == polled  # a look never polls
@@ -123,7 +127,7 @@ def test_short_timers_alone_never_keep_it_polling(pair):
     ended = time.perf_counter() + 0.3
     while time.perf_counter() < ended:
         assert selector.select(0.0002) == []
-    assert selector.dense and selector.polled <= 0.005 + 0.002, selector.polled
+    assert selector.dense and selector.polled <= 0.005 + 0.02, selector.polled  # not 0.3
 
 
 def test_a_stream_of_frames_polls_at_most_its_share_of_the_time(pair):
