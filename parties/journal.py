@@ -36,6 +36,7 @@ import json
 import logging
 import math
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -84,6 +85,7 @@ CREATE TABLE IF NOT EXISTS pending (
 
 from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY  # noqa: E402,F401
 NPY_REF = b"pobo-npy-ref\x00"  # a projections.frame naming a .npy file (then JSON) instead of Z
+_DIGEST = re.compile(r"[0-9a-f]{64}")  # a projection file's name: the SHA-256 of its bytes
 RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose peer vanished
 FINISHED = ("ok", "failed")
 
@@ -468,31 +470,90 @@ class Journal:
 
         Z = release.Z if self.path == ":memory:" else np.ascontiguousarray(release.Z)
         head = encode(Dataset(replace(release, Z=np.empty((0, Z.shape[1]), Z.dtype))))
-        where = {"memory": key} if self.path == ":memory:" else {"npy": self._save_npy(Z)}
+        tmp = None
+        if self.path == ":memory:":
+            where: dict = {"memory": key}
+        else:
+            digest, tmp = self._save_npy(Z)
+            where = {"npy": digest}
         frame = NPY_REF + json.dumps({**where, "shape": list(Z.shape),
                                       "dataset": head.hex()}).encode()
+
+        def insert() -> list[tuple[str, tuple]]:
+            if tmp is not None:  # in place under the write lock, with the row naming it
+                self._place_npy(tmp, where["npy"])
+            return [("INSERT INTO projections VALUES (?, ?, ?, ?)",
+                     (key, frame, json.dumps(report), time.time()))]
+
         try:
-            self._transaction([("INSERT INTO projections VALUES (?, ?, ?, ?)",
-                                (key, frame, json.dumps(report), time.time()))],
-                              "", entries, budget)
+            self._transaction(insert, "", entries, budget)
         except BaseException:  # refused, raced or failed: no row names the file
             if "npy" in where:
                 self._discard_npy(where["npy"])
             raise
+        finally:
+            if tmp is not None:
+                _unlink_quietly(tmp)
         if "memory" in where:  # stored and charged: only now does the key name Z
             self._arrays[key] = Z
 
     def _discard_npy(self, digest: str) -> None:
         """Remove `<digest>.npy` unless a projection row names it (a file this process
-        wrote for a store that did not commit; left alone if anything else holds it)."""
+        put in place for a store that did not commit), under the write lock: no other
+        process can be between putting the same file in place and committing its row.
+        Left for `sweep_projections` if the journal cannot be locked now."""
         try:
-            named = self._db.execute("SELECT 1 FROM projections WHERE instr(frame, ?) > 0",
-                                     (json.dumps(digest).encode(),)).fetchone()
-            if named is None:
-                (self.projection_dir / f"{digest}.npy").unlink(missing_ok=True)
+            self._unnamed_npy_removed({digest})
         except (sqlite3.Error, OSError) as exc:  # never over the store's own error
             log.warning("journal %s: projection file %s.npy left behind: %s", self.path,
                         digest, exc)
+
+    def sweep_projections(self) -> int:
+        """Remove the projection files no row names, under the write lock; the number
+        removed. A curator killed between putting its Z's file in place and committing
+        the row that names it leaves one, as large as Z, that no later store would
+        reuse (an unseeded projection is drawn anew). No other process's store can be
+        in between: a file goes in place only inside the transaction that names it
+        (`store_projection`). A journal another process keeps locked past the busy
+        timeout is swept at a later start (a warning)."""
+        if self.path == ":memory:" or not self.projection_dir.is_dir():
+            return 0
+        try:
+            removed = self._unnamed_npy_removed(None)
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("journal %s: projection files not swept: %s", self.path, exc)
+            return 0
+        if removed:
+            log.warning("journal %s: removed %d projection file(s) that no stored "
+                        "projection names (left by a curator stopped while storing one)",
+                        self.path, removed)
+        return removed
+
+    def _unnamed_npy_removed(self, digests: set[str] | None) -> int:
+        """Under the write lock, remove the `<digest>.npy` files of `digests` (None: every
+        one in the folder) that no projection row names; the number removed."""
+        with self._lock:
+            if self._group is not None:
+                self._commit_group()  # a staged group first: its own transaction
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                named = set()
+                for (frame,) in cur.execute("SELECT frame FROM projections"):
+                    if bytes(frame[:len(NPY_REF)]) == NPY_REF:
+                        named.add(json.loads(bytes(frame[len(NPY_REF):])).get("npy"))
+                candidates = ({p.stem for p in self.projection_dir.glob("*.npy")}
+                              if digests is None else digests)
+                removed = 0
+                for digest in candidates - named:
+                    if _DIGEST.fullmatch(digest or ""):
+                        path = self.projection_dir / f"{digest}.npy"
+                        if path.is_file():
+                            path.unlink()
+                            removed += 1
+                return removed
+            finally:
+                cur.execute("ROLLBACK")  # nothing written: the lock is all it took
 
     @property
     def projection_dir(self) -> Path:
@@ -501,11 +562,11 @@ class Journal:
         it)."""
         return Path(self._real_path + ".projections")
 
-    def _save_npy(self, Z) -> str:
-        """Write Z as `<sha256 of the file>.npy` (atomically: a temporary file, fsynced,
-        renamed, the folder fsynced; an existing verified copy is kept); returns the
-        digest. JournalError (one line) when the file cannot be written (a full disk);
-        nothing is left behind then."""
+    def _save_npy(self, Z) -> tuple[str, Path]:
+        """Write Z to a temporary file in `projection_dir`, fsynced; (the SHA-256 of its
+        bytes, the file), for `_place_npy` to put in place as `<digest>.npy` inside the
+        transaction whose row names it. JournalError (one line) when the file cannot be
+        written (a full disk); nothing is left behind then."""
         import secrets
 
         import numpy as np
@@ -521,21 +582,23 @@ class Journal:
                 np.save(f, Z, allow_pickle=False)
                 f.flush()
                 os.fsync(f.fileno())
-            digest = file_digest(tmp)
-            path = folder / f"{digest}.npy"
-            if path.is_file() and file_digest(path) == digest:
-                return digest  # (fsynced when it was written)
-            os.replace(tmp, path)
-            _fsync_dir(folder)  # the rename itself is durable before the row names it
+            return file_digest(tmp), tmp
+        except OSError as exc:
+            _unlink_quietly(tmp)
+            raise JournalError(f"cannot write the projection file in {folder}: "
+                               f"{exc.strerror or exc}") from exc
+
+    def _place_npy(self, tmp: Path, digest: str) -> None:
+        """Rename the written file to `<digest>.npy` (a copy already there has the same
+        bytes, or is damaged: replaced either way) and fsync the folder, so that the
+        rename is durable before the row that names it commits."""
+        folder = self.projection_dir
+        try:
+            os.replace(tmp, folder / f"{digest}.npy")
+            _fsync_dir(folder)
         except OSError as exc:
             raise JournalError(f"cannot write the projection file in {folder}: "
                                f"{exc.strerror or exc}") from exc
-        finally:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
-        return digest
 
     # -- sessions -----------------------------------------------------------------------
 
@@ -963,6 +1026,14 @@ def _fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _unlink_quietly(path: Path) -> None:
+    """Remove `path` if it is there; an error leaves it (for `_sweep_stale_tmp`)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _sweep_stale_tmp(folder: Path) -> None:

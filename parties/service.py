@@ -288,6 +288,7 @@ class CuratorService:
         if self._committed is not None:  # before anything is charged: refused, not spent
             check_not_behind(self.chain, self._committed, self.head_file.path)
         self.journal.check_row_totals()
+        self.journal.sweep_projections()  # files of stores killed before their commit
         _warn_if_raised(self.journal, settings.budget)
         self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))
         self.ledger = DatasetLedger(self.journal, settings.budget)

@@ -4,6 +4,7 @@ refused in one typed line when missing or altered."""
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 
 import numpy as np
@@ -258,3 +259,91 @@ def test_two_processes_opening_a_new_journal_at_once_both_open_it(tmp_path):
             if proc.returncode != 0:
                 failures.append(err.strip().splitlines()[-1])
     assert not failures, failures
+
+
+_KILLED_WHILE_STORING = """
+import os, sys
+import numpy as np
+from pobo.parties.journal import Journal
+from pobo.protocol.ledger import Budget, Entry
+from pobo.protocol.messages import ProjectedDataset
+journal = Journal(sys.argv[1])
+placed = Journal._place_npy
+
+def place_then_die(self, tmp, digest):
+    placed(self, tmp, digest)  # the file is in place; the row that names it is not
+    print(digest, flush=True)
+    os._exit(9)  # as a kill -9 would, before the COMMIT
+
+Journal._place_npy = place_then_die
+Z = np.random.default_rng(7).standard_normal((500, 4))
+journal.store_projection("k", ProjectedDataset("gaussian-release", 1.0, 1e-5, 0.0, Z,
+                                               noise_std=0.25),
+                         {}, [Entry("gaussian", 1.0, 1e-5)], Budget(epsilon=10.0))
+"""
+
+
+def test_a_curator_killed_between_placing_z_and_committing_leaves_no_file_for_ever(tmp_path):
+    """Killed after its Z's file went in place and before the row naming it committed, a
+    curator left a file as large as Z that no row names and no later store reuses (an
+    unseeded projection is drawn anew): for ever. The next start removes it, and keeps
+    the files that rows name."""
+    import subprocess
+    import sys
+
+    from pobo.session import RunConfig, prepare_service
+
+    done = subprocess.run([sys.executable, "-c", _KILLED_WHILE_STORING, str(tmp_path / "j.db")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 9, done.stderr
+    orphan = Journal(tmp_path / "j.db").projection_dir / f"{done.stdout.strip()}.npy"
+    journal = Journal(tmp_path / "j.db")
+    assert orphan.is_file() and journal.projection("k") is None and journal.entries() == []
+    service = prepare_service(RunConfig("synthetic", seed=None, T=3,
+                                        options={"grid": 8}), journal=journal)
+    assert not orphan.exists()
+    assert list(journal.projection_dir.glob("*.npy")) == [
+        journal.projection_dir / f"{json.loads(_named(journal))['npy']}.npy"]
+    assert service.release.Z.shape[0] == 64
+    assert journal.sweep_projections() == 0  # what a row names is never swept
+
+
+def _named(journal: Journal) -> bytes:
+    (frame,) = journal._db.execute("SELECT frame FROM projections").fetchone()
+    return frame[len(NPY_REF):]
+
+
+def test_a_sweep_never_takes_a_file_another_process_is_storing(tmp_path):
+    """Process A has put its Z's file in place and not yet committed the row naming it
+    (it holds the write lock meanwhile); process B starts and sweeps. B waits for the
+    lock, and by then the file is named: it stays. (Placed before the lock was taken, as
+    before, B would have found an unnamed file and removed it under A.)"""
+    import threading
+    import time
+
+    a = Journal(tmp_path / "j.db")
+    b = Journal(tmp_path / "j.db")  # another curator process on the same journal
+    release = _release(seed=5)
+    holding, go_on = threading.Event(), threading.Event()
+    placed = Journal._place_npy
+
+    def place_and_dawdle(self, tmp, digest):
+        placed(self, tmp, digest)
+        holding.set()
+        go_on.wait(10)  # the window between the file in place and the row committed
+
+    a._place_npy = place_and_dawdle.__get__(a)
+    storing = threading.Thread(target=_store, args=(a, release))
+    storing.start()
+    try:
+        assert holding.wait(30)
+        sweeping = threading.Thread(target=b.sweep_projections)
+        sweeping.start()
+        time.sleep(0.3)  # B is waiting for A's lock now
+        go_on.set()
+        sweeping.join(30)
+        storing.join(30)
+    finally:
+        go_on.set()
+    files = list(a.projection_dir.glob("*.npy"))
+    assert len(files) == 1 and a.projection("k")[0].Z.tobytes() == release.Z.tobytes()
