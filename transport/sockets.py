@@ -341,10 +341,21 @@ class DealerPipe:
             return False
         except zmq.ZMQError as exc:
             raise PeerGone(f"cannot send to the curator: {exc}") from None
-        waiter = self._waiter
-        if waiter is not None and not waiter.done() and _readable_now(self._sync):
-            waiter.set_result(None)
+        finally:  # a send that failed may have taken the signal too
+            self._wake_if_readable()
         return True
+
+    def _wake_if_readable(self) -> None:
+        """Wake a recv waiting meanwhile if a message is in (after a send, which may have
+        taken the descriptor's edge-triggered signal of it)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done() and not self._closed:
+            try:
+                readable = _readable_now(self._sync)
+            except zmq.ZMQError:
+                return  # the socket failed: the waiting recv finds out at its next check
+            if readable:
+                waiter.set_result(None)
 
     async def recv(self, timeout: float) -> bytes:
         """The next single-frame message from the curator, within `timeout` seconds;
@@ -797,18 +808,20 @@ class RouterHub:
 
     def _try_send(self, message: list[bytes], copy: bool) -> bool:
         """Queue one message without waiting; False when the peer's queue is full,
-        PeerGone when it cannot be reached. A send may take the descriptor's
-        edge-triggered signal: the socket is read again on the next turn, after the frame
-        has left (reading ZMQ_EVENTS right after a send costs several us)."""
+        PeerGone when it cannot be reached. A send, even one that fails, may take the
+        descriptor's edge-triggered signal (libzmq processes the socket's commands
+        first): the socket is read again on the next turn, after the frame has left
+        (reading ZMQ_EVENTS right after a send costs several us)."""
         try:
             _send_parts(self._drain, message, copy)
         except zmq.Again:
             return False
         except zmq.ZMQError as exc:
             raise PeerGone(f"cannot reach the modeler: {exc}") from None
-        if self._pump is not None and not self._recheck:
-            self._recheck = True
-            self._pump.call_soon(self._readable)
+        finally:  # a failed send too: it processed the socket's commands first
+            if self._pump is not None and not self._recheck and not self._closed:
+                self._recheck = True
+                self._pump.call_soon(self._readable)
         return True
 
     async def _recv(self, identity: bytes, timeout: float) -> bytes:
