@@ -80,6 +80,28 @@ def test_frames_caught_while_polling_keep_it_polling(pair):
     assert selector.spins >= 8, selector.spins
 
 
+def test_an_event_a_busy_loop_found_lets_the_next_wait_poll(pair):
+    """A loop with callbacks ready looks with timeout 0; a frame it finds so is an event
+    all the same: the next idle wait polls after it (a curator between bursts of many
+    sessions' frames)."""
+    a, b = pair
+    selector = SpinningSelector(0.01)
+    selector.register(b, selectors.EVENT_READ)
+    selector.dense = True
+    a.send(b"x")
+    assert _signalled_within(b)
+    assert selector.select(0) and selector.polled == 0
+    b.recv(1)
+    a.send(b"y")
+    assert selector.select(5) and selector.spins == 1
+
+
+def _signalled_within(sock, wait: float = 2.0) -> bool:
+    import select
+
+    return bool(select.select([sock], [], [], wait)[0])
+
+
 def test_sleeps_after_a_quiet_spell_and_costs_no_cpu(pair):
     a, b = pair
     selector = SpinningSelector(0.01)

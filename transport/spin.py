@@ -61,8 +61,11 @@ class SpinningSelector(selectors.DefaultSelector):  # type: ignore[misc, valid-t
     def select(self, timeout: float | None = None) -> list:
         """The ready keys, as the default selector's `select(timeout)` returns them."""
         poll = super().select
-        if timeout is not None and timeout <= 0:
-            return poll(0)
+        if timeout is not None and timeout <= 0:  # a busy loop's look: never polls
+            ready = poll(0)
+            if ready:  # an event all the same: the next idle wait may poll after it
+                self.event_at = time.perf_counter()
+            return ready
         started = now = time.perf_counter()
         until = self.event_at + self.spin  # never longer than `spin` after an event
         if timeout is not None:
