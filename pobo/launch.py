@@ -231,9 +231,9 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                   spin: float | None = None) -> dict:
     """Curator and modeler as two OS processes over loopback tcp or ipc (CURVE-encrypted
     with the keys in `curve_dir` when given); result.json. `spin`: seconds each party's
-    loop polls between close frames (`--spin`, pobo.transport.spin; None: its default). Setting `stop` (from another
-    thread) stops both parties and raises LaunchError; so does `wall_timeout` (seconds
-    for the whole run) running out. Each party also stops by itself if this process
+    loop polls between close frames (`--spin`, pobo.transport.spin; None: its default).
+    Setting `stop` (from another thread) stops both parties and raises LaunchError; so
+    does `wall_timeout` (seconds for the whole run) running out. Each party also stops by itself if this process
     dies (its stdin, a pipe from here, closes: see `scenarios.cli`)."""
     curator_curve, modeler_curve = curve_argv(curve_dir)
     if spin is not None:  # both parties' loops

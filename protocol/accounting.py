@@ -37,7 +37,6 @@ charges many identical reports computes each (eps, k)-fold composition once.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from collections import Counter
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -65,12 +64,44 @@ def part_of(mechanism: str, epsilon: float, delta: float) -> Part:
     return kind_of(mechanism, delta), float(epsilon), float(delta)
 
 
+_UNIT = 1 << 1074  # 2^-1074, the smallest double, is 1 / _UNIT
+_BITS = 1075  # _UNIT.bit_length()
+
+
+class ExactSum:
+    """A running sum of floats kept exactly (an integer count of 2^-1074, the smallest
+    double's value) and read correctly rounded: `float(s)` is `math.fsum` of all that was
+    added, in whatever order, in O(1) per addition. Basic composition is then the sum a
+    reader recomputes from the entries, not one that drifts with their order (a total of
+    1.0 used to absorb every later 1e-16 charge)."""
+
+    __slots__ = ("_units",)
+
+    def __init__(self, values=()) -> None:
+        self._units = 0
+        for value in values:
+            self.add(value)
+
+    def add(self, value: float, times: int = 1) -> None:
+        """Add a finite float `times` times, exactly; ValueError for inf or NaN."""
+        try:
+            num, den = float(value).as_integer_ratio()  # den: 2^k, k <= 1074
+        except (OverflowError, ValueError):
+            raise ValueError(f"a ledger sum takes finite values, got {value}") from None
+        self._units += times * (num << (_BITS - den.bit_length()))  # num * 2^(1074 - k)
+
+    def __float__(self) -> float:
+        return self._units / _UNIT  # int / int is correctly rounded
+
+
 def basic(parts: Mapping[Part, int]) -> tuple[float, float]:
     """(sum eps, sum delta): basic composition, the exactly rounded sum of every entry
-    (math.fsum of them one by one, as protocol.ledger.ExactSum and the journal read it:
-    each count times its value is summed exactly, not rounded first)."""
-    return (float(sum((Fraction(e) * n for (_, e, _), n in parts.items()), Fraction(0))),
-            float(sum((Fraction(d) * n for (_, _, d), n in parts.items()), Fraction(0))))
+    (math.fsum of them one by one, as the ledger and the journal read it)."""
+    eps, dlt = ExactSum(), ExactSum()
+    for (_, e, d), n in parts.items():
+        eps.add(e, n)
+        dlt.add(d, n)
+    return float(eps), float(dlt)
 
 
 def composed_epsilon(parts: Mapping[Part, int], delta: float) -> float:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 from pobo.protocol.accounting import (
-    Part, basic, composed_epsilon, part_of, parts_counter, worst_row,
+    ExactSum, Part, basic, composed_epsilon, part_of, parts_counter, worst_row,
 )
 from pobo.protocol.errors import ErrorCode, ProtocolError
 
@@ -123,36 +123,6 @@ class Budget:
         return cls(limits.get("budget_epsilon") or math.inf, limits.get("budget_delta", 1.0),
                    limits.get("row_budget_epsilon") or math.inf,
                    limits.get("row_budget_delta", ROW_DELTA))
-
-
-_UNIT = 1 << 1074  # 2^-1074, the smallest double, is 1 / _UNIT
-_BITS = 1075  # _UNIT.bit_length()
-
-
-class ExactSum:
-    """A running sum of floats kept exactly (an integer count of 2^-1074, the smallest
-    double's value) and read correctly rounded: `float(s)` is `math.fsum` of all that was
-    added, in whatever order, in O(1) per addition. Basic composition is then the sum a
-    reader recomputes from the entries, not one that drifts with their order (a total of
-    1.0 used to absorb every later 1e-16 charge)."""
-
-    __slots__ = ("_units",)
-
-    def __init__(self, values=()) -> None:
-        self._units = 0
-        for value in values:
-            self.add(value)
-
-    def add(self, value: float) -> None:
-        """Add a finite float exactly; ValueError for inf or NaN."""
-        try:
-            num, den = float(value).as_integer_ratio()  # den: 2^k, k <= 1074
-        except (OverflowError, ValueError):
-            raise ValueError(f"a ledger sum takes finite values, got {value}") from None
-        self._units += num << (_BITS - den.bit_length())  # num * 2^(1074 - k)
-
-    def __float__(self) -> float:
-        return self._units / _UNIT  # int / int is correctly rounded
 
 
 class Ledger:

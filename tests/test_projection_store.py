@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from pobo.parties.journal import NPY_REF, Journal, JournalError
-from pobo.protocol.codec import encode
 from pobo.protocol.ledger import Budget, Entry, PrivacyBudgetExceeded
-from pobo.protocol.messages import Dataset, ProjectedDataset
+from pobo.protocol.messages import ProjectedDataset
 
 
 def _release(n: int = 500, r: int = 4, seed: int = 0) -> ProjectedDataset:
