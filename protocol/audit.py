@@ -42,7 +42,10 @@ and a blob reference compare with the frame they stand for):
    a party only counted past its cap of refused frames (and the Errors answering them)
    are matched against its `refused-summary` record: their number and the SHA-256 over
    their digests in order must agree (greedily: a frame that matches the next recorded
-   one is taken as that one).
+   one is taken as that one). An Error the modeler received from a curator connection
+   with no session (its link names none: the `session_lost` a restarted curator answers
+   a retry on the old connection with) is in no curator transcript: it is noted, not
+   compared.
 
 Anything else is a violation: a frame received that the other side never recorded
 sending, frames in another order or with other bytes, a frame missing from the middle
@@ -541,6 +544,7 @@ class _Connection:
     recv: list[tuple[int, str]] = field(default_factory=list)
     counted: list[tuple[int, str]] = field(default_factory=list)  # refused, past the cap
     replies: list[tuple[int, str]] = field(default_factory=list)  # Errors answering them
+    sessionless: list[int] = field(default_factory=list)  # seqs of Errors with no session
 
 
 @dataclass
@@ -552,7 +556,11 @@ class _Aligned:
 
 
 def _connections(records: list[Record], role: str) -> list[_Connection]:
-    """A transcript cut at each Hello its party sent (modeler) or accepted (curator)."""
+    """A transcript cut at each Hello its party sent (modeler) or accepted (curator). An
+    Error the modeler received from a curator connection with no session (its link
+    names none: a refusal before any session, or the `session_lost` a restarted curator
+    answers a retry on the old connection with, PROTOCOL.md 3) is in no curator
+    transcript: it is kept apart (`sessionless`), not matched."""
     opening = "recv" if role == CURATOR else "sent"
     out: list[_Connection] = []
     for r in records:
@@ -562,9 +570,19 @@ def _connections(records: list[Record], role: str) -> list[_Connection]:
         if r.kind == REFUSED_SUMMARY:
             c.counted.append((r.count, r.sha256))
             c.replies.append((r.replies, r.replies_sha256))
+        elif role == MODELER and r.dir == "recv" and _sessionless_error(r):
+            c.sessionless.append(r.seq)
         else:
             (c.sent if r.dir == "sent" else c.recv).append((r.seq, r.digest))
     return out
+
+
+def _sessionless_error(record: Record) -> bool:
+    """Whether `record` holds an Error whose envelope names no session."""
+    if record.kind != "error" or not record.frame:
+        return False
+    envelope = open_frame(record.frame)
+    return envelope.link is not None and envelope.link.session == ""
 
 
 def _chunks_match(digests: list[str], summaries: list[tuple[int, str]]) -> bool:
@@ -688,6 +706,11 @@ def compare(curator: list[Record], modeler: list[Record]) -> Comparison:
             lost[M2C] += [f"modeler record {seq}" for seq, _ in m.sent]
             continue
         _, c, m, c2m, m2c = item
+        if m.sessionless:
+            out.notes.append(f"modeler connection {m.number}: {len(m.sessionless)} Error(s) "
+                             f"from a curator connection with no session (record "
+                             f"{m.sessionless[0]}{', ...' if len(m.sessionless) > 1 else ''}"
+                             "), in no curator transcript: not compared")
         out.unacknowledged[C2M] += len(c2m.lost)
         out.unacknowledged[M2C] += len(m2c.lost)
         lost[C2M] += [f"curator record {seq}" for seq in c2m.lost]

@@ -131,3 +131,28 @@ def test_curator_killed_mid_run_resumes_from_its_journal(tmp_path, reference, du
     finally:
         _kill(modeler, again, curator, restarted)
     _check(tmp_path, reference)
+
+
+def test_curator_killed_and_restarted_while_the_modeler_waits(tmp_path, reference):
+    """The modeler keeps its process and reconnects on its own (its default patience): the
+    restarted curator answers the old connection's retry with a session_lost Error that no
+    curator transcript holds (its connection has no session), the modeler resumes, and
+    the paired audit still agrees (the review's repro: it failed with "a frame the curator
+    never recorded sending")."""
+    port = _port()
+    curator = _curator(tmp_path, port)
+    modeler = restarted = None
+    try:
+        modeler = _modeler(tmp_path, port, "--timeout", "2")
+        _steps(modeler, 5)
+        curator.kill()
+        curator.wait(10)
+        restarted = _curator(tmp_path, port)
+        assert modeler.wait(120) == 0
+        _await_record(tmp_path)
+    finally:
+        _kill(modeler, curator, restarted)
+    _check(tmp_path, reference)
+    [folder] = [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
+    [report, _] = audit_session(folder / "curator.transcript", tmp_path / "m" / "modeler.transcript")
+    assert any("no session" in note for note in report.notes), report.notes
