@@ -22,7 +22,7 @@ from pobo.protocol.channel import LateSignature
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import Error, ReleaseRequest
 from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
-from pobo.protocol.transcript import Transcript
+from pobo.protocol.transcript import Transcript, TranscriptError
 from pobo.parties.statement import privacy_lines
 from pobo.runspec import LISTENING  # noqa: F401  (re-exported)
 from pobo.session import Signing, curate, open_channel, optimise
@@ -199,9 +199,18 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
             boundary = Boundary(NON_PRIVATE if service.settings.non_private else PRIVATE,
                                 CURATOR)
             boundary.incoming(hello)
-            transcript = (Transcript(where / "curator.transcript", resume=bool(hello.resume),
-                                     blobs=out / "blobs" if per_session_folder else None)
-                          if where is not None else None)  # one Z for every session
+            try:
+                transcript = (Transcript(where / "curator.transcript", resume=bool(hello.resume),
+                                         blobs=out / "blobs" if per_session_folder else None)
+                              if where is not None else None)  # one Z for every session
+            except (TranscriptError, OSError) as exc:  # damaged, or no room: refused, typed
+                log.error("session %s: cannot %s its transcript: %s", session.session_id[:12],
+                          "continue" if hello.resume else "start", exc)
+                await channel.send(Error(ErrorCode.INTERNAL.value, "the curator cannot keep "
+                                         "this session's transcript (see its log): the session "
+                                         "stays as it was; try again once the operator has "
+                                         "repaired it"))
+                return
             channel.settle(boundary, transcript)
             await curate(channel, session, where, verbose=verbose, peer=pipe.peer,
                          hello=hello, raise_errors=False, keep=kept)

@@ -31,6 +31,7 @@ before held 64 hex characters; both read back as hex). By kind:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -205,8 +206,13 @@ class Transcript:
             while self.path.with_name(f"{self.path.name}.{n}").exists():
                 n += 1
             self.path.rename(self.path.with_name(f"{self.path.name}.{n}"))
-        if self.path.exists():  # a resumed party continues its own chain
+        if self.path.exists():  # a resumed party continues its own chain, checked first
             for raw, record in raw_records(self.path.read_bytes()):
+                if record.seq != self._seq or record.prev != self._prev.hex():
+                    raise TranscriptError(
+                        f"{self.path}: record {record.seq} at position {self._seq} does not "
+                        "follow the record before it (the hash chain is broken: the file "
+                        "was edited or damaged): not continuing it")
                 self._seq, self._prev = record.seq + 1, hashlib.sha256(raw).digest()
                 self._refused += record.kind == REFUSED
         self._file: BinaryIO | None = open(self.path, "ab", buffering=0)  # a write per record
@@ -352,11 +358,16 @@ class Transcript:
             raise TranscriptError(f"{self.path} was written by another writer ({size} bytes, "
                                   f"this one wrote up to {self._end}): not appending")
         raw = self._pack(item)
-        written = self._file.write(raw)  # unbuffered: the record reaches the OS (survives
-        if written != len(raw):  # kill -9) as written; a short write is finished here
-            view = memoryview(raw)[written:]
-            while view:
-                view = view[self._file.write(view):]
+        try:
+            written = self._file.write(raw)  # unbuffered: the record reaches the OS (survives
+            if written != len(raw):  # kill -9) as written; a short write is finished here
+                view = memoryview(raw)[written:]
+                while view:
+                    view = view[self._file.write(view):]
+        except OSError:  # a full disk, say: no torn record is left for a resume to trip on
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._file.fileno(), self._end)
+            raise
         self._end += len(raw)
         self._seq += 1
         self._prev = hashlib.sha256(raw).digest()

@@ -156,3 +156,38 @@ def test_curator_killed_and_restarted_while_the_modeler_waits(tmp_path, referenc
     [folder] = [p for p in (tmp_path / "c").iterdir() if p.is_dir()]
     [report, _] = audit_session(folder / "curator.transcript", tmp_path / "m" / "modeler.transcript")
     assert any("no session" in note for note in report.notes), report.notes
+
+
+def test_a_resume_over_a_damaged_curator_transcript_is_refused_typed(tmp_path):
+    """A curator transcript edited (or damaged) between two connections: the resume is
+    refused with a typed Error naming the cause, the curator logs one line and goes on
+    serving (before: the connection task died, the modeler waited out its timeout)."""
+    port = _port()
+    curator = subprocess.Popen([*POBO, "curator", *SCENARIO, "--bind", f"tcp://127.0.0.1:{port}",
+                                "--journal", str(tmp_path / "journal.db"), "--sessions", "0",
+                                "--timeout", "3", "--out", str(tmp_path / "c")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    modeler = again = None
+    try:
+        assert curator.stdout.readline().startswith(LISTENING)
+        modeler = _modeler(tmp_path, port)
+        _steps(modeler, 5)
+        modeler.kill()
+        modeler.wait(10)
+        [transcript] = (tmp_path / "c").glob("*/curator.transcript")
+        data = bytearray(transcript.read_bytes())
+        data[len(data) // 2] ^= 1  # one bit, in the middle
+        transcript.write_bytes(bytes(data))
+        again = subprocess.Popen([*POBO, "modeler", "--connect", f"tcp://127.0.0.1:{port}",
+                                  "--seed", str(SEED), "--timeout", "5", "--resume",
+                                  "--patience", "5", "--out", str(tmp_path / "m")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _, err = again.communicate(timeout=60)
+        assert again.returncode != 0
+        assert "internal" in err and "transcript" in err and len(err.strip().splitlines()) == 1
+        assert transcript.read_bytes() == bytes(data)  # nothing appended to the damaged file
+        assert curator.poll() is None  # still serving
+    finally:
+        _kill(modeler, again, curator)
+    log = curator.stderr.read()
+    assert "cannot continue its transcript" in log and "Traceback" not in log, log
