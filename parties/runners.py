@@ -46,7 +46,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         on_evaluate: StepCallback | None = None,
                         on_measured: Callable[[int], None] | None = None,
                         checkpoint: Callable[[], LedgerHead] | None = None,
-                        dataset: SharedBody | ChunkedDataset | None = None) -> str:
+                        dataset: SharedBody | ChunkedDataset | None = None,
+                        on_end: Callable[[str], None] | None = None) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
 
     Every answer is committed to the dataset's journal by `curator` before its reward is
@@ -60,7 +61,9 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     mismatch ends it. A release request goes to `on_release`, which computes it from
     the curator's own record (a refusal, e.g. past the privacy budget, is a typed Error).
     `on_evaluate(seq, row, seconds waited)` is called when an evaluation starts and
-    `on_measured(seq)` when its answer is committed. With `checkpoint` (the dataset
+    `on_measured(seq)` when its answer is committed, `on_end(reason)` when the modeler's
+    End comes, before it is answered (a curator killed after its answer then leaves the
+    session closed, not open for ever). With `checkpoint` (the dataset
     ledger's head now) the Welcome carries the head, and the modeler's End is answered
     with an End carrying it again (protocol.checkpoint). `dataset`: the Dataset message
     of `release` prepared once for every session (protocol.chunks.shared_dataset: its
@@ -154,6 +157,8 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                     continue
                 await channel.send(reply)
             elif isinstance(message, End):
+                if on_end is not None:
+                    on_end(message.reason)
                 if checkpoint is not None:
                     await _send_closing_end(channel, checkpoint, session_id)
                 return message.reason

@@ -259,6 +259,22 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
                      f"{sid} {seq} VALUE`")
         CURATOR_LOG.info(line)
 
+    def ended(reason: str | None) -> str:
+        """The session's status once the modeler ends it with `reason`: an End "done"
+        finishes it; any other reason before the T-th answer (a modeler that gives up, a
+        client closed early) leaves it interrupted, resumable."""
+        return "ok" if reason == "done" or len(curator.answered) >= T else "interrupted"
+
+    def record_status(status: str) -> None:
+        """Record `status` in the journal (the current connection's only)."""
+        if not session.current:  # a superseded connection writes nothing: the new one owns it
+            return
+        try:
+            service.journal.set_status(sid, session.generation, status)
+        except JournalFault as exc:  # the session stays open (resumable): nothing of
+            CURATOR_LOG.warning("session %s: status %s not recorded: %s", sid[:12],
+                                status, exc)  # its lost answers was ever sent
+
     started, status, reason, error = time.perf_counter(), "failed", None, None
     try:
         if hello is None:  # read here, so that the release handler sees what it declared
@@ -272,10 +288,9 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
             on_measured=session.measured, checkpoint=service.checkpoint,
             dataset=session.service.dataset_body,
             asked={**{seq: row for seq, (row, _) in curator.answered.items()},
-                   **curator.reserved})
-        # an End "done" finishes the session; any other reason before the T-th answer
-        # (a modeler that gives up, a client closed early) leaves it interrupted, resumable
-        status = "ok" if reason == "done" or len(curator.answered) >= T else "interrupted"
+                   **curator.reserved},
+            on_end=lambda why: record_status(ended(why)))  # before the End is answered
+        status = ended(reason)
     except (PeerTimeout, PeerGone, asyncio.CancelledError) as exc:
         status, error = "interrupted", exc  # the peer vanished or the curator stops: resumable
         if raise_errors or isinstance(exc, asyncio.CancelledError):
@@ -293,11 +308,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         result["signatures"] = channel.signatures
         result["sign_keys"] = {CURATOR: channel.sign_key, MODELER: channel.peer_key or ""}
         if session.current:  # a superseded connection writes nothing: the new one owns it
-            try:
-                service.journal.set_status(sid, session.generation, status)
-            except JournalFault as exc:  # the session stays open (resumable): nothing of
-                CURATOR_LOG.warning("session %s: status %s not recorded: %s", sid[:12],
-                                    status, exc)  # its lost answers was ever sent
+            record_status(status)
             service.keep_head(sid)  # however it ended: no End comes from a vanished peer
             if out is not None:
                 write_json(out / "curator.json", result)

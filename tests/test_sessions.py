@@ -337,3 +337,38 @@ async def test_without_curve_a_session_belongs_to_its_signing_key(tmp_path):
         b.close()
         await _stop(task)
         close_context(ctx)
+
+
+def test_a_session_the_modeler_ends_is_closed_before_its_end_is_answered():
+    """The status goes into the journal when the modeler's End comes, before the closing
+    End is sent: a curator killed right after that End leaves the session 'ok', not 'open'
+    for ever with nothing able to close it (a review's repro: the status was written only
+    after the curator's record, ~0.5 s later)."""
+    from pobo.protocol.channel import Channel
+    from pobo.protocol.messages import End
+    from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
+    from pobo.session import curate, optimise
+    from pobo.transport.inproc import pipe_pair
+
+    async def main() -> list[str]:
+        service = prepare_service(RunConfig(T=3, options={"grid": 10}))
+        session = service.new_session()
+        cpipe, mpipe = pipe_pair()
+        cchan = Channel(cpipe, Boundary(PRIVATE, CURATOR), timeout=10)
+        mchan = Channel(mpipe, Boundary(PRIVATE, MODELER), timeout=10)
+        seen, send = [], cchan.send
+
+        async def watched(message, *args, **kwargs):
+            if isinstance(message, End):  # the status as the closing End leaves
+                seen.append(dict(service.journal.sessions())[session.session_id])
+            return await send(message, *args, **kwargs)
+        cchan.send = watched
+        try:
+            await asyncio.wait_for(asyncio.gather(curate(cchan, session, None, verbose=False),
+                                                  optimise(mchan, 0, "random", None)), 60)
+        finally:
+            cchan.close()
+            mchan.close()
+        return seen
+
+    assert asyncio.run(main()) == ["ok"]
