@@ -192,11 +192,19 @@ class Journal:
                              if group_commit is None else group_commit)
         self._group: asyncio.Future | None = None  # the open group transaction's commit
         self.commits = 0  # transactions committed (COMMITs: fsyncs at durability full)
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                   timeout=busy_timeout)  # how long to wait for another writer
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None,
+                                       check_same_thread=False,
+                                       timeout=busy_timeout)  # how long to wait for a writer
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot open the journal {self.path}: {exc}") from exc
         if self.path != ":memory:":  # (a new in-memory database holds nothing yet)
             try:
                 self._open_file(durability, busy_timeout)
+            except sqlite3.Error as exc:  # not a database, damaged, or no room: typed
+                self._db.close()
+                raise JournalError(f"cannot open the journal {self.path}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
             except BaseException:
                 self._db.close()
                 raise
@@ -430,7 +438,11 @@ class Journal:
         """Set a meta value (e.g. the budget last configured)."""
         with self._lock:
             self._commit_group()  # an autocommit write: never inside a staged group
-            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+            try:
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+            except sqlite3.Error as exc:  # a full disk, say: typed, naming the journal
+                raise JournalError(f"cannot write to the journal {self.path}: "
+                                   f"{type(exc).__name__}: {exc}") from exc
 
     def projection(self, key: str):
         """(the stored ProjectedDataset, curator-private report), or None. A projection

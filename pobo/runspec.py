@@ -114,5 +114,9 @@ def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     lines = [f" {json.dumps(key)}: {json.dumps(value)}" for key, value in data.items()]
-    tmp.write_text("{\n" + ",\n".join(lines) + "\n}\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text("{\n" + ",\n".join(lines) + "\n}\n")
+        tmp.replace(path)
+    except OSError:  # a full disk, say: no half-written temporary file is left behind
+        tmp.unlink(missing_ok=True)
+        raise

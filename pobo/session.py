@@ -311,7 +311,11 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
             record_status(status)
             service.keep_head(sid)  # however it ended: no End comes from a vanished peer
             if out is not None:
-                write_json(out / "curator.json", result)
+                try:
+                    write_json(out / "curator.json", result)
+                except OSError as exc:  # a full disk: the journal holds the session's
+                    CURATOR_LOG.error("session %s: its record %s could not be written: %s",
+                                      sid[:12], out / "curator.json", exc)  # answers, status
         else:
             result["status"] = "superseded"
         if keep is not None:
