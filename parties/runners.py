@@ -155,6 +155,12 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                 except ProtocolError as exc:
                     await _send_error(channel, exc.code, str(exc))
                     continue
+                except Exception as exc:  # a fault of the curator's own: answered, logged
+                    log.error("session %s: the %s release failed: %s: %s", session_id[:12],
+                              message.algorithm, type(exc).__name__, exc)
+                    await _send_error(channel, ErrorCode.INTERNAL, "the release failed on "
+                                      "the curator's side (its log says why)")
+                    continue
                 await channel.send(reply)
             elif isinstance(message, End):
                 if on_end is not None:

@@ -58,9 +58,10 @@ def check_recorded_ledger(report: AuditReport, transcript: Path) -> None:
             and a["local"]["reports"] == b["local"]["reports"])
     if not same:
         report.violations.append(
-            f"the curator recorded a ledger of central eps {b['central']['epsilon']:.6g} and "
-            f"{b['local']['reports']} LDP reports; the messages imply eps "
-            f"{a['central']['epsilon']:.6g} and {a['local']['reports']} reports")
+            f"the curator recorded a ledger of central eps {b['central']['epsilon']:.6g}, "
+            f"delta {b['central']['delta']:.6g} and {b['local']['reports']} LDP reports; the "
+            f"messages imply eps {a['central']['epsilon']:.6g}, delta "
+            f"{a['central']['delta']:.6g} and {a['local']['reports']} reports")
 
 
 def signing_keys(curator_key: Path | None = None, modeler_key: Path | None = None,

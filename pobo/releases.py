@@ -72,12 +72,19 @@ def release_handler(problem: Problem, Z: np.ndarray, kernel: KernelParams, curat
         elif request.algorithm == "noise-free":
             check_noise_free(curator, problem)
         entry = Entry(f"release:{request.algorithm}", k * request.epsilon, k * delta)
+        try:  # computed before it is charged: a release that cannot be is refused, free
+            result = compute(request, problem, Z, kernel, curator, source, similarity)
+        except ProtocolError:
+            raise
+        except Exception as exc:  # an overflowing scale (epsilon 1e-300, a noise of 1e308)
+            raise ProtocolError(f"the {request.algorithm} release cannot be computed for "
+                                f"this request ({type(exc).__name__}: {exc}): nothing was "
+                                "charged") from None
         if isinstance(ledger, DatasetLedger):  # once per session, for ever (the journal)
             ledger.charge_release(entry, request.algorithm)
         else:
             ledger.charge(entry)
-        result = compute(request, problem, Z, kernel, curator, source, similarity)
-        if record is not None:
+        if record is not None:  # (nothing of `result` leaves before its charge is recorded)
             record(result)
         return Release(result.algorithm, result.epsilon, result.delta, result.index,
                        result.value, result.laplace_scale)

@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from pobo.parties.journal import ReleaseAlreadyGranted
-from pobo.protocol.errors import ErrorCode
+from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.ledger import Ledger
 from pobo.protocol.messages import PROTOCOL_VERSION, Hello, ReleaseRequest
 from pobo.releases import KernelNotNormalised, release_handler
@@ -73,3 +73,20 @@ def test_privacy_unit_states_kusners_assumptions_and_pure_ldp():
     assert "GP prior" in text and "0.9" in text and "k(x, x) = 1" in text
     assert "one release per session" in unit["releases"]["once"]
     assert unit["rewards"]["delta"] == 0.0 and "accountant" in unit["rewards"]["composition"]
+
+
+@pytest.mark.parametrize("request_", [ReleaseRequest("noisy", 1e-300, DELTA),
+                                      ReleaseRequest("noisy", 1.0, DELTA, noise_var=1e308)])
+def test_a_release_that_cannot_be_computed_is_refused_and_not_charged(request_):
+    """A hostile request whose noise scale overflows (epsilon 1e-300, a noise variance of
+    1e308 that still replays as GP-UCB): refused with a typed error naming why, and the
+    ledger charged nothing (a review's repro: charged for ever, then the session died with
+    no Error to the modeler)."""
+    problem = _problem()
+    curator, _ = _kusner_record(problem, 6)
+    ledger = Ledger()
+    handle = release_handler(problem, problem.X, problem.kernel, curator, ledger, _source(7),
+                             hello=_kusner_hello())
+    with pytest.raises(ProtocolError, match="cannot be computed|nothing was charged|ucb"):
+        handle(request_)
+    assert ledger.entries == []
