@@ -372,7 +372,7 @@ class ModelerClient:
                 "release_error": self.release_error,
                 "ledger_head": None if self.ledger_head is None else asdict(self.ledger_head),
                 "seconds": time.perf_counter() - self._started,
-                "transcript_head": channel.transcript.head if channel and channel.transcript
+                "transcript_head": channel.transcript.anchor() if channel and channel.transcript
                 else None,
                 "signatures": channel.signatures if channel else "unsigned",
                 "sign_keys": {CURATOR: (channel.peer_key or "") if channel else "",

@@ -303,7 +303,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         result = curator_result(session, curator, status, reason, time.perf_counter() - started)
         result["error"] = None if error is None else f"{type(error).__name__}: {error}"
         result["release"] = released[0] if released else None
-        result["transcript_head"] = channel.transcript.head if channel.transcript else None
+        result["transcript_head"] = channel.transcript.anchor() if channel.transcript else None
         result["security"], result["peer"] = session.params.security, peer
         result["signatures"] = channel.signatures
         result["sign_keys"] = {CURATOR: channel.sign_key, MODELER: channel.peer_key or ""}
@@ -422,7 +422,7 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                   "best_index": None if best is None else queries[best],
                   "best_reward": None if best is None else rewards[best],
                   **released, "seconds": time.perf_counter() - started,
-                  "transcript_head": channel.transcript.head if channel.transcript else None,
+                  "transcript_head": channel.transcript.anchor() if channel.transcript else None,
                   "signatures": channel.signatures,
                   "sign_keys": {CURATOR: channel.peer_key or "", MODELER: channel.sign_key}}
         if out is not None:

@@ -322,21 +322,38 @@ class Transcript:
         self._replies += 1
         self._replies_hash.update(hashlib.sha256(frame).digest())
 
+    def anchor(self) -> dict:
+        """The head a party anchors in its result: the refused-summary of the frames
+        counted so far written first, so that the head names the file's last record (a
+        peer that sent more frames than the cap cannot make the party's own record and
+        file disagree). Frames counted later get a summary of their own."""
+        self._summarise()
+        return self.head
+
+    def _summarise(self) -> None:
+        """Write the refused-summary record of the frames only counted since the last one
+        (none: nothing), and start counting afresh."""
+        if self._file is None or not (self._counted or self._replies):
+            return
+        try:
+            self._write({"seq": self._seq, "time": time.time(), "kind": REFUSED_SUMMARY,
+                         "count": self._counted, "sha256": self._counted_hash.digest(),
+                         "replies": self._replies,
+                         "replies_sha256": self._replies_hash.digest()})
+        except TranscriptError as exc:  # another writer owns the file now: leave it intact
+            log.warning("refused-summary not written: %s", exc)
+        finally:
+            self._counted, self._counted_hash = 0, hashlib.sha256()
+            self._replies, self._replies_hash = 0, hashlib.sha256()
+
     def close(self) -> None:
         """Write the refused-summary record if frames were only counted, and close the file;
         later appends raise."""
         if self._file is None:
             return
         try:
-            if self._counted or self._replies:
-                self._write({"seq": self._seq, "time": time.time(), "kind": REFUSED_SUMMARY,
-                             "count": self._counted, "sha256": self._counted_hash.digest(),
-                             "replies": self._replies,
-                             "replies_sha256": self._replies_hash.digest()})
-        except TranscriptError as exc:  # another writer owns the file now: leave it intact
-            log.warning("refused-summary not written: %s", exc)
+            self._summarise()
         finally:
-            self._counted, self._replies = 0, 0
             self._file.close()
             self._file = None
 

@@ -3,6 +3,7 @@
 every session shares (the dataset) is stored once in a content-addressed blob store."""
 import asyncio
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -122,6 +123,11 @@ def test_refused_frames_cost_at_most_200_bytes_each_and_are_capped(tmp_path):
                               "codes": {"malformed": 250, "unknown_kind": 250, "policy": 250,
                                         "sequence": 250}}
     assert any("9000 more past the cap" in n for n in report.notes)
+    # the head the curator anchored in its record names the summary too (it was taken
+    # before the summary was written: any modeler could make that record fail its audit)
+    head = json.loads((tmp_path / "curator.json").read_text())["transcript_head"]
+    anchored = audit_transcript(tmp_path / "curator.transcript", head)
+    assert anchored.ok, anchored.violations[:5]
     # and the peer's own record of what it sent agrees with the curator's, digest for digest
     comparison = compare(readable_records(tmp_path / "curator.transcript"),
                          readable_records(tmp_path / "modeler.transcript"))
