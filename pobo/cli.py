@@ -814,7 +814,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     problem = build_problem(config.scenario, config.seed, **config.options)
-    np.savez(args.out, X=problem.X, f=problem.f)
+    with open(args.out, "wb") as out:  # the name given (numpy would add .npz to a path)
+        np.savez(out, X=problem.X, f=problem.f)
     print(f"wrote X {problem.X.shape} and f to {args.out} (private: keep it with the curator)")
     return 0
 
@@ -959,9 +960,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     from pobo.parties.checkpoints import LedgerChain
     from pobo.parties.journal import Journal
 
-    if not args.journal.exists():
-        raise FileNotFoundError(f"no journal at {args.journal}")
-    journal = Journal(args.journal)
+    journal = Journal(existing_journal(args.journal))
     try:
         ledger = journal_ledger(journal)
         entries, head = LedgerChain(journal).current()
@@ -976,12 +975,10 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
 def _cmd_answer(args: argparse.Namespace) -> int:
     from pobo.parties.journal import Journal
 
-    if not args.journal.exists():
-        raise FileNotFoundError(f"no journal at {args.journal}")
     given = [a is not None for a in (args.session, args.seq, args.value)]
     if any(given) and not all(given):
         raise ValueError("give SESSION SEQ VALUE together, or none to list what is pending")
-    journal = Journal(args.journal)
+    journal = Journal(existing_journal(args.journal))
     try:
         if all(given):
             entered = journal.supply(args.session, args.seq, args.value)
@@ -992,6 +989,20 @@ def _cmd_answer(args: argparse.Namespace) -> int:
     finally:
         journal.close()
     return 0
+
+
+def existing_journal(path: Path) -> Path:
+    """`path`, if a journal is there: FileNotFoundError for nothing, ValueError for a folder
+    or an empty file (opening either would make a journal of it: a command that reads one
+    must not create one)."""
+    if not path.exists():
+        raise FileNotFoundError(f"no journal at {path}")
+    wal = path.with_name(path.name + "-wal")
+    if path.is_dir() or (path.stat().st_size == 0
+                         and not (wal.exists() and wal.stat().st_size > 0)):
+        raise ValueError(f"{path} is {'a folder' if path.is_dir() else 'an empty file'}, "
+                         "not a journal")
+    return path
 
 
 def describe_pending(pending: list, as_json: bool = False) -> str:

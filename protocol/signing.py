@@ -19,6 +19,7 @@ session, and answers it bare (so a version-1 peer can read its version_mismatch 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import struct
 from dataclasses import dataclass, field
@@ -249,16 +250,30 @@ def verify(envelope: Envelope, key: VerifyKey) -> bool:
 
 
 def load_signing_key(path: str | Path) -> Signer:
-    """A signing key from a file: 32 raw bytes, 64 hex digits, or PEM (PKCS#8)."""
-    data = Path(path).read_bytes()
+    """A signing key from a file: 32 raw bytes, 64 hex digits, or PEM (PKCS#8). A public
+    key file given instead (named *.sign_public, or holding the key of a *.sign_public
+    file beside it) is refused: its 64 hex digits would pass for a seed that everyone
+    holding the public file knows."""
+    path = Path(path)
+    if path.name.endswith(".sign_public"):
+        raise ValueError(f"{path} is a public signing key, not a secret one: give the "
+                         ".sign_secret file")
+    data = path.read_bytes()
     if len(data) == 32:
         return Signer(data)
     text = data.strip()
     if len(text) == 64:
         try:
-            return Signer(bytes.fromhex(text.decode()))
+            seed = bytes.fromhex(text.decode())
         except ValueError:
-            pass
+            seed = None
+        if seed is not None:
+            for public in path.parent.glob("*.sign_public"):
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    if public.read_text().strip() == text.decode():
+                        raise ValueError(f"{path} holds the public key of {public}, not a "
+                                         "secret one: give the .sign_secret file")
+            return Signer(seed)
     from cryptography.hazmat.primitives import serialization  # PEM only: parsed by cryptography
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 

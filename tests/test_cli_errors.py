@@ -185,3 +185,27 @@ def test_a_curator_stopped_by_sigterm_exits_cleanly(tmp_path, sessions, code):
             curator.kill()
             curator.wait(10)
     assert curator.returncode == code and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("command", [["ledger"], ["answer"]])
+def test_a_command_that_reads_a_journal_never_makes_one(tmp_path, command):
+    """An empty file or a folder given as --journal is refused in one line and left as it
+    was (a review's repro: `pobo ledger` turned an empty file into a 68 KB journal)."""
+    empty = tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    for given, says in ((empty, "an empty file, not a journal"),
+                        (tmp_path, "a folder, not a journal")):
+        done = _pobo(*command, "--journal", str(given))
+        assert done.returncode == 1 and says in _one_line(done)
+    assert empty.read_bytes() == b"" and sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]
+
+
+def test_export_data_writes_the_file_it_names(tmp_path):
+    """`--out xdata` writes xdata, the file it reports (numpy's savez added .npz to it)."""
+    import numpy as np
+
+    done = _pobo("export-data", "synthetic", "--grid", "5", "--out", str(tmp_path / "xdata"))
+    assert done.returncode == 0 and str(tmp_path / "xdata") in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["xdata"]
+    with np.load(tmp_path / "xdata") as data:
+        assert data["X"].shape[0] == data["f"].shape[0] == 25

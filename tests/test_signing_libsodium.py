@@ -94,3 +94,19 @@ def test_a_malformed_public_key_is_a_typed_wrong_key(text):
     with pytest.raises(ProtocolError) as info:
         verify_key(text)
     assert info.value.code == ErrorCode.WRONG_KEY
+
+
+def test_a_public_key_file_is_refused_as_a_signing_secret(tmp_path):
+    """Its 64 hex digits would pass for a seed that everyone holding the public file knows
+    (a review's repro: `--sign-secret keys/curator.sign_public` signed a whole session)."""
+    from pobo.transport.security import make_keys
+
+    make_keys(tmp_path / "k")
+    secret = load_signing_key(tmp_path / "k" / "curator.sign_secret")  # the real one loads
+    public = (tmp_path / "k" / "curator.sign_public").read_text().strip()
+    assert secret.public_hex == public
+    with pytest.raises(ValueError, match="public signing key, not a secret"):
+        load_signing_key(tmp_path / "k" / "curator.sign_public")
+    (tmp_path / "k" / "copy.key").write_text(public + "\n")  # renamed, beside its original
+    with pytest.raises(ValueError, match="holds the public key of"):
+        load_signing_key(tmp_path / "k" / "copy.key")
