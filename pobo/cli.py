@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of our output stopped reading: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (PoboError, ValueError, OSError, sqlite3.Error) as exc:
+    except (PoboError, ValueError, OSError, sqlite3.Error, ArithmeticError,
+            MemoryError) as exc:  # (a dataset too large for memory: one line, not a trace)
         print(f"pobo {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
@@ -169,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "table for this command); flags given here override it")
     p.add_argument("--preset", choices=sorted(PRESETS), help="one of the paper's experiments")
     p.add_argument("--eps", type=positive, nargs="+", help="epsilons")
-    p.add_argument("--log-eps", type=finite, nargs="+", help="epsilons as e^x (the paper's way)")
+    p.add_argument("--log-eps", type=log_epsilon, nargs="+",
+                   help="epsilons as e^x (the paper's way)")
     p.add_argument("--r", type=positive_int, nargs="+", help="projection dimensions")
     p.add_argument("--seeds", type=positive_int, help="seeds 0..N-1 (default 10, presets 50)")
     p.add_argument("--T", type=positive_int, help="query budget")
@@ -193,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     _ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=positive, nargs="+",
                    help="make every reward eps-LDP (CTL Laplace); several values are swept")
-    p.add_argument("--beta-scales", type=positive, nargs="+",
+    p.add_argument("--beta-scales", type=beta_scale, nargs="+",
                    help="exploration scales S to sweep (default: each strategy's default)")
     p.add_argument("--moma-k", type=moma_k_value, nargs="+", metavar="K",
                    help="moma-gp-ucb epoch lengths to sweep (default: the theorem's k)")
@@ -476,7 +478,7 @@ def _ldp_synthetic_arguments(p: argparse.ArgumentParser) -> None:
 
 def _modeler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default="gp-ucb")
-    p.add_argument("--beta-scale", type=positive,
+    p.add_argument("--beta-scale", type=beta_scale,
                    help="multiply the strategy's exploration width beta_t (default: its "
                         "documented default; 1 = the theorem's value)")
     p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"),
@@ -619,6 +621,9 @@ non_negative = _number(float, lambda v: v >= 0, "a number >= 0")
 finite = _number(float, lambda v: True, "a finite number")
 probability = _number(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
 at_least_two = _number(int, lambda v: v >= 2, "an integer >= 2")
+# an exploration scale S multiplies sqrt(beta_t); past 1e6 it only overflows
+beta_scale = _number(float, lambda v: 0 < v <= 1e6, "a number in (0, 1e6]")
+log_epsilon = _number(float, lambda v: abs(v) <= 100, "a number in [-100, 100]")  # e^x finite
 
 
 def budget_value(text: str) -> float:
@@ -942,10 +947,24 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     if not args.under_run:  # under `pobo run`, which prints the merged summary
         for r in results:
             print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
-    if args.sessions == 0:  # a service, stopped by SIGINT/SIGTERM: sessions cut short by
-        # the stop are interrupted (resumable), which is the normal way to stop it
-        return 0 if all(r["status"] in ("ok", "interrupted") for r in results) else 1
-    return 0 if results and all(r["status"] == "ok" for r in results) else 1
+    return curator_status(results, service=args.sessions == 0)
+
+
+def curator_status(results: list[dict], service: bool) -> int:
+    """`pobo curator`'s exit status for its sessions' records: 1 if one failed (each named
+    on standard error in one line, with its error) or, with a number of --sessions, none
+    was served. A service (--sessions 0) is stopped by SIGINT/SIGTERM: sessions cut short
+    by the stop are interrupted (resumable), which is the normal way to stop it, with or
+    without a session served."""
+    fine = ("ok", "interrupted") if service else ("ok",)
+    failed = [r for r in results if r["status"] not in fine]
+    for r in failed:
+        print(f"pobo curator: error: session {r['session']} {r['status']}"
+              + (f": {r['error']}" if r.get("error") else ""), file=sys.stderr, flush=True)
+    if not results and not service:
+        print("pobo curator: error: no session was served", file=sys.stderr, flush=True)
+        return 1
+    return 1 if failed else 0
 
 
 def writable(folder: Path) -> None:

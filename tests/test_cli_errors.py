@@ -43,6 +43,11 @@ def _one_line(done: subprocess.CompletedProcess) -> str:
     (["curator", "synthetic", "--sessions", "-1"], "--sessions: expected an integer >= 0"),
     (["run", "synthetic", "--seed", "-1"], "--seed: expected an integer >= 0"),
     (["run", "nosuchscenario"], "unknown scenario 'nosuchscenario'"),
+    (["run", "synthetic", "--beta-scale", "1e308"], "--beta-scale: expected a number in (0, 1e6]"),
+    (["sweep", "synthetic", "--beta-scales", "1", "1e308", "--out", "x"],
+     "--beta-scales: expected a number in (0, 1e6]"),
+    (["sweep", "synthetic", "--log-eps", "1000", "--out", "x"],
+     "--log-eps: expected a number in [-100, 100]"),
 ])
 def test_a_bad_flag_is_one_line(argv, says):
     done = _pobo(*argv)
@@ -209,3 +214,28 @@ def test_export_data_writes_the_file_it_names(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["xdata"]
     with np.load(tmp_path / "xdata") as data:
         assert data["X"].shape[0] == data["f"].shape[0] == 25
+
+
+def test_a_curator_whose_session_failed_says_which_and_why(capsys):
+    """`pobo curator --sessions 1` exited 1 with no error line when its session failed (a
+    review's repro: a flood past the refusal limit); now each failed session is named."""
+    from pobo.cli import curator_status
+
+    ok = {"session": "a" * 32, "status": "ok", "error": None}
+    failed = {"session": "b" * 32, "status": "failed", "error": "ProtocolError: 10001 refusals"}
+    cut = {"session": "c" * 32, "status": "interrupted", "error": "PeerTimeout: gone"}
+    assert curator_status([ok], service=False) == 0 and capsys.readouterr().err == ""
+    assert curator_status([ok, failed], service=False) == 1
+    assert capsys.readouterr().err == (f"pobo curator: error: session {'b' * 32} failed: "
+                                       "ProtocolError: 10001 refusals\n")
+    assert curator_status([ok, cut], service=True) == 0  # a service stopped by a signal
+    assert curator_status([cut], service=False) == 1 and "interrupted: PeerTimeout" in \
+        capsys.readouterr().err
+    assert curator_status([], service=False) == 1 and "no session" in capsys.readouterr().err
+    assert curator_status([], service=True) == 0 and capsys.readouterr().err == ""
+
+
+def test_a_dataset_too_large_for_memory_is_one_line():
+    """numpy's MemoryError (a synthetic grid of 1e10 rows) was a traceback (a review's repro)."""
+    done = _pobo("curator", "synthetic", "--grid", "100000")
+    assert done.returncode == 1 and "MemoryError" in _one_line(done)
