@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,13 +176,18 @@ def check_data_digest(report: AuditReport, transcript: Path, X: np.ndarray,
                                  f"{recorded[:16]}...")
 
 
-def audit_files(paths: list[Path], data: Path | None = None,
-                blobs: Path | None = None, keys: dict[str, str] | None = None) -> list[AuditReport]:
+KeysFor = Callable[[list[Path]], "dict[str, str] | None"]  # a session's transcripts -> keys
+
+
+def audit_files(paths: list[Path], data: Path | None = None, blobs: Path | None = None,
+                keys: dict[str, str] | KeysFor | None = None) -> list[AuditReport]:
     """Audit one transcript, a curator's and a modeler's of one session (any order), or
     the transcripts of several sessions of one dataset (their ledger heads one chain);
     blob references are read from `blobs`, or beside each transcript (./blobs, ../blobs);
-    signatures are verified against `keys` (see signing_keys); `data` must be the
-    session's (its digest the curator's record)."""
+    signatures are verified against `keys` (see signing_keys), or against what
+    `keys(the session's transcripts)` returns for each session (sessions of one curator
+    with different modelers: each its own modeler's key); `data` must be the session's
+    (its digest the curator's record)."""
     X, f = load_data(data) if data is not None else (None, None)
     reports = _audit(paths, X, f, blobs, keys)
     for report in reports:
@@ -192,13 +198,36 @@ def audit_files(paths: list[Path], data: Path | None = None,
 
 
 def _audit(paths: list[Path], X, f, blobs: Path | None,
-           keys: dict[str, str] | None) -> list[AuditReport]:
+           keys: dict[str, str] | KeysFor | None) -> list[AuditReport]:
     """One report per transcript: a curator's and a modeler's transcript of the same
     session are audited as a pair; with several sessions, their ledger heads must form
     one chain (`check_ledger_chain`)."""
+    keys_for = keys if callable(keys) else (lambda _: keys)
     if len(paths) == 1:
         role = CURATOR if paths[0].name.startswith(CURATOR) else MODELER
-        return [audit_transcript(paths[0], anchor_for(paths[0], role), X, f, blobs, keys)]
+        return [audit_transcript(paths[0], anchor_for(paths[0], role), X, f, blobs,
+                                 keys_for(paths))]
+    reports: list[AuditReport] = []
+    for by_role in session_groups(paths):
+        group = list(by_role.values())
+        if len(by_role) == 2:
+            reports += audit_session(by_role[CURATOR], by_role[MODELER],
+                                     {role: anchor_for(p, role) for role, p in by_role.items()},
+                                     X, f, blobs, keys_for(group))
+        else:
+            (role, path), = by_role.items()
+            reports.append(audit_transcript(path, anchor_for(path, role), X, f, blobs,
+                                            keys_for(group)))
+    check_ledger_chain(reports)
+    return reports
+
+
+def session_groups(paths: list[Path]) -> list[dict[str, Path]]:
+    """The transcripts grouped by session, each group role -> path (a curator's and a
+    modeler's transcript of one session pair up; two of one role and session stand
+    alone); one group per path when only one is given."""
+    if len(paths) == 1:
+        return [{_role_of(paths[0]): paths[0]}]
     sessions: dict[str, dict[str, Path]] = {}
     for path in paths:
         by_role = sessions.setdefault(_session_of(path) or str(path), {})
@@ -206,17 +235,7 @@ def _audit(paths: list[Path], X, f, blobs: Path | None,
         if role in by_role:  # two transcripts of one role and session: each on its own
             by_role = sessions.setdefault(str(path), {})
         by_role[role] = path
-    reports: list[AuditReport] = []
-    for by_role in sessions.values():
-        if len(by_role) == 2:
-            reports += audit_session(by_role[CURATOR], by_role[MODELER],
-                                     {role: anchor_for(p, role) for role, p in by_role.items()},
-                                     X, f, blobs, keys)
-        else:
-            (role, path), = by_role.items()
-            reports.append(audit_transcript(path, anchor_for(path, role), X, f, blobs, keys))
-    check_ledger_chain(reports)
-    return reports
+    return list(sessions.values())
 
 
 def check_ledger_chain(reports: list[AuditReport]) -> None:

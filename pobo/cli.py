@@ -776,13 +776,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_audit(args: argparse.Namespace) -> int:
     from pobo.auditing import audit_files, trusted_keys
 
-    trust = trusted_keys(args.transcripts, args.curator_key, args.modeler_key, args.keys)
-    reports = audit_files(args.transcripts, args.data, args.blobs, trust.keys)
+    trusts: dict[Path, object] = {}  # each transcript's Trust: the keys of its own session
+
+    def keys_for(group: list[Path]):
+        """The keys to verify one session's transcripts with (its own modeler's)."""
+        trust = trusted_keys(group, args.curator_key, args.modeler_key, args.keys)
+        trusts.update(dict.fromkeys(group, trust))
+        return trust.keys
+
+    reports = audit_files(args.transcripts, args.data, args.blobs, keys_for)
     if args.json:
-        print(json.dumps([{**r.to_dict(), "trusted_keys": trust.sources,
-                           "not_verified": list(trust.missing)} for r in reports], indent=1))
+        print(json.dumps([{**r.to_dict(), "trusted_keys": trusts[Path(r.path)].sources,
+                           "not_verified": list(trusts[Path(r.path)].missing)}
+                          for r in reports], indent=1))
     else:
-        print("\n".join([*trust.lines(), *(r.text() for r in reports)]))
+        said = list(dict.fromkeys(line for t in trusts.values() for line in t.lines()))
+        print("\n".join([*said, *(r.text() for r in reports)]))
     return audit_status(reports, args.allow_unsigned)
 
 

@@ -11,6 +11,8 @@ import contextlib
 import hashlib
 import io
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -362,3 +364,43 @@ def test_an_envelope_with_an_out_of_range_record_number_is_malformed(seq):
     with pytest.raises(ProtocolError) as refused:
         open_frame(frame)
     assert refused.value.code is ErrorCode.MALFORMED
+
+
+def test_sessions_of_two_modelers_audit_together_each_with_its_own_key(tmp_path):
+    """One curator, two sessions, two modelers with keys of their own, both trusted: each
+    session's transcript verifies with its own modeler's key also when they are audited
+    together (a review's repro: all were checked against the first modeler key found, so
+    the second failed and the cross-session ledger check could not be used)."""
+    import shutil
+
+    with socket.socket() as probe:  # a free loopback port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    homes = {who: tmp_path / f"home-{who}" for who in ("a", "b")}
+    env = {who: {**os.environ, "POBO_HOME": str(home)} for who, home in homes.items()}
+    curator = subprocess.Popen([sys.executable, "-m", "pobo", "curator", "synthetic", "--grid",
+                                "6", "--T", "3", "--sessions", "2", "--seed", "1",
+                                "--journal", str(tmp_path / "j.db"),
+                                "--bind", f"tcp://127.0.0.1:{port}", "--out", str(tmp_path / "c")],
+                               env=env["a"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for who, seed in (("a", "1"), ("b", "2")):
+            done = subprocess.run([sys.executable, "-m", "pobo", "modeler", "--connect",
+                                   f"tcp://127.0.0.1:{port}", "--seed", seed, "--out",
+                                   str(tmp_path / f"m-{who}"), "-q"], env=env[who],
+                                  capture_output=True, text=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+        assert curator.wait(60) == 0
+    finally:
+        if curator.poll() is None:
+            curator.kill()
+            curator.wait(10)
+    (homes["a"] / "trusted").mkdir()
+    shutil.copy(homes["b"] / "keys" / "modeler.sign_public",
+                homes["a"] / "trusted" / "modeler-b.sign_public")
+    transcripts = sorted(str(p) for p in (tmp_path / "c").glob("*/curator.transcript"))
+    assert len(transcripts) == 2
+    done = subprocess.run([sys.executable, "-m", "pobo", "audit", *transcripts], env=env["a"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("trusted modeler key") == 2 and "VIOLATIONS" not in done.stdout
