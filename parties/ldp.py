@@ -38,6 +38,10 @@ class ConvertToLaplace:
             raise ValueError(f"need B >= 0, R >= 0 and B + R > 0, got B={self.B}, R={self.R}")
         if not 0 <= self.delta < 1:
             raise ValueError(f"LDP delta must lie in [0, 1), got {self.delta}")
+        if not math.isfinite(self.scale * self.scale):  # (the noise variance too)
+            raise ValueError(f"LDP epsilon {self.epsilon:g} with B + R = {self.bound:g} "
+                             f"gives a noise scale of {self.scale:g}: no reward could be used "
+                             "(every modeler's GP would fail); give a larger epsilon")
 
     @property
     def bound(self) -> float:

@@ -17,12 +17,26 @@ from pathlib import Path
 CONFIGURABLE = ("run", "curator", "modeler", "sweep", "export-data")
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def load_config(path: Path, command: str) -> dict:
-    """The settings `path` holds for `command` (its table, else the top-level keys)."""
+    """The settings `path` holds for `command` (its table, else the top-level keys). Only
+    a regular file of at most MAX_CONFIG_BYTES is read (a FIFO would wait for ever, a
+    device like /dev/zero would fill memory)."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"no config file at {path}")
+    if not path.is_file():
+        raise ValueError(f"{path} is not a regular file: a config file is TOML text")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_CONFIG_BYTES} bytes: not a config file")
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"no config file at {path}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not text: a config file is TOML") from None
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path} is not valid TOML: {exc}") from None
     own = data.get(command)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -104,10 +105,19 @@ def build_problem(name: str, seed: int | None, **options) -> Problem:
     scenario-specific options."""
     builder = resolve(name)
     options = {k: v for k, v in options.items() if v is not None}
-    try:
-        problem = builder(seed, **options)
+    try:  # the options the builder takes, apart from what goes wrong inside it
+        inspect.signature(builder).bind(seed, **options)
     except TypeError as exc:
         raise ValueError(f"scenario {name!r} does not take options {sorted(options)}: {exc}") from None
+    except ValueError:
+        pass  # no signature to read: the call itself says
+    try:
+        problem = builder(seed, **options)
+    except (ValueError, OSError, MemoryError):
+        raise  # already what a user reads in one line
+    except Exception as exc:  # a scenario script's own fault: one line, naming it
+        raise ValueError(f"scenario {name!r} failed to build its problem: "
+                         f"{type(exc).__name__}: {exc}") from None
     from pobo.scenarios.problem import Problem  # noqa: F811  (loaded with the scenario)
 
     if not isinstance(problem, Problem):

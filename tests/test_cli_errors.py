@@ -239,3 +239,27 @@ def test_a_dataset_too_large_for_memory_is_one_line():
     """numpy's MemoryError (a synthetic grid of 1e10 rows) was a traceback (a review's repro)."""
     done = _pobo("curator", "synthetic", "--grid", "100000")
     assert done.returncode == 1 and "MemoryError" in _one_line(done)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["curator", "synthetic", "--grid", "5", "--ldp-eps", "1e-310"], "gives a noise scale of inf"),
+    (["curator", "synthetic", "--grid", "5", "--ldp-eps", "1e-160"], "gives a noise scale of 8"),
+    (["run", "synthetic", "--config", "/dev/zero"], "is not a regular file"),
+])
+def test_values_no_session_could_use_are_one_line(argv, says):
+    """A review's repros: an LDP epsilon so small that every reward's noise is infinite was
+    accepted (every modeler then failed), and a config that is a device hung or filled
+    memory."""
+    done = _pobo(*argv)
+    assert done.returncode == 1 and says in _one_line(done)
+
+
+@pytest.mark.parametrize("body, says", [
+    ("raise RuntimeError('no such ward')", "failed to build its problem: RuntimeError: no such"),
+    ("return len(1)", "failed to build its problem: TypeError"),  # not "takes no options"
+])
+def test_a_scenario_script_that_fails_inside_build_is_one_line(tmp_path, body, says):
+    script = tmp_path / "ward.py"
+    script.write_text(f"def build(seed, **options):\n    {body}\n")
+    done = _pobo("curator", str(script), "--T", "2")
+    assert done.returncode == 1 and says in _one_line(done)
