@@ -29,7 +29,7 @@ import shlex
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -219,12 +219,14 @@ class DeferredObjective:
     results_file: Path | None = None
     poll: float = 1.0
     name: str = "deferred"
+    # why the results file could not be read, each said once (not at every poll)
+    unreadable: set[str] = field(default_factory=set, compare=False, repr=False)
 
     async def measure(self, request: EvaluationRequest) -> float:
         """Wait until a value for the query has been entered; return it."""
         while True:
             if self.results_file is not None:
-                ingest_results(self.results_file, request.journal)
+                ingest_results(self.results_file, request.journal, self.unreadable)
             value = request.journal.supplied(request.session, request.seq)
             if value is not None:
                 return checked_value(value, f"the value entered for query {request.seq}")
@@ -237,16 +239,21 @@ def complete_lines(text: str) -> list[str]:
     return text.split("\n")[:-1]
 
 
-def ingest_results(path: str | Path, journal: Journal) -> int:
+def ingest_results(path: str | Path, journal: Journal, said: set[str] | None = None) -> int:
     """Enter every complete (newline-terminated) line `SESSION SEQ VALUE` (whitespace or
-    commas; '#' comments) of a results file whose query is pending in `journal` and has no value yet; returns how
-    many were entered. A line for another journal's session, an answered query or a
-    malformed line is skipped (logged): the file may hold every session's results."""
+    commas; '#' comments) of a results file whose query is pending in `journal` and has
+    no value yet; returns how many were entered. A line for another journal's session,
+    an answered query or a malformed line is skipped (logged): the file may hold every
+    session's results. Why the file cannot be read is logged once per reason in `said`
+    (the caller's, kept between polls), else every time."""
     try:
         text = Path(path).read_text(errors="replace")
     except OSError as exc:  # missing (not yet written), a directory, unreadable
-        if not isinstance(exc, FileNotFoundError):
+        why = f"{type(exc).__name__}: {exc.strerror or exc}"
+        if not isinstance(exc, FileNotFoundError) and (said is None or why not in said):
             log.warning("results file %s cannot be read: %s", path, exc)
+            if said is not None:
+                said.add(why)
         return 0
     waiting = {(p.session, p.seq) for p in journal.pending(live=True) if p.measured is None}
     entered = 0

@@ -481,6 +481,19 @@ def test_a_half_written_results_line_is_not_read(tmp_path):
     assert journal.supplied("s1", 1) == 123.456
 
 
+def test_an_unreadable_results_file_is_said_once(tmp_path, caplog):
+    """A results file that became a folder was logged at every poll (once a second per
+    waiting query; a review's find): once per reason now."""
+    journal = _journal_with_session()
+    journal.reserve("s1", 1, 1, 3, [], Budget())
+    (tmp_path / "results.txt").mkdir()
+    said: set[str] = set()
+    with caplog.at_level("WARNING", logger="pobo"):
+        for _ in range(5):
+            assert ingest_results(tmp_path / "results.txt", journal, said) == 0
+    assert sum("cannot be read" in r.getMessage() for r in caplog.records) == 1
+
+
 def test_a_deferred_value_comes_from_the_journal_or_the_results_file(tmp_path):
     journal = _journal_with_session()
     journal.open_session("s2", {}, b"w", "p", "d", "me")
