@@ -42,10 +42,10 @@ and a blob reference compare with the frame they stand for):
    a party only counted past its cap of refused frames (and the Errors answering them)
    are matched against its `refused-summary` record: their number and the SHA-256 over
    their digests in order must agree (greedily: a frame that matches the next recorded
-   one is taken as that one). An Error the modeler received from a curator connection
-   with no session (its link names none: the `session_lost` a restarted curator answers
-   a retry on the old connection with) is in no curator transcript: it is noted, not
-   compared.
+   one is taken as that one). The Errors the modeler received last on a connection from
+   a curator connection with no session (their link names none: the `session_lost` a
+   restarted curator answers a retry on the old connection with) are in no curator
+   transcript: they are noted, not compared.
 
 Anything else is a violation: a frame received that the other side never recorded
 sending, frames in another order or with other bytes, a frame missing from the middle
@@ -556,11 +556,12 @@ class _Aligned:
 
 
 def _connections(records: list[Record], role: str) -> list[_Connection]:
-    """A transcript cut at each Hello its party sent (modeler) or accepted (curator). An
-    Error the modeler received from a curator connection with no session (its link
-    names none: a refusal before any session, or the `session_lost` a restarted curator
-    answers a retry on the old connection with, PROTOCOL.md 3) is in no curator
-    transcript: it is kept apart (`sessionless`), not matched."""
+    """A transcript cut at each Hello its party sent (modeler) or accepted (curator). The
+    Errors the modeler received last on a connection from a curator connection with no
+    session (their link names none: a refusal before any session, or the `session_lost`
+    a restarted curator answers a retry on the old connection with, PROTOCOL.md 3) are
+    in no curator transcript: they are kept apart (`sessionless`), not matched. One with
+    a frame of the session after it on that connection is matched like any other."""
     opening = "recv" if role == CURATOR else "sent"
     out: list[_Connection] = []
     for r in records:
@@ -570,10 +571,17 @@ def _connections(records: list[Record], role: str) -> list[_Connection]:
         if r.kind == REFUSED_SUMMARY:
             c.counted.append((r.count, r.sha256))
             c.replies.append((r.replies, r.replies_sha256))
-        elif role == MODELER and r.dir == "recv" and _sessionless_error(r):
-            c.sessionless.append(r.seq)
+        elif r.dir == "sent":
+            c.sent.append((r.seq, r.digest))
         else:
-            (c.sent if r.dir == "sent" else c.recv).append((r.seq, r.digest))
+            c.recv.append((r.seq, r.digest))
+            if role == MODELER and _sessionless_error(r):
+                c.sessionless.append(r.seq)
+            else:
+                c.sessionless.clear()  # a frame of the session came after them
+    for c in out:
+        if c.sessionless:
+            c.recv = [(seq, digest) for seq, digest in c.recv if seq not in c.sessionless]
     return out
 
 

@@ -336,3 +336,32 @@ def test_kill_9_and_resume_ends_with_T_evaluations_the_same_ledger_and_a_passing
     reports = audit_session(*paths)
     print(f"\n{side} killed after {k} answers (+{delay * 1000:.0f} ms): unacknowledged "
           f"{reports[0].unacknowledged}")
+
+
+def test_a_sessionless_error_is_excused_only_as_a_connections_last_frame():
+    """The paired audit sets aside an Error with no session that the modeler received last
+    on a connection (a restarted curator's session_lost: in no curator transcript); one
+    with a frame of the session after it is matched like any other frame, so a curator
+    cannot slip unrecorded frames into a live connection under that rule."""
+    from pobo.protocol.audit import compare
+    from pobo.protocol.messages import Error
+    from pobo.protocol.signing import ZERO, Link, seal
+    from pobo.protocol.transcript import Record
+
+    def frame(message, session: str) -> bytes:
+        return seal(encode(message), Link(session, 0, ZERO, ZERO), None)
+
+    hello = frame(Hello(PROTOCOL_VERSION, "m"), "")
+    reward = frame(Reward(1, 2, 0.5), "s" * 32)
+    lost = frame(Error("session_lost", "no session on this connection"), "")
+
+    def records(*items) -> list[Record]:
+        return [Record(i, 0.0, kind, "0" * 64, direction, data)
+                for i, (kind, direction, data) in enumerate(items)]
+
+    curator = records(("hello", "recv", hello), ("reward", "sent", reward))
+    last = records(("hello", "sent", hello), ("reward", "recv", reward), ("error", "recv", lost))
+    inside = records(("hello", "sent", hello), ("error", "recv", lost), ("reward", "recv", reward))
+    excused = compare(curator, last)
+    assert not excused.violations and any("no session" in n for n in excused.notes)
+    assert compare(curator, inside).violations  # not excused mid-connection
