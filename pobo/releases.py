@@ -1,10 +1,13 @@
 """The curator's release handler: Kusner et al.'s three mechanisms on its own record.
 
 The modeler asks (ReleaseRequest); the curator first checks that the release's proof
-holds for this session -- refused with a typed `policy` error otherwise -- then charges
-the ledger -- a request past the budget is refused before any noise is drawn -- then
-computes the release from the true observations it holds, never from what the modeler
-claims.
+holds for this session and that its noise can be a number (`check_computable`, from the
+request and the declarations only) -- refused with a typed `policy` error otherwise --
+then charges the ledger -- a request past the budget is refused before any noise is
+drawn -- then computes the release from the true observations it holds, never from what
+the modeler claims. Nothing is computed from the data before the charge: a computation
+that fails after it keeps the charge and answers without saying why (the why may depend
+on the data; the curator's log has it).
 
 When a release is granted (Kusner et al., full paper):
 - 'noisy' (Algorithm 1): Theorems 1 and 3 bound the sensitivity through Srinivas et
@@ -27,6 +30,8 @@ When a release is granted (Kusner et al., full paper):
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 from collections.abc import Callable
 
@@ -38,14 +43,16 @@ from pobo.parties.gp import IncrementalGP, NumericalError
 from pobo.parties.kernels import Kernel, kernel_by_name
 from pobo.parties.noise import NoiseSource
 from pobo.parties.release import (
-    DEFAULT_SIMILARITY, UCB_RTOL, ReleaseResult, gamma_bound, lipschitz_release,
-    noise_free_release, noisy_release, ucb_replay,
+    DEFAULT_SIMILARITY, UCB_RTOL, ReleaseResult, gamma_bound, kusner_c1, kusner_q,
+    lipschitz_release, noise_free_release, noisy_release, ucb_replay,
 )
 from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.ledger import Entry, Ledger
 from pobo.protocol.messages import Hello, KernelParams, Release, ReleaseRequest
 from pobo.protocol.policy import KUSNER_UCB
 from pobo.scenarios.problem import Problem
+
+log = logging.getLogger("pobo.curator")
 
 # Algorithm 1 releases both the row and the value, each (eps, delta)-DP: (2 eps, 2 delta)
 COST = {"noisy": 2, "noise-free": 1, "lipschitz": 1}
@@ -67,29 +74,54 @@ def release_handler(problem: Problem, Z: np.ndarray, kernel: KernelParams, curat
         if request.algorithm == "lipschitz" and not problem.release:
             raise ProtocolError(f"scenario {problem.name} has no Lipschitz validation loss "
                                 "(Algorithm 3 runs on the tuning scenario)", ErrorCode.POLICY)
+        check_computable(request, kernel, Z.shape[1])  # from public values only: free
         if request.algorithm == "noisy":
             check_noisy(request, hello, Z, kernel, curator)
         elif request.algorithm == "noise-free":
             check_noise_free(curator, problem)
         entry = Entry(f"release:{request.algorithm}", k * request.epsilon, k * delta)
-        try:  # computed before it is charged: a release that cannot be is refused, free
-            result = compute(request, problem, Z, kernel, curator, source, similarity)
-        except ProtocolError:
-            raise
-        except Exception as exc:  # an overflowing scale (epsilon 1e-300, a noise of 1e308)
-            raise ProtocolError(f"the {request.algorithm} release cannot be computed for "
-                                f"this request ({type(exc).__name__}: {exc}): nothing was "
-                                "charged") from None
         if isinstance(ledger, DatasetLedger):  # once per session, for ever (the journal)
             ledger.charge_release(entry, request.algorithm)
         else:
             ledger.charge(entry)
-        if record is not None:  # (nothing of `result` leaves before its charge is recorded)
+        try:  # charged first: whatever the computation does with the data is paid for
+            result = compute(request, problem, Z, kernel, curator, source, similarity)
+        except Exception as exc:  # its text may be data-dependent: logged, never sent
+            log.error("the %s release failed after its charge: %s: %s", request.algorithm,
+                      type(exc).__name__, exc)
+            raise ProtocolError(f"the {request.algorithm} release could not be computed; "
+                                "its charge stands (the attempt used the data)",
+                                ErrorCode.INTERNAL) from None
+        if record is not None:
             record(result)
         return Release(result.algorithm, result.epsilon, result.delta, result.index,
                        result.value, result.laplace_scale)
 
     return handle
+
+
+MAX_RELEASE_EPSILON = 1e3  # past this a release protects nothing; and no score overflows
+MIN_RELEASE_EPSILON = 1e-12  # below this no noise scale is a number
+
+
+def check_computable(request: ReleaseRequest, kp: KernelParams, dims: int) -> None:
+    """Refuse (typed, before any charge and without looking at the data) a request whose
+    noise could not be a number: an epsilon outside [MIN_RELEASE_EPSILON,
+    MAX_RELEASE_EPSILON], or (Algorithm 1) a GP noise variance whose C1 = 8 / log(1 +
+    sigma^-2) or q = sigma sqrt(8 log(3/delta)) is not finite (1e308, say). Every value
+    here is the request's or the curator's declaration: the answer tells nothing of the
+    data, so a refusal here may be free."""
+    if not MIN_RELEASE_EPSILON <= request.epsilon <= MAX_RELEASE_EPSILON:
+        raise refuse(f"a release epsilon must lie in [{MIN_RELEASE_EPSILON:g}, "
+                     f"{MAX_RELEASE_EPSILON:g}], not {request.epsilon:g}")
+    if request.algorithm == "noisy":
+        _, noise_var = session_kernel(request, kp, dims)
+        with contextlib.suppress(ArithmeticError, ValueError):
+            sigma = math.sqrt(noise_var)
+            if math.isfinite(kusner_c1(sigma) * kusner_q(sigma, request.delta)):
+                return
+        raise refuse(f"a GP noise variance of {noise_var:g} gives Algorithm 1 no finite "
+                     "sensitivity (C1 = 8 / log(1 + sigma^-2), q = sigma sqrt(8 log(3/delta)))")
 
 
 def refuse(why: str) -> ProtocolError:

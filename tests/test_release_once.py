@@ -75,18 +75,43 @@ def test_privacy_unit_states_kusners_assumptions_and_pure_ldp():
     assert unit["rewards"]["delta"] == 0.0 and "accountant" in unit["rewards"]["composition"]
 
 
-@pytest.mark.parametrize("request_", [ReleaseRequest("noisy", 1e-300, DELTA),
-                                      ReleaseRequest("noisy", 1.0, DELTA, noise_var=1e308)])
-def test_a_release_that_cannot_be_computed_is_refused_and_not_charged(request_):
+@pytest.mark.parametrize("request_, says", [
+    (ReleaseRequest("noisy", 1e-300, DELTA), "epsilon must lie in"),
+    (ReleaseRequest("noisy", 1e300, DELTA), "epsilon must lie in"),
+    (ReleaseRequest("noisy", 1.0, DELTA, noise_var=1e308), "no finite sensitivity")])
+def test_a_release_whose_noise_could_not_be_a_number_is_refused_free(request_, says):
     """A hostile request whose noise scale overflows (epsilon 1e-300, a noise variance of
-    1e308 that still replays as GP-UCB): refused with a typed error naming why, and the
-    ledger charged nothing (a review's repro: charged for ever, then the session died with
-    no Error to the modeler)."""
+    1e308 that still replays as GP-UCB) is refused with a typed policy error, from the
+    request and the declarations alone, and charges nothing (a review's repro: charged for
+    ever, then the session died with no Error to the modeler)."""
     problem = _problem()
     curator, _ = _kusner_record(problem, 6)
     ledger = Ledger()
     handle = release_handler(problem, problem.X, problem.kernel, curator, ledger, _source(7),
                              hello=_kusner_hello())
-    with pytest.raises(ProtocolError, match="cannot be computed|nothing was charged|ucb"):
+    with pytest.raises(ProtocolError, match=says) as refusal:
         handle(request_)
-    assert ledger.entries == []
+    assert refusal.value.code is ErrorCode.POLICY and ledger.entries == []
+
+
+def test_a_release_that_fails_after_its_charge_keeps_the_charge_and_says_nothing_of_the_data(
+        monkeypatch):
+    """Computed before its charge, a release whose failure depends on the data (an
+    overflowing score) answered "cannot be computed, nothing charged": a free oracle on
+    the data, bisected to 12 digits of max |mu_T| by a second review. Now the charge comes
+    first and stands, and the answer carries no text of the failure."""
+    import pobo.releases as releases
+
+    problem = _problem()
+    curator, _ = _kusner_record(problem, 6)
+    ledger = Ledger()
+
+    def failing(*args, **kwargs):
+        raise ValueError("max |mu_T| = 2.0085984318171675 overflows")
+    monkeypatch.setattr(releases, "compute", failing)
+    handle = release_handler(problem, problem.X, problem.kernel, curator, ledger, _source(7),
+                             hello=_kusner_hello())
+    with pytest.raises(ProtocolError) as failed:
+        handle(ReleaseRequest("noisy", 1.0, DELTA))
+    assert failed.value.code is ErrorCode.INTERNAL and "2.008" not in str(failed.value)
+    assert [e.mechanism for e in ledger.entries] == ["release:noisy"]  # paid for
