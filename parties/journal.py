@@ -626,6 +626,23 @@ class Journal:
                 self._generations[session] = 1
             return ordinal
 
+    def claimable(self, session: str, owner: str) -> int:
+        """The generation of a session `owner` may take over now (changing nothing); the
+        typed ProtocolError `claim` raises otherwise: an unknown session, another owner's,
+        or a finished one."""
+        row = self._db.execute("SELECT owner, status, generation FROM sessions WHERE id = ?",
+                               (session,)).fetchone()
+        if row is None:
+            raise ProtocolError(f"no session {session[:40]!r} in this curator's journal",
+                                ErrorCode.SEQUENCE)
+        held_by, status, generation = row
+        if held_by != owner:
+            raise ProtocolError("this session belongs to another peer key", ErrorCode.NOT_OWNER)
+        if status not in RESUMABLE:
+            raise ProtocolError(f"session {session[:12]}... is {status}: a finished session "
+                                "cannot be resumed", ErrorCode.SESSION_CLOSED)
+        return generation
+
     def claim(self, session: str, owner: str) -> int:
         """Take a resumable session over for a new connection of its owner: its generation
         goes up by one, so that every write of an older connection is refused. Raises a
@@ -635,18 +652,7 @@ class Journal:
         claimed: list[int] = []
 
         def take() -> list[tuple[str, tuple]]:
-            row = self._db.execute("SELECT owner, status, generation FROM sessions "
-                                   "WHERE id = ?", (session,)).fetchone()
-            if row is None:
-                raise ProtocolError(f"no session {session[:40]!r} in this curator's journal",
-                                    ErrorCode.SEQUENCE)
-            held_by, status, generation = row
-            if held_by != owner:
-                raise ProtocolError("this session belongs to another peer key",
-                                    ErrorCode.NOT_OWNER)
-            if status not in RESUMABLE:
-                raise ProtocolError(f"session {session[:12]}... is {status}: a finished "
-                                    "session cannot be resumed", ErrorCode.SESSION_CLOSED)
+            generation = self.claimable(session, owner)
             claimed.append(generation + 1)
             return [("UPDATE sessions SET generation = ?, status = 'open' WHERE id = ?",
                      (generation + 1, session))]

@@ -22,7 +22,7 @@ from pobo.protocol.channel import LateSignature
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import Error, ReleaseRequest
 from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
-from pobo.protocol.transcript import Transcript, TranscriptError
+from pobo.protocol.transcript import Transcript, TranscriptError, chain_end
 from pobo.parties.statement import privacy_lines
 from pobo.runspec import LISTENING  # noqa: F401  (re-exported)
 from pobo.session import Signing, curate, open_channel, optimise
@@ -178,7 +178,9 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
     try:
         try:
             hello = await receive_hello(channel)  # answers a bad first frame with an Error
-            session = _admit(hello, service, pipe.peer, security, slots)
+            folder = ((out / hello.resume if per_session_folder else out)
+                      if hello.resume and out is not None else None)
+            session = _admit(hello, service, pipe.peer, security, slots, folder)
         except ProtocolError as exc:
             log.info("refused a peer (%s) before any session: %s: %s", pipe.peer,
                      exc.code.value, exc)
@@ -220,6 +222,23 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
         channel.close()
 
 
+def _check_continuable(where: Path) -> None:
+    """A typed `internal` refusal unless the curator transcript in `where` (if any) can be
+    continued: checked before the resume takes a slot, the session or its stale
+    connection, so that a refused resume changes nothing (it is refused again until the
+    operator restores the file)."""
+    path = where / "curator.transcript"
+    try:
+        if path.exists():
+            chain_end(path)
+    except (TranscriptError, OSError) as exc:
+        log.error("a resume of session %s refused: cannot continue its transcript: %s",
+                  where.name[:12], exc)
+        raise ProtocolError("the curator cannot continue this session's transcript (see its "
+                            "log): the session stays as it was; try again once the operator "
+                            "has repaired it", ErrorCode.INTERNAL) from None
+
+
 def session_owner(peer: str, sign_key: str) -> str:
     """Who a session belongs to: the peer's CURVE key ('plaintext' without CURVE) and the
     signing key its Hello announced (and signed with: the channel verified it), so that
@@ -227,8 +246,11 @@ def session_owner(peer: str, sign_key: str) -> str:
     return f"{peer} sign:{sign_key}" if sign_key else peer
 
 
-def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admissions):
-    """The session a valid Hello opens or resumes for `peer`, or a typed refusal."""
+def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admissions,
+           folder: Path | None = None):
+    """The session a valid Hello opens or resumes for `peer`, or a typed refusal. A resume
+    whose session (its transcript in `folder`) cannot be continued is refused before it
+    takes a slot, the session or its stale connection: the refusal changes nothing."""
     if slots.replayed(hello.nonce):
         raise ProtocolError(f"a hello with nonce {hello.nonce} was received before: a replay",
                             ErrorCode.REPLAY)
@@ -237,6 +259,10 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
         if refusal is not None:
             raise refusal
     owner = session_owner(peer, hello.sign_key)
+    if hello.resume:
+        service.journal.claimable(hello.resume, owner)  # typed refusals first: the id is ours
+        if folder is not None:
+            _check_continuable(folder)
     session = (service.resume(hello.resume, owner=owner) if hello.resume
                else service.new_session(security, owner=owner, batch=hello.batch))
     if session.session_id not in slots.live:

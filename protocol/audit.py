@@ -589,7 +589,10 @@ def _sessionless_error(record: Record) -> bool:
     """Whether `record` holds an Error whose envelope names no session."""
     if record.kind != "error" or not record.frame:
         return False
-    envelope = open_frame(record.frame)
+    try:
+        envelope = open_frame(record.frame)
+    except ProtocolError:  # a malformed envelope: compared like any frame (and reported)
+        return False
     return envelope.link is not None and envelope.link.session == ""
 
 

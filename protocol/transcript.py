@@ -207,14 +207,7 @@ class Transcript:
                 n += 1
             self.path.rename(self.path.with_name(f"{self.path.name}.{n}"))
         if self.path.exists():  # a resumed party continues its own chain, checked first
-            for raw, record in raw_records(self.path.read_bytes()):
-                if record.seq != self._seq or record.prev != self._prev.hex():
-                    raise TranscriptError(
-                        f"{self.path}: record {record.seq} at position {self._seq} does not "
-                        "follow the record before it (the hash chain is broken: the file "
-                        "was edited or damaged): not continuing it")
-                self._seq, self._prev = record.seq + 1, hashlib.sha256(raw).digest()
-                self._refused += record.kind == REFUSED
+            self._seq, self._prev, self._refused = chain_end(self.path)
         self._file: BinaryIO | None = open(self.path, "ab", buffering=0)  # a write per record
         self._end = os.fstat(self._file.fileno()).st_size
 
@@ -388,6 +381,22 @@ class Transcript:
         self._end += len(raw)
         self._seq += 1
         self._prev = hashlib.sha256(raw).digest()
+
+
+def chain_end(path: str | Path) -> tuple[int, bytes, int]:
+    """(the seq the next record gets, the SHA-256 of the last record, the refused records)
+    of the transcript at `path`: where a resumed writer goes on. TranscriptError for a
+    file whose hash chain is broken (a record edited, removed or reordered) or whose tail
+    is torn: nothing may be appended to it."""
+    seq, prev, refused = 0, bytes(32), 0
+    for raw, record in raw_records(Path(path).read_bytes()):
+        if record.seq != seq or record.prev != prev.hex():
+            raise TranscriptError(f"{path}: record {record.seq} at position {seq} does not "
+                                  "follow the record before it (the hash chain is broken: "
+                                  "the file was edited or damaged): not continuing it")
+        seq, prev = record.seq + 1, hashlib.sha256(raw).digest()
+        refused += record.kind == REFUSED
+    return seq, prev, refused
 
 
 def read_transcript(path: str | Path, blobs: str | Path | None = None) -> Iterator[Record]:

@@ -365,3 +365,10 @@ def test_a_sessionless_error_is_excused_only_as_a_connections_last_frame():
     excused = compare(curator, last)
     assert not excused.violations and any("no session" in n for n in excused.notes)
     assert compare(curator, inside).violations  # not excused mid-connection
+    # an Error record whose envelope is malformed (a crafted transcript) is a violation,
+    # not an audit that stops with an error (a second review's repro)
+    import msgpack
+    bad = msgpack.packb({"body": b"x", "link": {"session": "", "seq": -1, "prev": ZERO,
+                                                "peer": ZERO}, "sig": b""})
+    crafted = records(("hello", "sent", hello), ("reward", "recv", reward), ("error", "recv", bad))
+    assert compare(curator, crafted).violations

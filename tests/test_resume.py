@@ -158,16 +158,19 @@ def test_curator_killed_and_restarted_while_the_modeler_waits(tmp_path, referenc
     assert any("no session" in note for note in report.notes), report.notes
 
 
-def test_a_resume_over_a_damaged_curator_transcript_is_refused_typed(tmp_path):
+@pytest.mark.parametrize("sessions", ["0", "2"])
+def test_a_resume_over_a_damaged_curator_transcript_is_refused_typed(tmp_path, sessions):
     """A curator transcript edited (or damaged) between two connections: the resume is
     refused with a typed Error naming the cause, the curator logs one line and goes on
-    serving (before: the connection task died, the modeler waited out its timeout)."""
+    serving (before: the connection task died, the modeler waited out its timeout), and
+    the refusal changes nothing: no slot of --sessions taken (a second review: the curator
+    then exited), the session's generation as it was, a fresh session served."""
     port = _port()
     curator = subprocess.Popen([*POBO, "curator", *SCENARIO, "--bind", f"tcp://127.0.0.1:{port}",
-                                "--journal", str(tmp_path / "journal.db"), "--sessions", "0",
-                                "--timeout", "3", "--out", str(tmp_path / "c")],
+                                "--journal", str(tmp_path / "journal.db"), "--sessions",
+                                sessions, "--timeout", "3", "--out", str(tmp_path / "c")],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    modeler = again = None
+    modeler = again = fresh = None
     try:
         assert curator.stdout.readline().startswith(LISTENING)
         modeler = _modeler(tmp_path, port)
@@ -187,7 +190,15 @@ def test_a_resume_over_a_damaged_curator_transcript_is_refused_typed(tmp_path):
         assert "internal" in err and "transcript" in err and len(err.strip().splitlines()) == 1
         assert transcript.read_bytes() == bytes(data)  # nothing appended to the damaged file
         assert curator.poll() is None  # still serving
+        with sqlite3.connect(tmp_path / "journal.db") as db:
+            assert db.execute("SELECT generation FROM sessions").fetchall() == [(1,)]
+        fresh = subprocess.Popen([*POBO, "modeler", "--connect", f"tcp://127.0.0.1:{port}",
+                                  "--seed", str(SEED), "--timeout", "5",
+                                  "--out", str(tmp_path / "fresh")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        _, err = fresh.communicate(timeout=60)
+        assert fresh.returncode == 0, err  # the slot the refusal did not take
     finally:
-        _kill(modeler, again, curator)
+        _kill(modeler, again, fresh, curator)
     log = curator.stderr.read()
     assert "cannot continue its transcript" in log and "Traceback" not in log, log
