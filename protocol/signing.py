@@ -259,21 +259,20 @@ def load_signing_key(path: str | Path) -> Signer:
         raise ValueError(f"{path} is a public signing key, not a secret one: give the "
                          ".sign_secret file")
     data = path.read_bytes()
-    if len(data) == 32:
-        return Signer(data)
     text = data.strip()
-    if len(text) == 64:
-        try:
+    seed = data if len(data) == 32 else None
+    if seed is None and len(text) == 64:
+        with contextlib.suppress(ValueError):
             seed = bytes.fromhex(text.decode())
-        except ValueError:
-            seed = None
-        if seed is not None:
-            for public in path.parent.glob("*.sign_public"):
-                with contextlib.suppress(OSError, UnicodeDecodeError):
-                    if public.read_text().strip() == text.decode():
-                        raise ValueError(f"{path} holds the public key of {public}, not a "
-                                         "secret one: give the .sign_secret file")
-            return Signer(seed)
+    if seed is not None:
+        for public in path.parent.glob("*.sign_public"):  # a copy of one beside it
+            key = None
+            with contextlib.suppress(OSError, ValueError):
+                key = bytes.fromhex(public.read_text().strip())
+            if key == seed:
+                raise ValueError(f"{path} holds the public key of {public}, not a secret "
+                                 "one: give the .sign_secret file")
+        return Signer(seed)
     from cryptography.hazmat.primitives import serialization  # PEM only: parsed by cryptography
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 

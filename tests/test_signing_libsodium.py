@@ -107,6 +107,9 @@ def test_a_public_key_file_is_refused_as_a_signing_secret(tmp_path):
     assert secret.public_hex == public
     with pytest.raises(ValueError, match="public signing key, not a secret"):
         load_signing_key(tmp_path / "k" / "curator.sign_public")
-    (tmp_path / "k" / "copy.key").write_text(public + "\n")  # renamed, beside its original
-    with pytest.raises(ValueError, match="holds the public key of"):
-        load_signing_key(tmp_path / "k" / "copy.key")
+    for name, content in (("copy.key", (public + "\n").encode()),  # renamed, beside it
+                          ("upper.key", public.upper().encode()),  # in capitals
+                          ("raw.key", bytes.fromhex(public))):  # as 32 raw bytes
+        (tmp_path / "k" / name).write_bytes(content)
+        with pytest.raises(ValueError, match="holds the public key of"):
+            load_signing_key(tmp_path / "k" / name)
