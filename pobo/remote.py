@@ -208,10 +208,7 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
             except (TranscriptError, OSError) as exc:  # damaged, or no room: refused, typed
                 log.error("session %s: cannot %s its transcript: %s", session.session_id[:12],
                           "continue" if hello.resume else "start", exc)
-                await channel.send(Error(ErrorCode.INTERNAL.value, "the curator cannot keep "
-                                         "this session's transcript (see its log): the session "
-                                         "stays as it was; try again once the operator has "
-                                         "repaired it"))
+                await channel.send(Error(ErrorCode.INTERNAL.value, UNKEPT_TRANSCRIPT))
                 return
             channel.settle(boundary, transcript)
             await curate(channel, session, where, verbose=verbose, peer=pipe.peer,
@@ -220,6 +217,10 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
             slots.finish(session.session_id, me, kept[0] if kept else None)
     finally:
         channel.close()
+
+
+UNKEPT_TRANSCRIPT = ("the curator cannot keep this session's transcript (see its log): the "
+                     "session stays as it was; try again once the operator has repaired it")
 
 
 def _check_continuable(where: Path) -> None:
@@ -234,9 +235,7 @@ def _check_continuable(where: Path) -> None:
     except (TranscriptError, OSError) as exc:
         log.error("a resume of session %s refused: cannot continue its transcript: %s",
                   where.name[:12], exc)
-        raise ProtocolError("the curator cannot continue this session's transcript (see its "
-                            "log): the session stays as it was; try again once the operator "
-                            "has repaired it", ErrorCode.INTERNAL) from None
+        raise ProtocolError(UNKEPT_TRANSCRIPT, ErrorCode.INTERNAL) from None
 
 
 def session_owner(peer: str, sign_key: str) -> str:

@@ -72,7 +72,8 @@ from pobo.protocol.messages import (
 from pobo.protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
 from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, NON_PRIVATE, POLICIES, Boundary
 from pobo.protocol.transcript import (
-    GENESIS, REFUSED, REFUSED_SUMMARY, Record, TranscriptError, blob_dirs, raw_records, resolve,
+    GENESIS, REFUSED, REFUSED_SUMMARY, Record, TranscriptError, blob_dirs, linked_records,
+    raw_records, resolve,
 )
 
 RELEASE_COST = {"noisy": 2, "noise-free": 1, "lipschitz": 1}
@@ -151,19 +152,15 @@ def dataset_is_dp(messages: list, welcome: Welcome) -> bool | None:
 def chain(path: str | Path, report: AuditReport, anchor: dict | None = None) -> list[Record]:
     """Verify the hash chain and return the records (as far as they could be read)."""
     records: list[Record] = []
-    prev = GENESIS
+    last = None
     try:
-        for i, (raw, record) in enumerate(raw_records(Path(path).read_bytes())):
-            if record.seq != i:
-                report.violations.append(f"record {i}: sequence number {record.seq} "
-                                         "(records reordered, removed or inserted)")
-            if record.prev != prev:
-                report.violations.append(f"record {i}: hash chain broken (record {i - 1} "
-                                         "edited, or records reordered or removed)")
-            prev = hashlib.sha256(raw).hexdigest()
+        for raw, record, breaks in linked_records(Path(path).read_bytes()):
+            report.violations += breaks
             records.append(record)
+            last = raw
     except TranscriptError as exc:
         report.violations.append(f"after record {len(records) - 1}: {exc}")
+    prev = GENESIS if last is None else hashlib.sha256(last).hexdigest()
     if anchor is not None:
         if anchor.get("records") != len(records) or anchor.get("last") != prev:
             report.violations.append(

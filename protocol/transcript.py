@@ -383,20 +383,37 @@ class Transcript:
         self._prev = hashlib.sha256(raw).digest()
 
 
+def linked_records(data: bytes) -> Iterator[tuple[bytes, Record, list[str]]]:
+    """Each record of a transcript's bytes (exact bytes, parsed) with what breaks the hash
+    chain at it (empty: it follows the record before -- its seq is its position, its
+    prev the SHA-256 of the record before); TranscriptError at a torn or corrupt tail.
+    The one definition of a whole chain: the audit reports every break, a resumed
+    writer refuses the first (`chain_end`)."""
+    prev = GENESIS
+    for i, (raw, record) in enumerate(raw_records(data)):
+        breaks = []
+        if record.seq != i:
+            breaks.append(f"record {i}: sequence number {record.seq} (records reordered, "
+                          "removed or inserted)")
+        if record.prev != prev:
+            breaks.append(f"record {i}: hash chain broken (record {i - 1} edited, or records "
+                          "reordered or removed)")
+        yield raw, record, breaks
+        prev = hashlib.sha256(raw).hexdigest()
+
+
 def chain_end(path: str | Path) -> tuple[int, bytes, int]:
     """(the seq the next record gets, the SHA-256 of the last record, the refused records)
     of the transcript at `path`: where a resumed writer goes on. TranscriptError for a
     file whose hash chain is broken (a record edited, removed or reordered) or whose tail
     is torn: nothing may be appended to it."""
-    seq, prev, refused = 0, bytes(32), 0
-    for raw, record in raw_records(Path(path).read_bytes()):
-        if record.seq != seq or record.prev != prev.hex():
-            raise TranscriptError(f"{path}: record {record.seq} at position {seq} does not "
-                                  "follow the record before it (the hash chain is broken: "
-                                  "the file was edited or damaged): not continuing it")
-        seq, prev = record.seq + 1, hashlib.sha256(raw).digest()
-        refused += record.kind == REFUSED
-    return seq, prev, refused
+    seq, last, refused = 0, b"", 0
+    for raw, record, breaks in linked_records(Path(path).read_bytes()):
+        if breaks:
+            raise TranscriptError(f"{path}: {breaks[0]}: the file was edited or damaged, "
+                                  "not continuing it")
+        seq, last, refused = seq + 1, raw, refused + (record.kind == REFUSED)
+    return seq, hashlib.sha256(last).digest() if seq else bytes(32), refused
 
 
 def read_transcript(path: str | Path, blobs: str | Path | None = None) -> Iterator[Record]:
