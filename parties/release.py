@@ -63,6 +63,11 @@ def beta_kusner(t: int, n: int, delta: float) -> float:
     return 2.0 * math.log(n * t * t * math.pi**2 / (3.0 * delta))
 
 
+# the release epsilons a curator computes: past the maximum a release protects nothing (and
+# no exponential-mechanism score overflows); below the minimum no noise scale is a number
+MIN_RELEASE_EPSILON, MAX_RELEASE_EPSILON = 1e-12, 1e3
+
+
 def kusner_q(noise_std: float, delta: float) -> float:
     """q = sigma sqrt(8 log(3/delta)) (Algorithm 1 line 10; proof of Theorem 3)."""
     return noise_std * math.sqrt(8.0 * math.log(3.0 / delta))

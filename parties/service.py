@@ -38,6 +38,7 @@ from pobo.parties.objective import (
 from pobo.parties.projection import (
     choose_projection, identity_release, lift_test_needed, release_mechanism, singular_values,
 )
+from pobo.parties.release import MAX_RELEASE_EPSILON, MIN_RELEASE_EPSILON
 from pobo.parties.statement import release_statement
 from pobo.protocol.checkpoint import ledger_head
 from pobo.protocol.codec import decode, encode
@@ -602,6 +603,11 @@ def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon:
         "neighbouring": "datasets differing in one record, with similarity k(D, D') >= 0.9 "
                         "(Algorithms 1-2) or one validation record (Algorithm 3)",
         "once": "one release per session, for ever: a resume or a restart grants no other",
+        "charged": "before anything is computed from the data; a request whose noise could "
+                   f"not be a number (epsilon outside [{MIN_RELEASE_EPSILON:g}, "
+                   f"{MAX_RELEASE_EPSILON:g}], or Algorithm 1's C1 or q not finite) is refused "
+                   "first, uncharged, from public values only; a computation that fails "
+                   "after its charge keeps it and says nothing of why",
         "assumptions": [
             "Algorithms 1-2 are conditional claims: their delta holds with probability "
             "over the GP prior (f drawn from the GP with the declared kernel, Kusner et al. "

@@ -43,8 +43,9 @@ from pobo.parties.gp import IncrementalGP, NumericalError
 from pobo.parties.kernels import Kernel, kernel_by_name
 from pobo.parties.noise import NoiseSource
 from pobo.parties.release import (
-    DEFAULT_SIMILARITY, UCB_RTOL, ReleaseResult, gamma_bound, kusner_c1, kusner_q,
-    lipschitz_release, noise_free_release, noisy_release, ucb_replay,
+    DEFAULT_SIMILARITY, MAX_RELEASE_EPSILON, MIN_RELEASE_EPSILON, UCB_RTOL, ReleaseResult,
+    gamma_bound, kusner_c1, kusner_q, lipschitz_release, noise_free_release, noisy_release,
+    ucb_replay,
 )
 from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.ledger import Entry, Ledger
@@ -98,10 +99,6 @@ def release_handler(problem: Problem, Z: np.ndarray, kernel: KernelParams, curat
                        result.value, result.laplace_scale)
 
     return handle
-
-
-MAX_RELEASE_EPSILON = 1e3  # past this a release protects nothing; and no score overflows
-MIN_RELEASE_EPSILON = 1e-12  # below this no noise scale is a number
 
 
 def check_computable(request: ReleaseRequest, kp: KernelParams, dims: int) -> None:

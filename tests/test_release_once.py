@@ -72,6 +72,7 @@ def test_privacy_unit_states_kusners_assumptions_and_pure_ldp():
     text = " ".join(unit["releases"]["assumptions"])
     assert "GP prior" in text and "0.9" in text and "k(x, x) = 1" in text
     assert "one release per session" in unit["releases"]["once"]
+    assert "before anything is computed from the data" in unit["releases"]["charged"]
     assert unit["rewards"]["delta"] == 0.0 and "accountant" in unit["rewards"]["composition"]
 
 
