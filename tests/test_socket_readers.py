@@ -12,7 +12,7 @@ import time
 import pytest
 import zmq
 
-from pobo.protocol.errors import PeerGone
+from pobo.protocol.errors import PeerGone, PeerTimeout
 from pobo.transport.sockets import _POLL_MS, DealerPipe, RouterHub, close_context, new_context
 from tests.waits import result_within
 
@@ -54,6 +54,74 @@ async def test_a_recv_waiting_while_its_pipe_closes_ends_at_once_and_leaves_no_r
     with pytest.raises(PeerGone):
         await result_within(waiting, 2)
     assert time.perf_counter() - started < _POLL_MS / 1000
+
+
+async def test_a_frame_that_comes_while_no_recv_waits_never_spins_the_loop(pair):
+    """The DEALER keeps one reader on its descriptor from its first wait to its close (no
+    reader added and removed per frame). A frame that comes while no recv waits (the
+    modeler sleeping before a retry after a recv timed out) must not make that
+    level-triggered reader fire at every loop turn until the next recv, and that recv
+    must still find the frame at once."""
+    hub, pipe = pair
+    accepting = asyncio.ensure_future(hub.accept(5))
+    await pipe.send(b"one")
+    peer = await result_within(accepting, 5)
+    assert await peer.recv(5) == b"one"
+    with pytest.raises(PeerTimeout):  # waited on the descriptor: the reader is on, and
+        await pipe.recv(0.05)  # libzmq will signal the next frame's coming
+    calls = 0
+    signalled = pipe._signalled
+
+    def counted() -> None:
+        nonlocal calls
+        calls += 1
+        signalled()
+    loop = asyncio.get_running_loop()
+    loop.remove_reader(pipe._sync.FD)
+    loop.add_reader(pipe._sync.FD, counted)
+    await peer.send(b"two")  # comes while this task only turns the loop
+    turns = 0
+    until = loop.time() + 0.3
+    while loop.time() < until:
+        await asyncio.sleep(0)
+        turns += 1
+    assert turns > 100  # the loop did turn meanwhile
+    assert 1 <= calls <= 3, f"the reader fired {calls} times in {turns} loop turns"
+    started = time.perf_counter()
+    assert await result_within(pipe.recv(2), 3) == b"two"
+    assert time.perf_counter() - started < _POLL_MS / 1000  # found at once, not on a timer
+
+
+async def test_a_dealer_used_on_a_second_loop_moves_its_reader_there(ctx):
+    """A pipe that waited on one event loop and is then used on another (asyncio.run
+    twice, say) is heard at once on the second: its reader moves with it."""
+    import threading
+
+    hub = RouterHub.bind(ctx, "tcp://127.0.0.1:0")
+    pipe = DealerPipe.connect(ctx, hub.endpoint)
+    try:
+        echo = asyncio.ensure_future(_echo(hub, 2))
+        got: list = []
+
+        def on_another_loop(frame: bytes) -> None:
+            async def trip() -> tuple[bytes, float]:
+                started = time.perf_counter()
+                await pipe.send(frame)
+                return await pipe.recv(3), time.perf_counter() - started
+            got.append(asyncio.run(trip()))
+        for frame in (b"first", b"second"):  # each on a loop of its own
+            thread = threading.Thread(target=on_another_loop, args=(frame,))
+            thread.start()
+            while thread.is_alive():
+                await asyncio.sleep(0.01)
+            thread.join(5)
+        assert [frame for frame, _ in got] == [b"first", b"second"]
+        # heard through the reader on each loop, not found by the recheck every _POLL_MS
+        assert all(took < _POLL_MS / 1000 for _, took in got), got
+        await result_within(echo, 3)
+    finally:
+        pipe.close()
+        await hub.aclose()
 
 
 async def test_sockets_opened_after_pipes_closed_mid_recv_are_heard(ctx):

@@ -269,12 +269,15 @@ class DealerPipe:
         self.authenticated = curve
         self._failure: tuple[int, int] | None = None  # last failed handshake (event, value)
         self._shook = monitor is None  # a handshake succeeded and none failed since
-        # every operation goes through plain sockets sharing the asyncio ones' handles: no
-        # future, timer or permanent reader per frame (see `_wait_readable`)
+        # every operation goes through plain sockets sharing the asyncio ones' handles
         self._sync = zmq.Socket.shadow(sock.underlying)
         self._events = zmq.Socket.shadow(monitor.underlying) if monitor is not None else None
-        self._waiter: asyncio.Future | None = None
-        self._watched: list[int] = []  # the descriptors a waiting recv has readers on
+        # the waiting recv's wake-up: a reader on the socket's descriptor kept from the
+        # first wait until close (on the loop of that wait), and a timer kept across
+        # frames: no reader, timer or system call added and removed per frame
+        self._wakeup = Wakeup()
+        self._reader_loop: asyncio.AbstractEventLoop | None = None
+        self._watched: list[int] = []  # the monitor's descriptor, while a recv waits on it
         self._closed = False
 
     @classmethod
@@ -348,7 +351,7 @@ class DealerPipe:
     def _wake_if_readable(self) -> None:
         """Wake a recv waiting meanwhile if a message is in (after a send, which may have
         taken the descriptor's edge-triggered signal of it)."""
-        waiter = self._waiter
+        waiter = self._wakeup.waiter
         if waiter is not None and not waiter.done() and not self._closed:
             try:
                 readable = _readable_now(self._sync)
@@ -381,13 +384,43 @@ class DealerPipe:
             if remaining <= 0:  # read the last events, so the error names a cause;
                 self._check_handshake()  # a stream of events never extends the deadline
                 raise self._timeout(timeout)
-            watched = [self._sync] if self._shook else [self._sync, self._events]
-            self._waiter = loop.create_future()
+            if self._reader_loop is not loop:
+                self._watch(loop)
+            if not self._shook:  # the monitor too, until a handshake has succeeded
+                self._watched.append(self._events.FD)
+                loop.add_reader(self._watched[-1], self._wakeup.wake)
             try:
-                await _wait_readable(loop, self._waiter, watched, self._watched,
-                                     min(remaining, _POLL_MS / 1000))
+                await self._wakeup.wait(loop, now + min(remaining, _POLL_MS / 1000))
             finally:
-                self._waiter = None
+                _unwatch(loop, self._watched)
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Keep a reader on the socket's descriptor on `loop` (moved from another loop's)."""
+        self._unwatch_socket()
+        loop.add_reader(self._sync.FD, self._signalled)
+        self._reader_loop = loop
+
+    def _unwatch_socket(self) -> None:
+        """Remove the socket's reader (before the socket closes: a reader left on, or
+        removed later from, its descriptor number would deafen the next socket given it)."""
+        loop, self._reader_loop = self._reader_loop, None
+        if loop is not None and not loop.is_closed():
+            loop.remove_reader(self._sync.FD)
+
+    def _signalled(self) -> None:
+        """The descriptor signalled: wake the waiting recv, or with none waiting read
+        ZMQ_EVENTS, which re-arms the edge-triggered descriptor (else the loop would call
+        this at every turn until the next recv; that recv looks at the socket first)."""
+        waiter = self._wakeup.waiter
+        if waiter is not None:
+            if not waiter.done():
+                waiter.set_result(None)
+            return
+        if not self._closed:
+            try:
+                _readable_now(self._sync)
+            except zmq.ZMQError:
+                pass  # the socket failed: the next recv finds out
 
     def _timeout(self, timeout: float) -> PeerTimeout:
         """The PeerTimeout of a recv that waited `timeout` s (HandshakeFailed with its
@@ -429,11 +462,11 @@ class DealerPipe:
         later from) a closed socket's descriptor number would deafen the next socket given
         that number (test_socket_readers)."""
         self._closed = True
-        waiter = self._waiter
+        waiter = self._wakeup.waiter
         if waiter is not None:
             _unwatch(waiter.get_loop(), self._watched)
-            if not waiter.done():
-                waiter.set_result(None)
+        self._unwatch_socket()
+        self._wakeup.stop()
         _close_monitored(self._sock, self._monitor)
 
 
@@ -441,31 +474,6 @@ def _readable_now(sock: zmq.Socket) -> bool:
     """Whether a message can be received from `sock` now (reading ZMQ_EVENTS also re-arms
     its edge-triggered file descriptor)."""
     return bool(sock.getsockopt(_EVENTS) & _POLLIN)
-
-
-async def _wait_readable(loop: asyncio.AbstractEventLoop, waiter: asyncio.Future,
-                         socks: list[zmq.Socket | None], watched: list[int],
-                         timeout: float) -> None:
-    """Wait until `waiter` is set, a socket's file descriptor signals or `timeout` s pass;
-    the caller then checks ZMQ_EVENTS (the descriptor is edge-triggered: it signals a
-    change, not a message). Readers are added for this wait only and listed in `watched`,
-    which a closing pipe empties first (`_unwatch`): so a descriptor never has a reader
-    left behind when its socket closes, and none is removed after it closed."""
-    def wake() -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    for sock in socks:
-        if sock is not None:
-            fd = sock.FD
-            loop.add_reader(fd, wake)
-            watched.append(fd)
-    timer = loop.call_later(timeout, wake)
-    try:
-        await waiter
-    finally:
-        timer.cancel()
-        _unwatch(loop, watched)
 
 
 def _unwatch(loop: asyncio.AbstractEventLoop, watched: list[int]) -> None:
