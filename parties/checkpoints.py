@@ -123,3 +123,70 @@ def check_not_behind(chain: LedgerChain, stored: LedgerHead, where: Path) -> Non
         + (f"holds only {held}" if held < stored.entries else
            f"holds {held} whose chain differs")
         + ": it was rolled back, replaced or edited; refusing to start on it")
+
+
+def unheld_heads(journal: Journal, heads: list[tuple[str, LedgerHead]],
+                 limit: int = 10) -> list[str]:
+    """Why each of `heads` (where it was found, the head) is not what the journal's ledger
+    was after that head's number of entries, one line each (at most `limit`; empty: the
+    journal holds every one): a hash chain that differs (entries edited, removed,
+    reordered or rolled back), too few entries, or totals (central epsilon and delta, the
+    worst-off row's epsilon and delta: the plain sums a head carries) other than that
+    prefix's. One pass over the entries, in chunks, however many heads: what an auditor
+    runs over the heads the curator signed (`pobo ledger JOURNAL TRANSCRIPT...`)."""
+    from pobo.protocol.accounting import ExactSum
+    from pobo.protocol.ledger import LOCAL
+
+    pending = sorted(heads, key=lambda item: item[1].entries)
+    out: list[str] = []
+    count, head, last_n = 0, GENESIS_HEAD, 0
+    central = (ExactSum(), ExactSum())
+    rows: dict[int, tuple[ExactSum, ExactSum]] = {}
+    worst = [0.0, 0.0]  # the worst-off row's (epsilon, delta) so far: the largest pair
+
+    def check(where: str, want: LedgerHead) -> None:
+        if count < want.entries:
+            out.append(f"{where}: commits to {want.entries} ledger entries, the journal holds "
+                       f"only {count}: it was rolled back or entries were removed")
+            return
+        if head != want.chain:
+            out.append(f"{where}: the journal's chain after {want.entries} entries is "
+                       f"{head[:16]}..., the signed head {want.chain[:16]}...: entries were "
+                       "edited, removed or reordered")
+            return
+        held = (float(central[0]), float(central[1]), *worst)
+        signed = (want.central_epsilon, want.central_delta, want.max_row_epsilon,
+                  want.max_row_delta)
+        names = ("central epsilon", "central delta", "worst-off row epsilon",
+                 "worst-off row delta")
+        for name, a, b in zip(names, held, signed):
+            if abs(a - b) > 1e-9 * max(1.0, abs(a)):  # a running row total's drift, no more
+                out.append(f"{where}: the signed head's {name} is {b:.12g}, the journal's "
+                           f"first {want.entries} entries sum to {a:.12g}")
+                return
+
+    while pending:
+        while pending and pending[0][1].entries == count:
+            check(*pending.pop(0))
+        if not pending:
+            break
+        rows_read = journal.ledger_rows(last_n, LedgerChain.CHUNK)
+        if not rows_read:
+            for where, want in pending:
+                check(where, want)
+            break
+        for n, session, mechanism, epsilon, delta, scope, row, time in rows_read:
+            while pending and pending[0][1].entries == count:
+                check(*pending.pop(0))
+            head = next_head(head, entry_record(session, mechanism, epsilon, delta, scope,
+                                                row, time))
+            count, last_n = count + 1, n
+            if scope == LOCAL:
+                acc = rows.setdefault(row, (ExactSum(), ExactSum()))
+                acc[0].add(epsilon)
+                acc[1].add(delta)
+                worst[:] = max(worst, [float(acc[0]), float(acc[1])])  # as the journal
+            else:
+                central[0].add(epsilon)
+                central[1].add(delta)
+    return out[:limit]

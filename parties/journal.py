@@ -936,6 +936,32 @@ class Journal:
             "SELECT n, session, mechanism, epsilon, delta, scope, row, time FROM ledger "
             "WHERE n > ? ORDER BY n LIMIT ?", (after, limit))]
 
+    def bad_entries(self, limit: int = 3) -> list[str]:
+        """Why ledger entries are not charges any mechanism makes, one line each (at most
+        `limit`; empty: none): epsilon not a finite number >= 0, delta not in [0, 1), a
+        scope other than central or local, a local entry with no row. Such an entry (an
+        edit, say a negative epsilon that refunds a row's budget) would let the budget
+        check pass what it must refuse. O(the entries): once when a curator starts, and in
+        `pobo ledger`."""
+        out = []
+        for n, e, d, scope, row in self._db.execute(
+                "SELECT n, epsilon, delta, scope, row FROM ledger ORDER BY n"):
+            why = None
+            if not (isinstance(e, (int, float)) and math.isfinite(e) and e >= 0):
+                why = f"epsilon {e!r} (a charge is a finite number >= 0)"
+            elif not (isinstance(d, (int, float)) and 0 <= d < 1):
+                why = f"delta {d!r} (a charge's delta lies in [0, 1))"
+            elif scope not in (CENTRAL, LOCAL):
+                why = f"scope {scope!r} (central or local)"
+            elif scope == LOCAL and not (isinstance(row, int) and row >= 0):
+                why = f"row {row!r} for a local report (a row number >= 0)"
+            if why is not None:
+                out.append(f"{self.path}: ledger entry n={n} has {why}: the journal was "
+                           "edited")
+                if len(out) >= limit:
+                    break
+        return out
+
     def check_row_totals(self) -> None:
         """Raise JournalError unless the per-row running totals (`row_ledger`, which picks
         the worst-off row for a ledger head) agree with the hash-chained entries: a total

@@ -286,6 +286,9 @@ class CuratorService:
         self.chain = LedgerChain(self.journal)
         self.head_file = None if head_file is None else HeadFile(Path(head_file), self.digest)
         self._committed = self.head_file.read() if self.head_file is not None else None
+        bad = self.journal.bad_entries(limit=1)  # first: the chain hashes numbers only
+        if bad:
+            raise JournalError(f"{bad[0]}; refusing to start on it")
         if self._committed is not None:  # before anything is charged: refused, not spent
             check_not_behind(self.chain, self._committed, self.head_file.path)
         self.journal.check_row_totals()

@@ -10,10 +10,11 @@ import numpy as np
 
 from pobo.parties.dataset import arrays_digest
 from pobo.protocol.audit import AuditReport, audit_session, audit_transcript, readable_records
-from pobo.protocol.checkpoint import forks
+from pobo.parties.journal import Journal
+from pobo.protocol.checkpoint import check_head, forks
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import PoboError, ProtocolError
-from pobo.protocol.messages import Hello
+from pobo.protocol.messages import Hello, LedgerHead
 from pobo.protocol.policy import CURATOR, MODELER
 from pobo.protocol.signing import body_of, key_id, load_verify_key
 from pobo.transport.keyfiles import STORE_TRUSTED, pobo_home, trusted_signing_keys
@@ -269,3 +270,43 @@ def _role_of(path: Path) -> str:
         if record.kind == "hello":
             return CURATOR if record.dir == "recv" else MODELER
     return CURATOR if path.name.startswith(CURATOR) else MODELER
+
+
+def journal_findings(journal: Journal, head_file: Path | None,
+                     transcripts: list[Path] = ()) -> tuple[list[str], int]:
+    """(what is wrong, how many signed heads were checked) of a curator's journal as an
+    auditor checks it (`pobo ledger`): entries no mechanism charges (`Journal.bad_entries`),
+    and every ledger head the curator committed to -- the one kept in `head_file` (None:
+    none) and every head its Welcomes and Ends carry in `transcripts` -- that the journal
+    does not hold with the same chain and totals (parties.checkpoints.unheld_heads). The
+    transcripts' signatures are `pobo audit`'s to check."""
+    from pobo.parties.checkpoints import unheld_heads
+    from pobo.protocol.audit import checkpoints, decoded_messages, role_of_messages
+
+    problems = journal.bad_entries()
+    heads: list[tuple[str, LedgerHead]] = []
+    if head_file is not None:
+        try:
+            data = json.loads(head_file.read_text())
+            head = LedgerHead(**data["head"])
+            check_head(head, CURATOR)
+        except (OSError, ValueError, KeyError, TypeError, ProtocolError) as exc:
+            problems.append(f"ledger head file {head_file} is not a ledger head "
+                            f"({type(exc).__name__}: {exc})")
+        else:
+            held = journal.meta("dataset")
+            if data.get("dataset") != held:
+                problems.append(f"ledger head file {head_file} is the head of another dataset "
+                                f"(digest {str(data.get('dataset'))[:16]}..., the journal's "
+                                f"{str(held)[:16]}...)")
+            else:
+                heads.append((f"ledger head file {head_file}", head))
+    for path in transcripts:
+        messages = decoded_messages(path)
+        heads += [(f"{path} record {c.record} ({c.kind})", c.head)
+                  for c in checkpoints(messages, role_of_messages(messages), str(path))]
+    try:
+        problems += unheld_heads(journal, heads)
+    except (ValueError, TypeError) as exc:  # an entry that is no number: named above
+        problems.append(f"the ledger's hash chain cannot be computed ({exc})")
+    return problems, len(heads)

@@ -313,9 +313,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="list them as JSON")
     p.set_defaults(handler=_cmd_answer)
 
-    p = sub.add_parser("ledger", help="print a curator journal's privacy ledger: the dataset's "
-                                      "central total and budget, every entry, per-row LDP")
+    p = sub.add_parser("ledger", help="print a curator journal's privacy ledger (the dataset's "
+                                      "central total and budget, every entry, per-row LDP) "
+                                      "and check it against the heads the curator signed")
     p.add_argument("--journal", type=Path, required=True, help="the curator's SQLite journal")
+    p.add_argument("transcripts", nargs="*", type=Path, metavar="TRANSCRIPT",
+                   help="transcripts of the dataset's sessions: every ledger head their "
+                        "Welcomes and Ends carry must be what the journal held after that "
+                        "many entries (chain and totals); exit 2 otherwise (their signatures "
+                        "are `pobo audit`'s to check)")
+    p.add_argument("--ledger-head", type=Path, metavar="FILE",
+                   help="the head file the curator keeps (default JOURNAL.head, if there): "
+                        "the journal must hold that head too")
     p.add_argument("--json", action="store_true", help="print it as JSON")
     p.set_defaults(handler=_cmd_ledger)
 
@@ -984,20 +993,38 @@ def writable(folder: Path) -> None:
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
+    from pobo.auditing import journal_findings
     from pobo.parties.budget import describe_journal_ledger, journal_ledger
     from pobo.parties.checkpoints import LedgerChain
     from pobo.parties.journal import Journal
+    from pobo.session import ledger_head_path
 
+    head_file = args.ledger_head
+    if head_file is None and ledger_head_path(args.journal).exists():
+        head_file = ledger_head_path(args.journal)
+    for path in [*args.transcripts, *([head_file] if head_file else [])]:
+        if not path.is_file():
+            raise FileNotFoundError(f"no file at {path}")
     journal = Journal(existing_journal(args.journal))
     try:
-        ledger = journal_ledger(journal)
-        entries, head = LedgerChain(journal).current()
+        problems, checked = journal_findings(journal, head_file, args.transcripts)
+        ledger = None if journal.bad_entries(limit=1) else journal_ledger(journal)
+        entries, head = LedgerChain(journal).current() if ledger is not None else (None, None)
     finally:
         journal.close()
-    ledger["chain"] = {"entries": entries, "head": head}  # what the curator's heads commit to
-    print(json.dumps(ledger, indent=1) if args.json else describe_journal_ledger(ledger)
-          + f"\nledger chain: {entries} entries, head {head}")
-    return 0
+    chain = {"entries": entries, "head": head}  # what the curator's heads commit to
+    if args.json:
+        print(json.dumps({**(ledger or {}), "chain": chain,
+                          "checked": {"heads": checked, "problems": problems}}, indent=1))
+    else:
+        print((describe_journal_ledger(ledger) + "\n" if ledger is not None else "")
+              + (f"ledger chain: {entries} entries, head {head}\n" if head else "")
+              + (f"checked: every entry is a charge, and the journal holds all {checked} "
+                 f"ledger head(s) the curator committed to (head file: {head_file or 'none'};"
+                 f" transcripts: {len(args.transcripts)})"
+                 if not problems else "NOT as the curator committed to:\n" + "\n".join(
+                     f"  - {p}" for p in problems)))
+    return 2 if problems else 0
 
 
 def _cmd_answer(args: argparse.Namespace) -> int:

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -182,31 +183,8 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
     itself announces)."""
     report = AuditReport(str(path))
     records = chain(path, report, anchor)
-    dirs, cache = blob_dirs(path, blobs), {}
-    messages: list[tuple[Record, object | None]] = []
-    for r in records:
-        if r.kind in (REFUSED, REFUSED_SUMMARY):  # digests only: nothing to decode
-            messages.append((r, None))
-            continue
-        try:
-            r = resolve(r, dirs, cache)
-        except TranscriptError as exc:
-            report.violations.append(f"record {r.seq}: {r.kind} frame unreadable: {exc}")
-            messages.append((r, None))
-            continue
-        try:
-            messages.append((r, with_body(decode(body_of(r.frame)), r, dirs)))
-        except TranscriptError as exc:
-            report.violations.append(f"record {r.seq}: {r.kind} body unreadable: {exc}")
-            messages.append((r, None))
-        except ProtocolError as exc:
-            if r.dir == "sent":
-                report.violations.append(f"record {r.seq}: the party sent an undecodable "
-                                         f"frame ({exc})")
-            else:
-                report.notes.append(f"record {r.seq}: received an undecodable frame ({exc})")
-            messages.append((r, None))
-    role = _role(messages)
+    messages = _decoded(records, blob_dirs(path, blobs), report)
+    role = role_of_messages(messages)
     report.role = role
     check_signatures(messages, role, keys, report)
     _count_refused(messages, report)
@@ -230,10 +208,49 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
     report.ledger = recompute_ledger(messages, welcome).to_dict()
     report.checkpoints = checkpoints(messages, role, str(path))
     report.floors = charged_floors(messages, role, report.checkpoints)
+    report.violations += undercharged(messages, welcome, report.checkpoints)
     report.violations += [why for _, why in forks(report.checkpoints)]
     if X is not None:
         _check_data(messages, welcome, np.asarray(X, float), f, report)
     return report
+
+
+def decoded_messages(path: str | Path, blobs: str | Path | None = None) -> list[tuple]:
+    """(record, message or None) for each record of a transcript as it reads (its blob
+    references resolved from `blobs` or the defaults), what is wrong with it unreported:
+    for reading the heads it carries (`checkpoints`) where `audit_transcript` is not
+    the point."""
+    return _decoded(readable_records(path), blob_dirs(path, blobs), AuditReport(str(path)))
+
+
+def _decoded(records: list[Record], dirs, report: AuditReport) -> list[tuple]:
+    """Each record with its decoded message (None for a refused, summary or unreadable
+    one), what cannot be read noted in `report`."""
+    cache: dict = {}
+    messages: list[tuple[Record, object | None]] = []
+    for r in records:
+        if r.kind in (REFUSED, REFUSED_SUMMARY):  # digests only: nothing to decode
+            messages.append((r, None))
+            continue
+        try:
+            r = resolve(r, dirs, cache)
+        except TranscriptError as exc:
+            report.violations.append(f"record {r.seq}: {r.kind} frame unreadable: {exc}")
+            messages.append((r, None))
+            continue
+        try:
+            messages.append((r, with_body(decode(body_of(r.frame)), r, dirs)))
+        except TranscriptError as exc:
+            report.violations.append(f"record {r.seq}: {r.kind} body unreadable: {exc}")
+            messages.append((r, None))
+        except ProtocolError as exc:
+            if r.dir == "sent":
+                report.violations.append(f"record {r.seq}: the party sent an undecodable "
+                                         f"frame ({exc})")
+            else:
+                report.notes.append(f"record {r.seq}: received an undecodable frame ({exc})")
+            messages.append((r, None))
+    return messages
 
 
 def checkpoints(messages: list, role: str, path: str) -> list[Checkpoint]:
@@ -271,7 +288,8 @@ def charged_floors(messages: list, role: str, heads: list[Checkpoint]) -> list[C
     return [] if last is None else [charged_floor(welcome, len(seqs), last)]
 
 
-def _role(messages: list) -> str:
+def role_of_messages(messages: list) -> str:
+    """The role of the party whose transcript holds `messages`."""
     for r, m in messages:
         if isinstance(m, Welcome):
             return CURATOR if r.dir == "sent" else MODELER
@@ -394,22 +412,84 @@ def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
 def recompute_ledger(messages: list, welcome: Welcome) -> Ledger:
     """The ledger implied by the handshake's mechanisms and the messages that crossed."""
     ledger = Ledger()
-    mechanisms = {m.name: m for m in welcome.params.mechanisms}
-    for name, mech in mechanisms.items():
-        if name != LDP_REWARD:
-            ledger.charge(Entry(name, mech.epsilon, mech.delta, CENTRAL))
-    ldp = mechanisms.get(LDP_REWARD)
+    for mech in welcome.params.mechanisms:
+        if mech.name != LDP_REWARD:
+            ledger.charge(Entry(mech.name, mech.epsilon, mech.delta, CENTRAL))
+    for entry in session_charges(messages, welcome):
+        ledger.charge(entry)
+    return ledger
+
+
+def session_charges(messages: list, welcome: Welcome) -> list[Entry]:
+    """The entries the session's own messages prove the curator charged, in order: one
+    LDP report per Reward with noise it sent (each seq once: an idempotent resend of a
+    reward is not a new report) and its Release (once: a session is granted one)."""
+    ldp = next((m for m in welcome.params.mechanisms if m.name == LDP_REWARD), None)
+    by_curator = "sent" if role_of_messages(messages) == CURATOR else "recv"
     seen: set[int] = set()
+    released: set[tuple] = set()
+    out = []
     for r, m in messages:
-        if r.dir != ("sent" if _role(messages) == CURATOR else "recv"):
+        if r.dir != by_curator:
             continue
         if isinstance(m, Reward) and ldp is not None and m.seq not in seen:
-            seen.add(m.seq)  # an idempotent resend of a reward is not a new report
-            ledger.charge(Entry(LDP_REWARD, ldp.epsilon, ldp.delta, LOCAL, m.index))
-        elif isinstance(m, Release):
+            seen.add(m.seq)
+            out.append(Entry(LDP_REWARD, ldp.epsilon, ldp.delta, LOCAL, m.index))
+        elif isinstance(m, Release) and (m.algorithm, m.epsilon, m.delta) not in released:
+            released.add((m.algorithm, m.epsilon, m.delta))
             k = RELEASE_COST.get(m.algorithm, 1)
-            ledger.charge(Entry(f"release:{m.algorithm}", k * m.epsilon, k * m.delta))
-    return ledger
+            out.append(Entry(f"release:{m.algorithm}", k * m.epsilon, k * m.delta))
+    return out
+
+
+def undercharged(messages: list, welcome: Welcome, heads: list[Checkpoint]) -> list[str]:
+    """Why the curator's closing ledger head commits to less than the session's own
+    messages prove it charged since its first Welcome (empty: it does not): fewer
+    entries than that Welcome's count plus the session's charges (`session_charges`),
+    central totals below that Welcome's plus its releases', or a worst-off row's totals
+    below the worst of the rows its LDP reports went to. A signed End under-charging is
+    a curator that did not journal what it released. Only for a transcript that starts
+    the session (its first Hello resumes nothing), whose first Welcome carries a head."""
+    hello = next((m for _, m in messages if isinstance(m, Hello)), None)
+    first = next((c for c in heads if c.kind == "welcome"), None)
+    if hello is None or hello.resume or first is None:
+        return []
+    charges = session_charges(messages, welcome)
+    central = [e for e in charges if e.scope == CENTRAL]
+    rows: dict[int, list[Entry]] = {}
+    for e in charges:
+        if e.scope == LOCAL:
+            rows.setdefault(e.row, []).append(e)
+    w = first.head
+    # the worst-off row of a head is the row of the largest (epsilon, delta) pair: at
+    # least the Welcome's, and at least each row this session reported on
+    worst = max([(w.max_row_epsilon, w.max_row_delta), *(
+        (math.fsum(e.epsilon for e in es), math.fsum(e.delta for e in es))
+        for es in rows.values())])
+    floor = {  # what the head must reach; plain sums, compared with a relative 1e-9 slack
+        "entries": w.entries + len(charges),
+        "central epsilon": math.fsum([w.central_epsilon, *(e.epsilon for e in central)]),
+        "central delta": math.fsum([w.central_delta, *(e.delta for e in central)]),
+        "worst-off row epsilon": worst[0],
+        "worst-off row delta": worst[1],
+    }
+    out = []
+    for end in (c for c in heads if c.kind == "end"):
+        h = end.head
+        held = {"entries": h.entries, "central epsilon": h.central_epsilon,
+                "central delta": h.central_delta, "worst-off row epsilon": h.max_row_epsilon,
+                "worst-off row delta": h.max_row_delta}
+        for what, need in floor.items():
+            if what == "worst-off row delta" and h.max_row_epsilon > worst[0] * (1 + 1e-9):
+                continue  # a row with more epsilon is the worst off: its delta may be less
+            if held[what] < need - 1e-9 * abs(need):
+                out.append(f"record {end.record}: the curator's closing ledger head commits "
+                           f"to {what} {held[what]:.12g}, less than the {need:.12g} its "
+                           f"first Welcome's head (record {first.record}) and this "
+                           f"session's {len(charges)} charges prove: charges were left out "
+                           "of the curator's ledger")
+                break
+    return out
 
 
 def numeric_fields(message: object, path: str = "") -> list[tuple[str, float]]:

@@ -184,6 +184,179 @@ def test_a_sequence_of_sessions_across_restarts_audits_clean_and_commits_to_its_
                                                         "head": heads[1][1].chain}
 
 
+@pytest.mark.parametrize("journalled", ["none", "a thousandth"])
+def test_a_curator_that_journals_less_than_its_rewards_prove_fails_the_audit(
+        journalled, tmp_path, monkeypatch):
+    """A dishonest curator (a review's attack): it sends LDP rewards but journals no charge
+    for them, or each at a thousandth of its epsilon, and signs an End whose head commits
+    to that. Each transcript alone proves more was charged (its Welcome's head plus one
+    report per reward): both fail the audit, whatever the curator's own record says."""
+    from pobo.parties.curator import Curator
+
+    admit = Curator._admit
+
+    def cheap(self, index, reserved=0):
+        entries = admit(self, index, reserved)
+        return [] if journalled == "none" else [
+            Entry(e.mechanism, e.epsilon / 1000, e.delta, e.scope, e.row) for e in entries]
+    monkeypatch.setattr(Curator, "_admit", cheap)
+    out = tmp_path / "s"
+    assert _serve(tmp_path / "curator.journal", out, 1, monkeypatch)["status"] == "ok"
+    paths = [out / "curator.transcript", out / "modeler.transcript"]
+    heads = _heads(out / "modeler.transcript")
+    assert heads[-1][1].max_row_epsilon < 1.0  # what the dishonest End signed
+    status, text, _ = _cli(["audit", *map(str, paths), "--keys", str(_keys(tmp_path)),
+                            "--json"])
+    reports = json.loads(text)
+    assert status != 0
+    for report in reports[:2]:
+        assert any("charges were left out of the curator's ledger" in v
+                   for v in report["violations"]), report["violations"]
+
+
+def _charged_session(release_epsilon: float, end: LedgerHead, resume: str = ""):
+    """A curator transcript's messages (a Hello, a Welcome committing to the projection
+    only, one noisy Release of (`release_epsilon`, 1e-3), an End) and their heads."""
+    from types import SimpleNamespace
+
+    from pobo.protocol.messages import Hello, Release
+    from pobo.protocol.transcript import Record
+
+    welcome = SimpleNamespace(params=SimpleNamespace(mechanisms=()))
+    start = LedgerHead(1, "a" * 64, 3.0, 1e-5, 0.0, 0.0)
+    messages = [(Record(0, 0.0, "hello", "", "recv"), Hello(4, "m", resume)),
+                (Record(1, 1.0, "welcome", "", "sent"), welcome),
+                (Record(2, 2.0, "release", "", "sent"),
+                 Release("noisy", release_epsilon, 1e-3, 3, 0.1, 1.0)),
+                (Record(3, 3.0, "end", "", "sent"), End("closed", end))]
+    heads = [Checkpoint("s", "welcome", 1.0, start, "t", 1),
+             Checkpoint("s", "end", 3.0, end, "t", 3)]
+    return messages, welcome, heads
+
+
+@pytest.mark.parametrize("end, left_out", [
+    (LedgerHead(2, "b" * 64, 4.0, 1e-5 + 2e-3, 0.0, 0.0), None),  # a noisy release: 2 eps
+    (LedgerHead(2, "b" * 64, 3.5, 1e-5 + 2e-3, 0.0, 0.0), "central epsilon"),
+    (LedgerHead(2, "b" * 64, 4.0, 1e-5 + 1e-3, 0.0, 0.0), "central delta"),
+    (LedgerHead(1, "b" * 64, 4.0, 1e-5 + 2e-3, 0.0, 0.0), "entries"),
+])
+def test_a_closing_head_below_the_welcome_plus_the_release_is_named(end, left_out):
+    from pobo.protocol.audit import undercharged
+
+    messages, welcome, heads = _charged_session(0.5, end)
+    found = undercharged(messages, welcome, heads)
+    if left_out is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and f"commits to {left_out} " in found[0], found
+    # a transcript that starts with a resume proves nothing this way: its rewards may be
+    # resends of answers charged on an earlier connection
+    messages, welcome, heads = _charged_session(0.5, end, resume="s")
+    assert undercharged(messages, welcome, heads) == []
+
+
+def _tampered(tmp_path: Path, journal: Path, sql: str) -> Path:
+    """A copy of `journal` (and its head file) with `sql` run on it."""
+    import sqlite3
+
+    folder = tmp_path / f"tampered{len(list(tmp_path.glob('tampered*')))}"
+    folder.mkdir()
+    copy = folder / journal.name
+    with contextlib.closing(sqlite3.connect(journal)) as db:  # the WAL folded in first
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(journal, copy)
+    shutil.copy(f"{journal}.head", f"{copy}.head")
+    with contextlib.closing(sqlite3.connect(copy)) as db:
+        db.execute(sql)
+        db.commit()
+    return copy
+
+
+@pytest.fixture(scope="module")
+def two_sessions(tmp_path_factory):
+    """A journal of two LDP sessions (rows 1 and 2) and their four transcripts."""
+    tmp = tmp_path_factory.mktemp("two")
+    journal, paths = tmp / "curator.journal", []
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for i, row in enumerate((1, 2)):
+            out = tmp / f"s{i}"
+            assert _serve(journal, out, row, monkeypatch)["status"] == "ok"
+            paths += [out / "curator.transcript", out / "modeler.transcript"]
+    return journal, paths
+
+
+@pytest.mark.parametrize("sql, found", [
+    ("UPDATE ledger SET epsilon = 0.5 WHERE n = 2", "entries were edited, removed or reordered"),
+    ("DELETE FROM ledger WHERE n = (SELECT max(n) FROM ledger)", "the journal holds only 6"),
+    ("UPDATE ledger SET time = time + 1 WHERE n = 3", "entries were edited, removed or"),
+    ("INSERT INTO ledger (session, mechanism, epsilon, delta, scope, row, time) VALUES "
+     "('', 'ctl-laplace', -8.0, 0.0, 'local', 1, 0.0)", "n=8 has epsilon -8.0"),
+    ("UPDATE ledger SET epsilon = 'abc' WHERE n = 3", "n=3 has epsilon 'abc'"),
+    ("UPDATE ledger SET delta = 1.5 WHERE n = 3", "n=3 has delta 1.5"),
+    ("UPDATE ledger SET scope = 'nowhere' WHERE n = 3", "n=3 has scope 'nowhere'"),
+])
+def test_pobo_ledger_checks_the_journal_against_every_head_the_curator_committed_to(
+        two_sessions, tmp_path, sql, found):
+    """A review's attack: an edited journal passed `pobo ledger` (it printed the edited
+    ledger, exit 0); only a restarted curator noticed. Now `pobo ledger` checks every
+    entry and that the journal holds each head the curator committed to (its head file
+    and every Welcome's and End's in the transcripts given), chain and totals: exit 2,
+    naming what differs. The untouched journal passes."""
+    journal, paths = two_sessions
+    status, out, _ = _cli(["ledger", "--journal", str(journal), *map(str, paths)])
+    assert status == 0 and "the journal holds all 9 ledger head(s)" in out, out
+    copy = _tampered(tmp_path, journal, sql)
+    status, out, err = _cli(["ledger", "--journal", str(copy), *map(str, paths)])
+    assert status == 2 and found in out, out + err
+    status, out, _ = _cli(["ledger", "--journal", str(copy)])  # the head file alone
+    assert status == 2 and "NOT as the curator committed to" in out, out
+    status, out, _ = _cli(["ledger", "--journal", str(copy), "--json", *map(str, paths)])
+    assert status == 2 and json.loads(out)["checked"]["problems"]
+
+
+def test_a_signed_head_whose_totals_differ_from_the_journal_is_named(two_sessions):
+    """The chain matches but the totals a head carries do not (a curator that signed
+    smaller totals than it charged): named, not passed."""
+    from dataclasses import replace
+
+    from pobo.auditing import journal_findings
+    from pobo.protocol.audit import checkpoints, decoded_messages, role_of_messages
+
+    journal, paths = two_sessions
+    messages = decoded_messages(paths[3])
+    end = [c for c in checkpoints(messages, role_of_messages(messages), "m") if c.kind == "end"]
+    j = Journal(journal)
+    try:
+        from pobo.parties.checkpoints import unheld_heads
+        assert unheld_heads(j, [("end", end[0].head)]) == []
+        less = replace(end[0].head, max_row_epsilon=end[0].head.max_row_epsilon / 2)
+        found = unheld_heads(j, [("end", less)])
+        assert len(found) == 1 and "worst-off row epsilon" in found[0], found
+        assert journal_findings(j, None, [])[0] == []
+    finally:
+        j.close()
+
+
+def test_a_curator_refuses_to_start_on_a_journal_with_an_entry_no_mechanism_charges(
+        two_sessions, tmp_path):
+    """A negative epsilon refunds a row's budget; a curator started on it granted reports
+    past the row budget, then died with an accountant's traceback. Refused at start, in
+    one line naming the entry, before anything is charged (and before the head file's
+    chain is hashed: a text in a number's place)."""
+    journal, _ = two_sessions
+    for sql, found in [
+            ("INSERT INTO ledger (session, mechanism, epsilon, delta, scope, row, time) "
+             "VALUES ('', 'ctl-laplace', -8.0, 0.0, 'local', 1, 0.0)", "n=8 has epsilon -8.0"),
+            ("UPDATE ledger SET epsilon = 'abc' WHERE n = 3", "n=3 has epsilon 'abc'")]:
+        copy = _tampered(tmp_path, journal, sql)
+        j = Journal(copy)
+        try:
+            with pytest.raises(JournalError, match=found + ".*refusing to start"):
+                prepare_service(CONFIG, journal=j)
+        finally:
+            j.close()
+
+
 def test_the_head_is_the_documented_hash_chain_over_the_journal(tmp_path, monkeypatch):
     """PROTOCOL.md: head_0 = SHA-256('pobo ledger chain v1'), head_k = SHA-256(head_(k-1)
     || JSON [session, mechanism, eps.hex(), delta.hex(), scope, row, time.hex()]),
