@@ -44,26 +44,105 @@ def load_data(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def check_recorded_ledger(report: AuditReport, transcript: Path) -> None:
-    """Compare the recomputed ledger with the one the curator recorded, if it is there."""
-    path = transcript.parent / "curator.json"
-    if report.role != CURATOR or report.ledger is None or not path.exists():
-        return
+    """Compare what the party's records beside the transcript (its own, curator.json, and
+    a run's result.json) claim with what the signed transcript shows; each difference is
+    a violation, so that a record edited after the run (a report drawn from it: `pobo
+    report`, `pobo runs`) cannot show a claim the session never made: its randomness,
+    policy, DP verdict and release (`AuditReport.claims`, also under privacy_unit's
+    dataset), the session's own ledger (recomputed from the messages), and dataset
+    totals no lower than the last ledger head the curator signed in it."""
+    names = (["curator.json"] if report.role == CURATOR else []) + ["result.json"]
+    for name in names:
+        path = transcript.parent / name
+        if not path.exists():
+            continue
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            report.violations.append(f"{path} is unreadable ({type(exc).__name__}), so what "
+                                     "it claims cannot be checked")
+            continue
+        if not isinstance(record, dict) or record.get("session") not in (None, report.session):
+            continue  # another session's record: not this transcript's claims
+        report.violations += [f"{path}: {why}" for why in _claims_differ(report, record)]
+
+
+def _claims_differ(report: AuditReport, record: dict) -> list[str]:
+    """How `record` (a party's result) differs from what the audited transcript shows."""
+    out = []
+    close = lambda a, b: (isinstance(a, (int, float)) and not isinstance(a, bool)  # noqa: E731
+                          and abs(a - b) <= 1e-12 + 1e-9 * abs(b))
+    unit = record.get("privacy_unit")
+    dataset = unit.get("dataset") if isinstance(unit, dict) else None
+    for key, signed in report.claims.items():
+        for where, held in ((key, record), (f"privacy_unit.dataset.{key}", dataset)):
+            if not isinstance(held, dict) or key not in held or (
+                    where != key and key in ("randomness", "policy")):
+                continue
+            value = held[key]
+            same = close(value, signed) if isinstance(signed, float) else value == signed
+            if not same:
+                out.append(f"{where} is {value!r}; the signed transcript says {signed!r}")
+    ledger = record.get("ledger")
+    if isinstance(ledger, dict) and report.ledger is not None:
+        b, a = ledger.get("session", ledger), report.ledger
+        try:
+            same = (close(b["central"]["epsilon"], a["central"]["epsilon"])
+                    and close(b["central"]["delta"], a["central"]["delta"])
+                    and b["local"]["reports"] == a["local"]["reports"])
+        except (KeyError, TypeError):
+            same = False
+        if not same:
+            out.append(f"the recorded ledger of this session ({_ledger_line(b)}) is not what "
+                       f"the messages imply ({_ledger_line(a)})")
+        ends = [c.head for c in report.checkpoints if c.kind == "end"]
+        if ends and "session" in ledger:
+            out += _below_head(ledger, ends[-1])
+        if "session" in ledger:
+            out += _miscomposed(ledger)
+    return out
+
+
+def _miscomposed(ledger: dict) -> list[str]:
+    """The dataset's central totals a record shows other than its own central entries
+    give: their basic sums, and the accountant's epsilon at the stated delta
+    (protocol.ledger.ledger_dict, the one computation of both)."""
+    from pobo.protocol.ledger import Budget, ledger_dict
+
     try:
-        recorded = json.loads(path.read_text()).get("ledger")
-    except ValueError:
-        return
-    if not recorded:
-        return
-    a, b = report.ledger, recorded.get("session", recorded)  # what this session released
-    same = (abs(a["central"]["epsilon"] - b["central"]["epsilon"]) <= 1e-9 * max(1, b["central"]["epsilon"])
-            and abs(a["central"]["delta"] - b["central"]["delta"]) <= 1e-12 + 1e-9 * b["central"]["delta"]
-            and a["local"]["reports"] == b["local"]["reports"])
-    if not same:
-        report.violations.append(
-            f"the curator recorded a ledger of central eps {b['central']['epsilon']:.6g}, "
-            f"delta {b['central']['delta']:.6g} and {b['local']['reports']} LDP reports; the "
-            f"messages imply eps {a['central']['epsilon']:.6g}, delta "
-            f"{a['central']['delta']:.6g} and {a['local']['reports']} reports")
+        central = ledger["central"]
+        limits = {**central, **ledger.get("local", {})}
+        again = ledger_dict(list(ledger["entries"]), {}, Budget.from_dict(limits))["central"]
+    except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+        return [f"its dataset ledger cannot be recomputed from its entries ({exc})"]
+    return [f"ledger.central.{key} is {central.get(key)!r}; its own entries give "
+            f"{again[key]!r}" for key in ("epsilon", "delta", "epsilon_basic", "delta_basic")
+            if not (isinstance(central.get(key), (int, float))
+                    and abs(central[key] - again[key]) <= 1e-12 + 1e-9 * abs(again[key]))]
+
+
+def _ledger_line(ledger: dict) -> str:
+    """'central eps E, delta D, R LDP reports' of a ledger dict, whatever it holds."""
+    try:
+        return (f"central eps {ledger['central']['epsilon']:.6g}, delta "
+                f"{ledger['central']['delta']:.6g}, {ledger['local']['reports']} LDP reports")
+    except (KeyError, TypeError, ValueError):
+        return "unreadable"
+
+
+def _below_head(ledger: dict, head: LedgerHead) -> list[str]:
+    """The dataset totals a record shows below the ledger head the curator signed at the
+    session's end (the dataset's ledger only grows)."""
+    pairs = (("central", "epsilon_basic", head.central_epsilon),
+             ("central", "delta_basic", head.central_delta),
+             ("local", "max_row_epsilon_basic", head.max_row_epsilon))
+    out = []
+    for part, key, signed in pairs:
+        value = (ledger.get(part) or {}).get(key)
+        if not isinstance(value, (int, float)) or value < signed - 1e-9 * abs(signed):
+            out.append(f"ledger.{part}.{key} is {value!r}, below the {signed:.12g} the "
+                       "curator signed at the session's end")
+    return out
 
 
 def signing_keys(curator_key: Path | None = None, modeler_key: Path | None = None,

@@ -101,6 +101,8 @@ class AuditReport:
     checkpoints: list[Checkpoint] = field(default_factory=list)  # the curator's ledger heads
     floors: list[Checkpoint] = field(default_factory=list)  # entries it shows were charged
     dp: bool | None = None  # what the Dataset says (False: "not DP"); None without one
+    # what the signed Welcome and Dataset say of the session's privacy (`signed_claims`)
+    claims: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -113,7 +115,7 @@ class AuditReport:
                 "session": self.session, "violations": self.violations, "notes": self.notes,
                 "ledger": self.ledger, "refused": self.refused,
                 "unacknowledged": self.unacknowledged, "signatures": self.signatures,
-                "complete": self.complete, "dp": self.dp,
+                "complete": self.complete, "dp": self.dp, "claims": self.claims,
                 "ledger_heads": [{"kind": c.kind, "record": c.record, **asdict(c.head)}
                                  for c in self.checkpoints]}
 
@@ -148,6 +150,18 @@ def dataset_is_dp(messages: list, welcome: Welcome) -> bool | None:
         return None
     return bool(data.release.dp and welcome.params.policy != NON_PRIVATE.name
                 and welcome.params.randomness != "seeded")
+
+
+def signed_claims(messages: list, welcome: Welcome, dp: bool | None) -> dict:
+    """What the session's signed Welcome and Dataset say of its privacy, under the names
+    a party's record (result.json) uses: randomness, policy and, with a Dataset, the
+    release's mechanism, epsilon and delta, and whether it is DP (`dataset_is_dp`)."""
+    claims = {"randomness": welcome.params.randomness, "policy": welcome.params.policy}
+    data = next((m for _, m in messages if isinstance(m, Dataset)), None)
+    if data is not None:
+        claims.update(mechanism=data.release.mechanism, epsilon=float(data.release.epsilon),
+                      delta=float(data.release.delta), dp=dp)
+    return claims
 
 
 def chain(path: str | Path, report: AuditReport, anchor: dict | None = None) -> list[Record]:
@@ -194,6 +208,7 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
         return report
     report.session = welcome.session
     report.dp = dataset_is_dp(messages, welcome)
+    report.claims = signed_claims(messages, welcome, report.dp)
     policy = POLICIES.get(welcome.params.policy)
     if policy is None:
         report.violations.append(f"unknown policy {welcome.params.policy!r} in the welcome")

@@ -1,6 +1,7 @@
 """Shared fixtures: small public session parameters and one message of every kind; the
 `--full` option (the statistical checks at full length, see README)."""
 import os
+import shutil
 import tempfile
 
 import numpy as np
@@ -31,6 +32,13 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["POBO_FULL"] = "1"  # read by the tests' REDUCED flags at collection
         if config.getoption("timeout", None) is None:
             config.option.timeout = FULL_TIMEOUT
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this test session's key store (one folder per run was left in /tmp)."""
+    home = os.environ.get("POBO_HOME", "")
+    if os.path.basename(home).startswith("pobo-home-"):
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture

@@ -40,6 +40,40 @@ def test_a_clean_session_passes_with_the_recomputed_ledger(session):
     assert reports[0].ledger["local"]["reports"] == 5
 
 
+@pytest.mark.parametrize("where, value, named", [
+    (["randomness"], "os-csprng", "randomness is 'os-csprng'; the signed transcript says"),
+    (["dp"], True, "dp is True; the signed transcript says"),
+    (["epsilon"], 0.1, "epsilon is 0.1; the signed transcript says"),
+    (["privacy_unit", "dataset", "epsilon"], 0.1, "privacy_unit.dataset.epsilon is 0.1"),
+    (["privacy_unit", "dataset", "dp"], True, "privacy_unit.dataset.dp is True"),
+    (["ledger", "central", "epsilon"], 0.5, "ledger.central.epsilon is 0.5; its own entries"),
+    (["ledger", "session", "local", "reports"], 0, "the recorded ledger of this session"),
+    (["ledger", "local", "max_row_epsilon_basic"], 0.0, "below the"),
+])
+def test_a_privacy_claim_edited_in_a_record_fails_the_audit(session, where, value, named):
+    """A review's attack: result.json and curator.json were shown as they were (`pobo
+    report` rendered a forged "(0.1, 1e-5)-DP, dp yes, os-csprng" beside "Audit OK").
+    What a record claims of the session's privacy must be what the signed transcript
+    shows (its Welcome, Dataset, messages and the curator's closing ledger head), and its
+    dataset ledger what its own entries compose to."""
+    paths = [session / "modeler.transcript", session / "curator.transcript"]
+    assert all(r.ok for r in audit_files(paths))
+    for name in ("curator.json", "result.json"):
+        record = session / name
+        assert record.exists()
+        clean = record.read_text()
+        data = json.loads(clean)
+        node = data
+        for key in where[:-1]:
+            node = node[key]
+        node[where[-1]] = value
+        record.write_text(json.dumps(data))
+        reports = audit_files(paths)
+        found = [v for r in reports for v in r.violations if name in v]
+        assert any(named in v for v in found), (name, found)
+        record.write_text(clean)
+
+
 def test_an_edited_record_breaks_the_chain(session):
     path = session / "curator.transcript"
     raws = _records(path)
