@@ -934,6 +934,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     from pobo.session import Signing, prepare_service
     from pobo.transport import spin
     from pobo.transport.security import CurveServer
+    from pobo.transport.sockets import check_bindable
 
     config = config_from_args(args)
     if args.ledger_head is not None and config.journal is None:
@@ -946,6 +947,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     signing = Signing(curator=own_signer(args, "curator"),
                       modeler_keys=load_allowed_keys(args.sign_allow) if args.sign_allow
                       else None)
+    check_bindable(args.bind)  # before the journal or OUT is written: it could not serve
     writable(args.out)  # refused now, not after a modeler's Hello
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     try:

@@ -74,6 +74,21 @@ def test_a_port_in_use_and_bad_endpoints_are_one_line():
         assert done.returncode == 1 and says in _one_line(done)
 
 
+def test_a_curator_that_cannot_bind_writes_no_journal_and_no_folder(tmp_path):
+    """A review's finding: a curator started on a port in use prepared its dataset first,
+    so a start that never served wrote its budget into the journal (replacing a running
+    curator's) and charged the projection, and left an empty --out. The port is checked
+    before anything is written."""
+    holder, port = _busy_port()
+    journal, out = tmp_path / "j.db", tmp_path / "out"
+    with holder:
+        done = _pobo("curator", "synthetic", "--seed", "1", "--journal", str(journal),
+                     "--budget-eps", "5", "--out", str(out), "--bind",
+                     f"tcp://127.0.0.1:{port}")
+    assert done.returncode == 1 and "in use" in _one_line(done)
+    assert not journal.exists() and not out.exists(), list(tmp_path.iterdir())
+
+
 def test_pobo_run_notices_at_once_when_the_curator_exits_early(tmp_path):
     started = time.monotonic()
     done = _pobo("run", "hospital", "--data", str(tmp_path / "missing.csv"), "--out",

@@ -187,6 +187,36 @@ def check_endpoint(endpoint: str, bind: bool = True) -> str:
     return endpoint
 
 
+def check_bindable(endpoint: str) -> None:
+    """BindError (the message RouterHub.bind gives) if a tcp `endpoint` on an IP address
+    (or *) cannot be bound now: its port in use, the address not this machine's. Checked
+    by binding a plain socket and closing it, as ZeroMQ binds (SO_REUSEADDR), before the
+    curator prepares its dataset: a start that cannot serve then commits nothing to the
+    journal (its budget, the projection's charge). Port 0, an interface name and ipc
+    are left to the bind itself."""
+    import socket
+
+    scheme, address = _split(check_endpoint(endpoint))
+    if scheme != "tcp":
+        return
+    host, port = _host_port(endpoint, address)
+    if not port.isdigit() or int(port) == 0:
+        return
+    host = host.strip("[]")
+    host = "0.0.0.0" if host == "*" else host
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return  # a name: ZeroMQ resolves it (an interface, say)
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, int(port)))
+            sock.listen(1)
+        except OSError as exc:
+            raise BindError(f"cannot bind {endpoint}: {exc.strerror}") from None
+
+
 def is_loopback(endpoint: str) -> bool:
     """Whether `endpoint` stays on this machine: ipc://, inproc://, tcp on 127.0.0.0/8,
     [::1], localhost or the lo interface. tcp://0.0.0.0, tcp://* and any other address
