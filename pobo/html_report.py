@@ -249,7 +249,7 @@ def _run_figure(result: dict) -> str:
         hits = [float(h) for h in result["hits"]]
         curves = [Curve("this run", tuple(hits))]
         if result.get("random_hits_expected") is not None and T:
-            rate = float(result["random_hits_expected"]) / float(T)
+            rate = float(result["random_hits_expected"]) / max(1, len(hits))  # per query
             curves.append(Curve("random (expected)",
                                 tuple(rate * t for t in range(1, len(hits) + 1)), "2 4",
                                 COLOURS[8]))
@@ -453,7 +453,7 @@ def sweep_figure(rows: list[dict], results: dict[str, dict], missing: int = 0) -
             continue
         if hits and result.get("hits") is not None:
             traces[setting_of(row)].append([float(h) for h in result["hits"]])
-            rate = float(result["random_hits_expected"]) / float(result["T"])
+            rate = float(result["random_hits_expected"]) / max(1, len(result["hits"]))
         elif not hits and result.get("simple_regret") is not None:
             scale = float(result.get("sigma_y") or result.get("sigma_f") or 1.0)
             traces[setting_of(row)].append([float(v) / scale for v in result["simple_regret"]])

@@ -218,7 +218,7 @@ def plot_hits(rows: list[dict], out: Path, sweep_dir: Path, plt) -> list[Path]:
     for row in rows:
         result = json.loads((sweep_dir / "runs" / row["run"] / "result.json").read_text())
         traces[(strategy_label(row), row["epsilon"], row["r"])].append(np.asarray(result["hits"]))
-        rate = result["random_hits_expected"] / result["T"]
+        rate = result["random_hits_expected"] / max(1, len(result["hits"]))  # per query made
     fig, ax = plt.subplots(figsize=(5, 3.6))
     T = 0
     for (strategy, eps, r), ts in sorted(traces.items(), key=lambda kv: (

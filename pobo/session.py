@@ -349,7 +349,8 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "cumulative_regret": None if f is None else cumulative.tolist(),
         "hits": distinct_hits(f, curator.queries) if hits else None,
         "sense": problem.sense, "metric": problem.metric,
-        "random_hits_expected": float(T * f.mean()) if hits else None,
+        # over the queries made (an interrupted run made fewer than T)
+        "random_hits_expected": float(len(curator.queries) * f.mean()) if hits else None,
         "random_regret_expected": (problem.once(("random_regret_expected", T),
                                                 lambda: random_regret_expected(f, T))
                                    if f is not None and not hits else None),

@@ -111,6 +111,24 @@ def test_hospital_counts_hits_from_the_true_outcome(tmp_path):
     assert set(np.unique(problem.f)) <= {0.0, 1.0}
 
 
+def test_random_selections_expected_hits_count_the_queries_made_not_T():
+    """A review's finding: a hospital run stopped after 85 of T = 300 queries compared its
+    hits with random selection over 300 (32.4 expected, 9.2 over 85), so GP-UCB looked
+    worse than random. The expectation is over the queries made."""
+    from pobo.session import curator_result, prepare_service
+
+    config = RunConfig("hospital", T=20, seed=2, options={"n": 500})
+    service = prepare_service(config)
+    session = service.new_session()
+    curator = session.curator()
+    for seq in range(5):
+        curator.start(seq, seq * 7)
+    result = curator_result(session, curator, "interrupted", None, 1.0)
+    rate = float(np.mean(service.problem.f))
+    assert len(result["hits"]) == 5
+    assert result["random_hits_expected"] == pytest.approx(5 * rate)
+
+
 def test_branin_has_its_known_minimum():
     assert branin.branin(np.array([math.pi]), np.array([2.275]))[0] == pytest.approx(
         branin.BRANIN_MIN, abs=1e-5)
