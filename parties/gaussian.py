@@ -45,7 +45,8 @@ import math
 from functools import lru_cache
 
 SKETCH_CELLS = 8000  # cells of the upper Riemann sum (it overstates delta by < 1 %)
-_EPS_MAX = 1e4  # larger epsilons are reported as "unbounded" (inf)
+EPS_MAX = 1e4  # a larger epsilon is reported as inf: "> 1e+04", no useful guarantee
+_EPS_MAX = EPS_MAX
 
 
 def std_normal_cdf(x: float) -> float:

@@ -13,7 +13,7 @@ import math
 
 from pobo.parties.dataset import Problem
 from pobo.parties.domain import MAX_NORM
-from pobo.parties.gaussian import gaussian_epsilon, sketch_epsilon
+from pobo.parties.gaussian import EPS_MAX, gaussian_epsilon, sketch_epsilon
 from pobo.protocol.messages import ProjectedDataset
 from pobo.protocol.policy import DP_PROJECTION, GAUSSIAN_ROWS, GAUSSIAN_SKETCH
 
@@ -78,12 +78,23 @@ NOT_DP = ("Algorithm 1 as published: for n - 1 > d neither branch is DP (every c
           "lies in the column space of X_c), and its branch reads the exact sigma_min")
 
 
+def epsilon_text(eps: float | None, digits: int = 3) -> str:
+    """An epsilon of a privacy statement for a person: "no bound" (None: no DP claim at
+    that move), "> 1e+04" (inf: past what the calculators resolve, no useful guarantee,
+    but not no bound at all), else `digits` significant digits."""
+    if eps is None:
+        return "no bound"
+    eps = float(eps)
+    return (f"> {EPS_MAX:.0e} (no useful guarantee)" if math.isinf(eps)
+            else f"{eps:.{digits}g}")
+
+
 def statement_lines(statement: dict) -> list[str]:
     """The statement as a few plain lines, for the curator's start and the run summary."""
     lines = [f"privacy: {statement['mechanism']}: {statement['claim']}"]
     for item in statement["epsilon_by_distance"]:
         eps = item["epsilon"]
-        shown = "no bound" if eps is None else "unbounded" if math.isinf(eps) else f"{eps:.3g}"
+        shown = epsilon_text(eps)
         lines.append(f"  eps at delta {statement['delta']:.3g} for a move of "
                      f"{item['distance']:.3g}: {shown}  ({item['what']})")
     if not statement["preprocessing"]["public"]:

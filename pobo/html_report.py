@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pobo.parties.statement import epsilon_text
 from pobo.protocol.errors import PoboError
 from pobo.protocol.ledger import describe_ledger
 from pobo.auditing import audit_files, trusted_keys
@@ -173,13 +174,13 @@ def privacy_html(unit: object, ledger: object, spent_line: str | None = None) ->
     by_distance = unit.get("epsilon_by_distance") if isinstance(unit, dict) else None
     if isinstance(by_distance, list) and by_distance:
         rows = [(number(item.get("distance"), 3), item.get("what", ""),
-                 "no bound" if item.get("epsilon") is None else number(item["epsilon"]))
+                 epsilon_text(item.get("epsilon"), 4))
                 for item in by_distance if isinstance(item, dict)]
         parts.append(_table(("move (preprocessed units)", "what it is",
                              f"ε at δ {number(dataset.get('delta'), 3)}"), rows))
     if isinstance(unit, dict) and unit.get("epsilon_whole_row") is not None:
         parts.append(f"<p class='whole-row'>ε for a whole row (any row replaced by any other "
-                     f"of the domain): {_e(number(unit['epsilon_whole_row']))}</p>")
+                     f"of the domain): {_e(epsilon_text(unit['epsilon_whole_row'], 4))}</p>")
     spent = spent_line if spent_line is not None else spent_text(ledger_spent(ledger))
     parts.append(f"<p class='spent'>Ledger: {_e(spent)}</p>")
     return "\n".join(parts)

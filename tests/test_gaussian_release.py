@@ -307,3 +307,21 @@ def test_the_remembered_sketch_calibrations_are_the_computed_ones_for_every_inpu
     assert len(set(eps.values())) == len(eps)
     assert eps[(1e-5, omega, 6, 1.0)] == sketch_epsilon.__wrapped__(1e-5, omega, 6, 1.0)
     assert abs(eps[(1e-5, omega, 6, 1.0)] - 1.0) < 1e-6  # omega was calibrated for eps 1
+
+
+def test_an_epsilon_past_the_calculators_range_is_not_called_unbounded():
+    """A review's finding: bank's whole-row move printed "unbounded", which a privacy
+    engineer reads as "no guarantee at all"; its analytic Gaussian epsilon is finite, only
+    past the 1e4 the bisection resolves. Said as such; None (no DP claim) stays "no bound"."""
+    from pobo.parties.statement import epsilon_text, statement_lines
+
+    statement = {"mechanism": "gaussian-rows", "claim": "c", "delta": 1e-5,
+                 "preprocessing": {"public": True, "how": ""},
+                 "epsilon_by_distance": [{"distance": 50.0, "epsilon": float("inf"),
+                                          "what": "a whole row"},
+                                         {"distance": 1.0, "epsilon": None, "what": "one"}]}
+    lines = statement_lines(statement)
+    assert "a move of 50: > 1e+04 (no useful guarantee)" in lines[1]
+    assert "a move of 1: no bound" in lines[2]
+    assert not any("unbounded" in line for line in lines)
+    assert epsilon_text(3.0041, 4) == "3.004"
