@@ -931,7 +931,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     from pobo.parties.journal import Journal
     from pobo.protocol.signing import load_allowed_keys
     from pobo.remote import serve_curator
-    from pobo.session import Signing, prepare_service
+    from pobo.session import Signing, new_journal_warning, prepare_service
     from pobo.transport import spin
     from pobo.transport.security import CurveServer
     from pobo.transport.sockets import check_bindable
@@ -949,6 +949,9 @@ def _cmd_curator(args: argparse.Namespace) -> int:
                       else None)
     check_bindable(args.bind)  # before the journal or OUT is written: it could not serve
     writable(args.out)  # refused now, not after a modeler's Hello
+    warning = new_journal_warning(config)
+    if warning is not None:
+        print(f"pobo curator: warning: {warning}", file=sys.stderr, flush=True)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     try:
         with preparing(config.scenario):

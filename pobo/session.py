@@ -168,8 +168,21 @@ def objective_for(config: RunConfig) -> Objective | None:
 def prepare_curator(config: RunConfig, problem: Problem | None = None) -> CuratorSession:
     """One new session on a fresh curator (its journal `config.journal`, else in memory):
     what a single run needs; it may keep `config.batch` queries outstanding."""
+    warning = new_journal_warning(config)
+    if warning is not None:
+        CURATOR_LOG.warning("warning: %s", warning)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     return prepare_service(config, problem, journal).new_session(batch=config.batch)
+
+
+def new_journal_warning(config: RunConfig) -> str | None:
+    """What to say when `config.journal` names no file yet (None: it does, or there is
+    none): a mistyped path would otherwise start a fresh ledger, nothing spent, in
+    silence."""
+    if not config.journal or Path(config.journal).exists():
+        return None
+    return (f"no journal at {config.journal}: starting a new one (a new ledger: nothing "
+            "spent, no sessions to resume)")
 
 
 def release_request(config: RunConfig) -> ReleaseRequest | None:

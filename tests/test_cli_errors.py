@@ -278,3 +278,15 @@ def test_a_scenario_script_that_fails_inside_build_is_one_line(tmp_path, body, s
     script.write_text(f"def build(seed, **options):\n    {body}\n")
     done = _pobo("curator", str(script), "--T", "2")
     assert done.returncode == 1 and says in _one_line(done)
+
+
+def test_a_journal_path_that_names_no_file_is_said_to_start_a_new_ledger(tmp_path):
+    """A review's finding: a mistyped --journal started a fresh ledger (nothing spent) in
+    silence. It is said, once: a second start on the journal now there says nothing."""
+    journal = tmp_path / "typo" / "j.db"
+    argv = ["run", "synthetic", "--T", "2", "--grid", "8", "--journal", str(journal)]
+    first = _pobo(*argv, "--out", str(tmp_path / "a"))
+    assert first.returncode == 0, first.stderr
+    assert f"warning: no journal at {journal}: starting a new one" in first.stderr
+    second = _pobo(*argv, "--out", str(tmp_path / "b"))
+    assert second.returncode == 0 and "no journal at" not in second.stderr, second.stderr
