@@ -20,16 +20,26 @@ from pobo.protocol.signing import body_of, key_id, load_verify_key
 from pobo.transport.keyfiles import STORE_TRUSTED, pobo_home, trusted_signing_keys
 
 
+def records_beside(transcript: Path, *names: str) -> list[Path]:
+    """The records `names` (curator.json, result.json, ...) made with `transcript`: for a
+    transcript kept aside as ROLE.transcript.N by a later session in its folder, the
+    records kept aside with it (NAME.N, pobo.session.keep_previous_record)."""
+    _, sep, suffix = transcript.name.partition(".transcript")
+    suffix = suffix if sep and (not suffix or suffix[1:].isdigit()) else ""
+    return [transcript.parent / f"{name}{suffix}" for name in names]
+
+
 def anchor_for(transcript: Path, role: str) -> dict | None:
     """The transcript head the party recorded in its result beside the transcript."""
-    for name in (f"{role}.json", "result.json"):
-        path = transcript.parent / name
+    for path in records_beside(transcript, f"{role}.json", "result.json"):
+        name = path.name
         if path.exists():
             try:
                 data = json.loads(path.read_text())
             except ValueError:
                 continue
-            head = data.get("transcript_head") if name != "result.json" else None
+            head = (data.get("transcript_head") if not name.startswith("result.json")
+                    else None)
             if head:
                 return head
     return None
@@ -52,8 +62,7 @@ def check_recorded_ledger(report: AuditReport, transcript: Path) -> None:
     dataset), the session's own ledger (recomputed from the messages), and dataset
     totals no lower than the last ledger head the curator signed in it."""
     names = (["curator.json"] if report.role == CURATOR else []) + ["result.json"]
-    for name in names:
-        path = transcript.parent / name
+    for path in records_beside(transcript, *names):
         if not path.exists():
             continue
         try:
@@ -230,8 +239,7 @@ def check_data_digest(report: AuditReport, transcript: Path, X: np.ndarray,
     """That the data given are the session's: their digest is the one the curator recorded
     (curator.json or result.json beside the transcript); anything else is a violation."""
     recorded = None
-    for name in ("curator.json", "result.json"):
-        path = transcript.parent / name
+    for path in records_beside(transcript, "curator.json", "result.json"):
         if path.exists():
             try:
                 recorded = json.loads(path.read_text()).get("dataset_digest")

@@ -25,7 +25,7 @@ from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundar
 from pobo.protocol.transcript import Transcript, TranscriptError, chain_end
 from pobo.parties.statement import privacy_lines
 from pobo.runspec import LISTENING  # noqa: F401  (re-exported)
-from pobo.session import Signing, curate, open_channel, optimise
+from pobo.session import Signing, curate, keep_previous_record, open_channel, optimise
 from pobo.transport.security import CurveClient, CurveServer, start_authenticator
 from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_context
 
@@ -201,6 +201,8 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
             boundary = Boundary(NON_PRIVATE if service.settings.non_private else PRIVATE,
                                 CURATOR)
             boundary.incoming(hello)
+            if where is not None and not hello.resume:
+                keep_previous_record(where, CURATOR)  # a second session in one folder
             try:
                 transcript = (Transcript(where / "curator.transcript", resume=bool(hello.resume),
                                          blobs=out / "blobs" if per_session_folder else None)

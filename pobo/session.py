@@ -202,16 +202,23 @@ def journal_config(config: RunConfig) -> dict:
 
 
 def keep_previous_record(out: Path, role: str) -> None:
-    """Before a new session in `out`: move the last session's <role>.json beside its
-    transcript's new name (<role>.json.N with <role>.transcript.N, which Transcript
-    keeps), so that a second session does not overwrite the first one's record."""
-    transcript, record = out / f"{role}.transcript", out / f"{role}.json"
-    if not (transcript.exists() and record.exists()):
+    """Before a new session in `out`: move the last session's <role>.json, and a run's
+    result.json, beside its transcript's new name (<role>.json.N and result.json.N with
+    <role>.transcript.N, which Transcript keeps), so that a second session does not
+    overwrite the first one's records, and `pobo audit` of <role>.transcript.N reads
+    the records made with it (pobo.auditing.records_beside). Either party may move
+    result.json (each in its own process): whichever comes first."""
+    transcript = out / f"{role}.transcript"
+    if not transcript.exists():
         return
     n = 1
     while transcript.with_name(f"{transcript.name}.{n}").exists():
         n += 1
-    record.rename(record.with_name(f"{record.name}.{n}"))
+    for record in (out / f"{role}.json", out / "result.json"):
+        try:
+            record.rename(record.with_name(f"{record.name}.{n}"))
+        except FileNotFoundError:
+            pass  # none (the other party moved result.json already)
 
 
 def open_channel(pipe, role: str, non_private: bool, out: Path | None,

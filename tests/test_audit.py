@@ -254,3 +254,22 @@ def test_the_data_check_at_rounding_ties_and_at_huge_magnitudes():
         assert np.isin(_row_keys(np.array([[1.5e300, 0.25]])), _row_keys(X)).all()
         entries = _rounded_abs(X)
         assert max(_held(entries, key) for key in _scalar_keys(1e300)) == 1
+
+
+def test_a_second_run_in_one_folder_keeps_the_first_ones_records_and_both_audit(tmp_path):
+    """A review's finding: a second run into the same --out kept the first one's
+    transcripts as .1 but overwrote its result.json and curator.json, so the audit of the
+    genuine .1 transcripts reported a tampered tail. Every record of the first run is
+    kept with its transcripts (NAME.1), and each pair audits against its own records."""
+    cfg = RunConfig(T=4, options={"grid": 8}, ldp_epsilon=2.0)
+    first = asyncio.run(run_inproc(cfg, tmp_path))
+    second = asyncio.run(run_inproc(RunConfig(T=4, seed=3, options={"grid": 8},
+                                              ldp_epsilon=2.0), tmp_path))
+    assert first["session"] != second["session"]
+    for name in ("result.json", "curator.json", "modeler.json"):
+        kept = json.loads((tmp_path / f"{name}.1").read_text())
+        assert kept.get("session", first["session"]) == first["session"], name
+    for suffix in ("", ".1"):
+        reports = audit_files([tmp_path / f"curator.transcript{suffix}",
+                               tmp_path / f"modeler.transcript{suffix}"])
+        assert all(r.ok for r in reports), (suffix, [r.violations for r in reports])

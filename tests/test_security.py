@@ -3,6 +3,7 @@ key and a plaintext client are refused, the refusal logged by the curator and re
 to the modeler. One curator serves several sessions at once. Key files are private and
 never silently overwritten."""
 import asyncio
+import json
 import contextlib
 import logging
 import os
@@ -379,3 +380,24 @@ async def test_the_authenticator_ends_its_task_before_its_zap_socket_closes(keys
         if auth.zap_socket is not None:
             auth.stop()
         close_context(ctx)
+
+
+async def test_a_curator_serving_one_folder_twice_keeps_the_first_sessions_record(tmp_path):
+    """`pobo curator --sessions 1 --out DIR` run twice: the second session kept the
+    first one's transcript (curator.transcript.1) but overwrote its curator.json, so its
+    audit failed. The record is kept with it (curator.json.1)."""
+    sessions = []
+    for seed in (2, 3):
+        task, endpoint = await _start(tmp_path)
+        try:
+            await result_within(connect_modeler(endpoint, tmp_path / f"m{seed}", seed=seed,
+                                                timeout=10.0), 60)
+            sessions.append((await result_within(task, 15))["session"])
+        finally:
+            await _finish(task)
+    folder = tmp_path / "curator"
+    kept = json.loads((folder / "curator.json.1").read_text())
+    assert kept["session"] == sessions[0] != sessions[1]
+    assert json.loads((folder / "curator.json").read_text())["session"] == sessions[1]
+    from pobo.auditing import anchor_for
+    assert anchor_for(folder / "curator.transcript.1", "curator") == kept["transcript_head"]
