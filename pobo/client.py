@@ -62,7 +62,7 @@ from pobo.protocol.messages import (
     new_nonce,
 )
 from pobo.protocol.policy import CURATOR, MODELER, RELEASE_ALGORITHMS
-from pobo.session import Signing, open_channel, write_json
+from pobo.session import MODELER_LOG, Signing, open_channel, write_json
 from pobo.transport.security import CurveClient
 from pobo.transport.sockets import DealerPipe, close_context, new_context
 
@@ -124,7 +124,9 @@ class ModelerClient:
         `out` is the folder for modeler.transcript and modeler.json (None: no record);
         `curve` encrypts to the curator's CURVE key; `signing` carries the modeler's
         signing key (`signing.modeler`) and the curator key it expects
-        (`signing.curator_key`); `timeout` is the channel's deadline in seconds for each
+        (`signing.curator_key`): by default the modeler signs with its key in the user's
+        key store, as `pobo modeler` does (`Signing.modeler_from_store`; `Signing()` signs
+        nothing, with a warning in the log); `timeout` is the channel's deadline in seconds for each
         reply; `non_private` accepts the curator's non-private identity release of X;
         `batch` is how many queries `query_many` may keep outstanding at once (the
         curator grants at most its --max-batch: see `params.batch`); `on_pending(seq,
@@ -147,7 +149,12 @@ class ModelerClient:
                                         name="pobo-modeler-client", daemon=True)
         self._thread.start()
         try:
-            self._run(self._open(endpoint, curve, signing or Signing(), non_private, client,
+            if signing is None:
+                signing = Signing.modeler_from_store()
+            elif signing.modeler is None:
+                MODELER_LOG.warning("ModelerClient: unsigned: no frame is signed; an audit "
+                                    "cannot tell an edited transcript from this session's")
+            self._run(self._open(endpoint, curve, signing, non_private, client,
                                  batch), 2)  # the handshake: Welcome and Dataset
         except BaseException:
             self._failed = "handshake failed"

@@ -68,6 +68,15 @@ class Signing:
         return cls(c, m, c.public_hex, frozenset([m.public_hex]))
 
     @classmethod
+    def modeler_from_store(cls, home: Path | None = None) -> "Signing":
+        """The modeler signing with its key-store key (made once), as `pobo modeler` does
+        by default; any curator key (`pobo audit` checks it against the keys trusted)."""
+        from pobo.protocol.signing import load_signing_key
+        from pobo.transport.keyfiles import store_signing_key
+
+        return cls(modeler=load_signing_key(store_signing_key("modeler", home)))
+
+    @classmethod
     def throwaway(cls) -> "Signing":
         """Fresh keys for both sides, each expecting the other's."""
         c, m = Signer.generate(), Signer.generate()

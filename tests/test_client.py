@@ -121,7 +121,10 @@ async def test_client_sync_calls_inside_a_running_loop(tmp_path):
         assert client._thread is not None and not client._thread.is_alive()
         record = curator.finish()
         assert record["status"] == "ok" and record["queries"] == [0, 9, 18, 27]
-        assert record["rewards"] == rewards and record["signatures"] == "unsigned"
+        # signed by default, with the user's key-store key, as `pobo modeler` is (a review
+        # found the client alone unsigned, silently)
+        assert record["rewards"] == rewards and record["signatures"] == "signed"
+        assert record["sign_keys"]["modeler"] == Signing.modeler_from_store().modeler.public_hex
     finally:
         curator.kill()
 
