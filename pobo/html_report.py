@@ -36,7 +36,7 @@ from pobo.headline import (
     setting_of, spent_text, strategy_label, sweep_headline, sweep_spent, sweep_spent_text,
     varied_fields,
 )
-from pobo.report import frontier, markdown_table
+from pobo.report import dp_notice, frontier, markdown_table
 
 REPORT_NAME = "report.html"
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
@@ -329,16 +329,18 @@ def sweep_report_html(folder: Path) -> str:
     rows = read_rows(folder / "runs.csv")
     table_md = folder / "table.md"
     md = table_md.read_text(encoding="utf-8") if table_md.is_file() else ""
-    first = md.splitlines()[0] if md else ""
-    title = first[4:].strip() if first.startswith("### ") else None
+    first = next((line for line in md.splitlines() if line.startswith("### ")), "")
+    title = first[4:].strip() if first else None  # after a "No DP guarantee" line, say
     preset = paper_preset(rows, title)
     title = title or (preset.caption if preset else f"{rows[0]['scenario']} sweep")
     table = markdown_table(rows, preset.paper if preset else None, "")
     dataset = md.split("\n\n")[-1].strip() if md else ""
     results, missing = sweep_results(folder, rows)
     body = [f"<h1>pobo sweep: {_e(title)}</h1>", _where(folder),
-            "<section id='result'>", "<h2>Result</h2>", sweep_result_html(rows, results),
-            "</section>"]
+            "<section id='result'>", "<h2>Result</h2>",
+            *([f"<p class='verdict bad'>{_e(dp_notice(rows).replace('**', ''))}</p>"]
+              if dp_notice(rows) else []),
+            sweep_result_html(rows, results), "</section>"]
     if len({r.get("lift") for r in rows if r.get("policy") == "private"}) > 1:
         body += ["<h2 id='frontier'>Privacy-utility frontier</h2>", frontier_chart(rows)]
     body += ["<h2 id='regret'>Curves</h2>", sweep_figure(rows, results, missing),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import json
 import math
 from collections import defaultdict
@@ -240,6 +241,22 @@ def plot_hits(rows: list[dict], out: Path, sweep_dir: Path, plt) -> list[Path]:
     return [path]
 
 
+def dp_notice(rows: list[dict]) -> str:
+    """A line saying how many of the sweep's runs carry no DP claim, and why (empty when
+    every one does): the paper's presets run its own release, which is not DP, and a
+    table of their regret must not read as a private result."""
+    if not rows or "dp" not in rows[0]:
+        return ""  # a runs.csv from before the column
+    without = [r for r in rows if str(r.get("dp")) not in ("True", "true", "1")]
+    if not without:
+        return ""
+    reasons = sorted({re.sub(r" \(seed -?\d+\)", "", why)  # one reason, not one per seed
+                      for r in without for why in str(r.get("not_dp") or "").split("; ")
+                      if why})
+    return (f"**No DP guarantee:** {len(without)} of {len(rows)} runs carry no differential-"
+            "privacy claim" + (f" ({'; '.join(reasons)})" if reasons else "") + ".")
+
+
 def write_report(rows: list[dict], out: Path | str, *, scenario: str, options: dict,
                  epsilons, rs, paper: dict | None = None, title: str = "",
                  dataset: str | None = None) -> str:
@@ -249,6 +266,9 @@ def write_report(rows: list[dict], out: Path | str, *, scenario: str, options: d
     out = Path(out)
     write_csv(rows, out / "runs.csv")
     table = markdown_table(rows, paper, title)
+    notice = dp_notice(rows)
+    if notice:
+        table = notice + "\n" + table
     if len({r["lift"] for r in rows if r["policy"] == "private"}) > 1:
         table += "\n" + frontier_table(rows)
     about = dataset if dataset is not None else admissible_r(scenario, options, epsilons, rs)

@@ -71,6 +71,26 @@ def test_report_files_and_admissible_r(tmp_path):
         assert "matplotlib is not installed" in text
 
 
+def test_a_sweep_says_in_its_table_and_csv_that_its_runs_carry_no_dp_claim(tmp_path):
+    """A review's finding: `pobo sweep --preset table1` printed, and wrote to table.md and
+    runs.csv, regret with nothing saying the runs carry no DP guarantee (the paper's own
+    release, seeded noise). Each run's row says whether it is DP and why not, and the
+    table's first line how many are not."""
+    small = dataclasses.replace(SPEC, epsilons=(2.0,), rs=(2,), seeds=2, non_private=False,
+                                lifts=("paper",))
+    rows = run_sweep(small, tmp_path, workers=1, progress=None)
+    text = write_report(rows, tmp_path, scenario="synthetic", options={"grid": 12},
+                        epsilons=small.epsilons, rs=small.rs)
+    assert all(r["dp"] is False and "lift paper" in r["not_dp"] for r in rows), rows
+    first = (tmp_path / "table.md").read_text().splitlines()[0]
+    assert first.startswith(f"**No DP guarantee:** {len(rows)} of {len(rows)} runs")
+    assert "lift paper" in first and "(seed" not in first and first in text
+    assert ",dp,not_dp," in (tmp_path / "runs.csv").read_text().splitlines()[0]
+    from pobo.html_report import write_html_report
+    page = write_html_report(tmp_path).read_text()
+    assert f"No DP guarantee: {len(rows)} of {len(rows)} runs" in page
+
+
 def test_dask_cluster_gives_the_same_table_as_the_process_pool(tmp_path):
     distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
     small = SweepSpec("synthetic", epsilons=(3.0,), rs=(2, 4), seeds=2, T=5, options={"grid": 10})
