@@ -293,20 +293,37 @@ def _audit(paths: list[Path], X, f, blobs: Path | None,
     keys_for = keys if callable(keys) else (lambda _: keys)
     if len(paths) == 1:
         role = CURATOR if paths[0].name.startswith(CURATOR) else MODELER
-        return [audit_transcript(paths[0], anchor_for(paths[0], role), X, f, blobs,
-                                 keys_for(paths))]
+        anchor = anchor_for(paths[0], role)
+        return _note_unanchored([audit_transcript(paths[0], anchor, X, f, blobs,
+                                                  keys_for(paths))], {paths[0]: anchor})
     reports: list[AuditReport] = []
+    anchors: dict[Path, dict | None] = {}
     for by_role in session_groups(paths):
         group = list(by_role.values())
+        for role, p in by_role.items():
+            anchors[p] = anchor_for(p, role)
         if len(by_role) == 2:
             reports += audit_session(by_role[CURATOR], by_role[MODELER],
-                                     {role: anchor_for(p, role) for role, p in by_role.items()},
+                                     {role: anchors[p] for role, p in by_role.items()},
                                      X, f, blobs, keys_for(group))
         else:
             (role, path), = by_role.items()
-            reports.append(audit_transcript(path, anchor_for(path, role), X, f, blobs,
+            reports.append(audit_transcript(path, anchors[path], X, f, blobs,
                                             keys_for(group)))
     check_ledger_chain(reports)
+    return _note_unanchored(reports, anchors)
+
+
+def _note_unanchored(reports: list[AuditReport],
+                     anchors: dict[Path, dict | None]) -> list[AuditReport]:
+    """Note each transcript audited with no head its party anchored (no record beside it):
+    whole records cut from its end cannot be seen then, only a torn one."""
+    for report in reports:
+        if anchors.get(Path(report.path)) is None:
+            report.notes.append(
+                "no anchored head: no record of its party (curator.json, modeler.json or "
+                "result.json with a transcript_head) beside it, so whole records cut from "
+                "its end cannot be detected (the peer's transcript may show them)")
     return reports
 
 

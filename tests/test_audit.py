@@ -273,3 +273,17 @@ def test_a_second_run_in_one_folder_keeps_the_first_ones_records_and_both_audit(
         reports = audit_files([tmp_path / f"curator.transcript{suffix}",
                                tmp_path / f"modeler.transcript{suffix}"])
         assert all(r.ok for r in reports), (suffix, [r.violations for r in reports])
+
+
+def test_a_transcript_with_no_anchor_beside_it_says_its_tail_is_unchecked(session):
+    """A review's finding: both transcripts cut at a record boundary, their records
+    deleted, audited OK with only "no End" noted. Without an anchored head a cut tail
+    cannot be seen, and the audit says so (a note: a transcript alone may be audited)."""
+    paths = [session / "curator.transcript", session / "modeler.transcript"]
+    unanchored = "no anchored head"
+    assert not any(unanchored in n for r in audit_files(paths) for n in r.notes)
+    for name in ("curator.json", "modeler.json", "result.json"):
+        (session / name).unlink()
+    reports = audit_files(paths)
+    assert all(any(unanchored in n for n in r.notes) for r in reports)
+    assert all(any(unanchored in n for n in r.notes) for r in audit_files(paths[:1]))
