@@ -58,18 +58,21 @@ def ledger_spent(ledger: object) -> dict:
     if not isinstance(central, dict) or "epsilon" not in central:
         return {}
     return {"epsilon": central.get("epsilon"), "delta": central.get("delta"),
+            "delta_spent": central.get("delta_basic", central.get("delta")),
             "budget_epsilon": central.get("budget_epsilon"),
             "budget_delta": central.get("budget_delta")}
 
 
 def spent_text(spent: dict) -> str:
-    """'eps 3.004, delta 1e-05 spent; no budget set' (or 'of budget (8, 1e-05)')."""
+    """'ε 8 at δ 0.002 (δ spent 1e-06); budget ε 10, δ 0.002': the accountant's epsilon
+    at the delta it is stated at (the budget's), and the delta the entries spent, which a
+    reader would otherwise take the stated one for (a review's finding)."""
     if not spent:
         return "no ledger recorded"
     budget = ("no budget set" if spent.get("budget_epsilon") is None else
               f"budget ε {number(spent['budget_epsilon'])}, δ {number(spent.get('budget_delta'), 3)}")
-    return (f"ε {number(spent.get('epsilon'))}, δ {number(spent.get('delta'), 3)} spent; "
-            + budget)
+    return (f"ε {number(spent.get('epsilon'))} spent at δ {number(spent.get('delta'), 3)} "
+            f"(δ spent {number(spent.get('delta_spent'), 3)}); " + budget)
 
 
 def run_headline(result: dict) -> dict:
@@ -203,7 +206,7 @@ def sweep_spent(ledgers) -> dict:
     eps = [float(s["epsilon"]) for s in spent]
     return {"runs": len(spent), "epsilon_min": min(eps), "epsilon_max": max(eps),
             "epsilon_sum": math.fsum(eps),
-            "delta_max": max(float(s.get("delta") or 0.0) for s in spent)}
+            "delta_max": max(float(s.get("delta_spent") or 0.0) for s in spent)}
 
 
 def sweep_spent_text(spent: dict) -> str:

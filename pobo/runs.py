@@ -113,7 +113,8 @@ def describe_run(result: dict) -> dict:
         status += " (inconsistent)"
     return {"scenario": result.get("scenario"), "status": status,
             "policy": policy_text(result), "epsilon_spent": spent.get("epsilon"),
-            "delta_spent": spent.get("delta"), "budget_epsilon": spent.get("budget_epsilon"),
+            "delta_spent": spent.get("delta_spent"), "epsilon_at_delta": spent.get("delta"),
+            "budget_epsilon": spent.get("budget_epsilon"),
             "result": head["short"], "metric": head["metric"], "value": head["value"],
             "random": head["random"], "best": head["best"], "optimum": head["optimum"]}
 

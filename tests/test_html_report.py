@@ -171,8 +171,10 @@ def test_a_run_page_leads_with_the_answer_and_the_privacy_statement(run_dir):
     for item in unit["epsilon_by_distance"]:
         assert f"<td>{item['epsilon']:.4g}</td>" in first
     assert f"ε for a whole row" in first and f"{unit['epsilon_whole_row']:.4g}" in first
-    spent = result["ledger"]["central"]["epsilon"]
-    assert f"Ledger: ε {spent:.4g}, δ " in first and "spent; budget ε " in first
+    central = result["ledger"]["central"]
+    # the accountant's epsilon at the delta it is stated at, and the delta the entries spent
+    assert (f"Ledger: ε {central['epsilon']:.4g} spent at δ {central['delta']:.3g} (δ spent "
+            f"{central['delta_basic']:.3g}); budget ε ") in first
 
 
 def test_the_answer_of_a_hits_run_and_a_budget(run_dir, tmp_path):
@@ -184,7 +186,7 @@ def test_the_answer_of_a_hits_run_and_a_budget(run_dir, tmp_path):
     first = section(write_html_report(folder).read_text(), "result")
     assert "4 distinct positives in 8 queries; random selection expects 2.0" in first
     assert "<td>random selection expects</td><td>2</td>" in first
-    assert "spent; budget ε 8, δ 1e-05" in first
+    assert "); budget ε 8, δ 1e-05" in first
 
 
 def test_the_answer_of_a_sweep_is_its_best_private_setting_against_the_baselines(sweep_dir):
