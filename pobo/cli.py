@@ -671,7 +671,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from pobo.parties.statement import privacy_lines  # numpy: only once a run is done
 
     print("\n".join(privacy_lines(result.get("privacy_unit"))))
-    print(describe_ledger(result["ledger"]))
+    print(ledger_lines(result))
     timing = timing_line(result.get("modeler") or {})
     if timing:
         print(timing)
@@ -971,6 +971,18 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         for r in results:
             print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
     return curator_status(results, service=args.sessions == 0)
+
+
+def ledger_lines(result: dict) -> str:
+    """The run's ledger for a person; for a run with no DP claim (seeded, --lift paper,
+    non-private), said to be nominal: the epsilons charged are what the mechanisms would
+    spend, not a guarantee this run gives (a review's finding)."""
+    text = describe_ledger(result["ledger"])
+    if result.get("dp") is False:
+        why = "; ".join(result.get("not_dp") or []) or "see above"
+        text = text.replace("privacy ledger:", "privacy ledger (nominal: this run carries no "
+                            f"DP claim: {why}):", 1)
+    return text
 
 
 def curator_status(results: list[dict], service: bool) -> int:

@@ -290,3 +290,17 @@ def test_a_journal_path_that_names_no_file_is_said_to_start_a_new_ledger(tmp_pat
     assert f"warning: no journal at {journal}: starting a new one" in first.stderr
     second = _pobo(*argv, "--out", str(tmp_path / "b"))
     assert second.returncode == 0 and "no journal at" not in second.stderr, second.stderr
+
+
+def test_the_ledger_of_a_run_with_no_dp_claim_is_said_to_be_nominal(tmp_path):
+    """A review's finding: `pobo run --lift paper` printed "no bound" at every scale and
+    then a ledger of eps 3.004 spent, as if the run gave that guarantee."""
+    from pobo.cli import ledger_lines
+
+    done = _pobo("run", "synthetic", "--T", "2", "--grid", "8", "--lift", "paper",
+                 "--out", str(tmp_path / "paper"))
+    assert done.returncode == 0, done.stderr
+    assert "privacy ledger (nominal: this run carries no DP claim: lift paper" in done.stdout
+    result = json.loads((tmp_path / "paper" / "result.json").read_text())
+    assert "nominal" in ledger_lines(result)
+    assert "nominal" not in ledger_lines({**result, "dp": True, "not_dp": []})
