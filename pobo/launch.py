@@ -244,6 +244,7 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
     if transport not in ("tcp", "ipc"):
         raise ValueError(f"transport must be tcp or ipc for two processes, got {transport!r}")
     out = Path(out).resolve()  # (made by the parties, as they record)
+    before = _records_in(out)
     with tempfile.TemporaryDirectory(prefix="pobo-") as sockdir:
         curator_sign, modeler_sign, public = signing_argv(curve_dir, Path(sockdir))
         curator_curve, modeler_curve = (curator_curve + curator_sign,
@@ -277,13 +278,41 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                     s.quiet.set()
                 _stop(s.process)
                 s.reader.join(5)
-            publish_beside_records(*public, out)
+            if endpoint:
+                publish_beside_records(*public, out)
+            else:  # the curator never bound: the modeler's Hello reached nobody
+                _discard_unserved(out, before)
     result = _merge_if_present(out)
     failed = {role: code for role, code in codes.items() if code != 0}
     if failed or result is None:
         raise LaunchError(f"party processes failed (exit codes {codes}); "
                           f"partial records are in {out}")
     return result
+
+
+def _records_in(out: Path) -> set[str] | None:
+    """The names in `out` now (None: no such folder yet)."""
+    try:
+        return {p.name for p in out.iterdir()}
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return set()
+
+
+def _discard_unserved(out: Path, before: set[str] | None) -> None:
+    """Remove what a run whose curator never bound wrote in `out` (the modeler's record
+    and transcript of a Hello nobody received), and `out` itself if the run made it: a
+    run refused before its session starts leaves no folder (`pobo runs` would list it
+    as incomplete). What was there before stays."""
+    for name in ("modeler.json", "modeler.transcript"):
+        if before is None or name not in before:
+            (out / name).unlink(missing_ok=True)
+    if before is None:
+        try:
+            out.rmdir()  # only if empty: anything else written stays
+        except OSError:
+            pass
 
 
 def _free_port() -> int:

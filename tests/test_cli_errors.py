@@ -96,6 +96,14 @@ def test_pobo_run_notices_at_once_when_the_curator_exits_early(tmp_path):
     assert done.returncode == 1 and time.monotonic() - started < 20
     assert "exited with code 1 before binding" in done.stderr
     assert "missing.csv" in done.stderr and "Traceback" not in done.stderr
+    # a review's finding: the modeler's record of a Hello nobody received, and the keys,
+    # were left in a folder `pobo runs` then listed as an incomplete run
+    assert not (tmp_path / "out").exists(), list((tmp_path / "out").rglob("*"))
+    keep = tmp_path / "kept"
+    keep.mkdir()
+    (keep / "notes.txt").write_text("mine")
+    done = _pobo("run", "hospital", "--data", str(tmp_path / "missing.csv"), "--out", str(keep))
+    assert done.returncode == 1 and sorted(p.name for p in keep.iterdir()) == ["notes.txt"]
 
 
 @pytest.mark.parametrize("transport", ["tcp", "inproc"])
