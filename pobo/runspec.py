@@ -107,13 +107,32 @@ def merge_results(curator: dict, modeler: dict, out: Path, transcripts: bool = T
     return result
 
 
+def _strict_json(value: object) -> str:
+    """`value` as strict JSON: a float that is not finite (an epsilon past what the
+    calculators resolve is inf) is written as the string "Infinity", "-Infinity" or
+    "NaN", which float() reads back, instead of the bare Infinity that only Python's and
+    JavaScript's lenient parsers accept (a review's finding: result.json was not JSON)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except ValueError:
+        def strict(v: object) -> object:
+            if isinstance(v, float) and not math.isfinite(v):
+                return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+            if isinstance(v, dict):
+                return {k: strict(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [strict(x) for x in v]
+            return v
+        return json.dumps(strict(value), allow_nan=False)
+
+
 def write_json(path: Path, data: dict) -> None:
     """Write JSON atomically (temp file + rename), so a crash never leaves half a file.
     One line per top-level key: readable, and the long lists (queries, regret) go through
     json's C encoder (an indented dump is pure Python: ~5 ms a run in a sweep)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    lines = [f" {json.dumps(key)}: {json.dumps(value)}" for key, value in data.items()]
+    lines = [f" {json.dumps(key)}: {_strict_json(value)}" for key, value in data.items()]
     try:
         tmp.write_text("{\n" + ",\n".join(lines) + "\n}\n")
         tmp.replace(path)

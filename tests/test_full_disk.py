@@ -44,3 +44,28 @@ def test_a_record_that_cannot_be_written_leaves_no_temporary_file(tmp_path, monk
         write_json(target, {"status": "failed"})
     assert sorted(p.name for p in target.parent.iterdir()) == ["curator.json"]
     assert json.loads(target.read_text()) == {"status": "ok"}  # the old record, whole
+
+
+def test_a_record_with_an_epsilon_past_the_calculators_is_strict_json(tmp_path):
+    """A review's finding: bank's result.json held a bare Infinity (its whole-row epsilon
+    is past the 1e4 the calculators resolve), which strict parsers refuse. Non-finite
+    floats are written as strings that float() reads back; the rest is unchanged."""
+    import math
+
+    from pobo.parties.statement import epsilon_text
+    from pobo.runspec import write_json
+
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+    path = tmp_path / "result.json"
+    write_json(path, {"privacy_unit": {"epsilon_whole_row": math.inf,
+                                       "epsilon_by_distance": [{"epsilon": math.inf},
+                                                               {"epsilon": 3.0}]},
+                      "x": [1.5, -math.inf, math.nan], "n": 7})
+    data = json.loads(path.read_text(), parse_constant=refuse)
+    unit = data["privacy_unit"]
+    assert unit["epsilon_whole_row"] == "Infinity" and float(unit["epsilon_whole_row"]) == math.inf
+    assert epsilon_text(unit["epsilon_by_distance"][0]["epsilon"]).startswith("> 1e+04")
+    assert unit["epsilon_by_distance"][1]["epsilon"] == 3.0
+    assert data["x"][:2] == [1.5, "-Infinity"] and math.isnan(float(data["x"][2]))
+    assert data["n"] == 7
