@@ -72,10 +72,18 @@ class RunConfig:
         return strategy_spec(self.strategy, self.moma_k, bool(self.distinct), self.authors_code)
 
 
-def startup_warnings(config: RunConfig) -> list[str]:
-    """What a curator started with `config` says loudly before it serves: every setting
-    that removes or weakens the DP guarantee or its budget."""
+def startup_warnings(config: RunConfig, n: int | None = None) -> list[str]:
+    """What a curator started with `config` (on `n` rows, when known) says loudly before
+    it serves: every setting that removes or weakens the DP guarantee or its budget,
+    a delta given at or above 1/n among them."""
     out = []
+    given = [("--delta", config.delta), ("--budget-delta", config.budget_delta),
+             ("--ldp-row-delta", config.ldp_row_delta)]
+    for flag, delta in given:
+        if n and delta is not None and delta >= 1.0 / n and not config.non_private:
+            out.append(f"{flag} {delta:g} is at least 1/n = {1 / n:.3g}: a mechanism at it "
+                       "may release a row in the clear with that probability, and an "
+                       "epsilon stated at it means little (use a delta much smaller than 1/n)")
     if config.non_private:
         out.append("--non-private: X itself is sent to the modeler; NOT differentially "
                    "private (every record says dp: false)")

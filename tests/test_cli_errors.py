@@ -312,3 +312,17 @@ def test_the_ledger_of_a_run_with_no_dp_claim_is_said_to_be_nominal(tmp_path):
     result = json.loads((tmp_path / "paper" / "result.json").read_text())
     assert "nominal" in ledger_lines(result)
     assert "nominal" not in ledger_lines({**result, "dp": True, "not_dp": []})
+
+
+def test_a_delta_given_at_or_above_one_over_n_is_warned():
+    """A review's finding: --budget-delta 0.9 and --ldp-row-delta 0.5 were taken in
+    silence, and the ledger's epsilon, stated at 0.9, read ~0. A delta the user gives at
+    or above 1/n is said to mean little; the defaults and small deltas say nothing."""
+    from pobo.runspec import RunConfig, startup_warnings
+
+    loud = startup_warnings(RunConfig(budget_delta=0.9, ldp_row_delta=0.5, delta=1e-6,
+                                      seed=None), n=10_000)
+    assert [w.split()[0] for w in loud] == ["--budget-delta", "--ldp-row-delta"]
+    assert all("at least 1/n = 0.0001" in w for w in loud)
+    assert startup_warnings(RunConfig(seed=None), n=10_000) == []
+    assert startup_warnings(RunConfig(budget_delta=0.9, seed=None)) == []  # n not known
