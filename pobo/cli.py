@@ -994,8 +994,13 @@ def curator_status(results: list[dict], service: bool) -> int:
     fine = ("ok", "interrupted") if service else ("ok",)
     failed = [r for r in results if r["status"] not in fine]
     for r in failed:
-        print(f"pobo curator: error: session {r['session']} {r['status']}"
-              + (f": {r['error']}" if r.get("error") else ""), file=sys.stderr, flush=True)
+        why = str(r.get("error") or "")
+        if why.startswith("CancelledError"):  # (its text is empty): SIGINT/SIGTERM
+            why = "the curator was stopped"
+        interrupted = r["status"] == "interrupted"
+        print(f"pobo curator: {'' if interrupted else 'error: '}session {r['session']} "
+              f"{r['status']}{' (resumable)' if interrupted else ''}"
+              + (f": {why}" if why else ""), file=sys.stderr, flush=True)
     if not results and not service:
         print("pobo curator: error: no session was served", file=sys.stderr, flush=True)
         return 1

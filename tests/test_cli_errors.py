@@ -252,8 +252,13 @@ def test_a_curator_whose_session_failed_says_which_and_why(capsys):
     assert capsys.readouterr().err == (f"pobo curator: error: session {'b' * 32} failed: "
                                        "ProtocolError: 10001 refusals\n")
     assert curator_status([ok, cut], service=True) == 0  # a service stopped by a signal
-    assert curator_status([cut], service=False) == 1 and "interrupted: PeerTimeout" in \
-        capsys.readouterr().err
+    assert curator_status([cut], service=False) == 1 and "interrupted (resumable): " \
+        "PeerTimeout" in capsys.readouterr().err
+    # stopped by SIGINT: not an "error" with an empty CancelledError (a review's finding)
+    stopped = {**cut, "error": "CancelledError: "}
+    assert curator_status([stopped], service=False) == 1
+    assert capsys.readouterr().err == (f"pobo curator: session {'c' * 32} interrupted "
+                                       "(resumable): the curator was stopped\n")
     assert curator_status([], service=False) == 1 and "no session" in capsys.readouterr().err
     assert curator_status([], service=True) == 0 and capsys.readouterr().err == ""
 
