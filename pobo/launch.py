@@ -245,6 +245,9 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
         raise ValueError(f"transport must be tcp or ipc for two processes, got {transport!r}")
     out = Path(out).resolve()  # (made by the parties, as they record)
     before = _records_in(out)
+    made = out  # the outermost folder this run would make (runs/ of runs/NAME, say)
+    while not made.parent.exists():
+        made = made.parent
     with tempfile.TemporaryDirectory(prefix="pobo-") as sockdir:
         curator_sign, modeler_sign, public = signing_argv(curve_dir, Path(sockdir))
         curator_curve, modeler_curve = (curator_curve + curator_sign,
@@ -281,7 +284,7 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
             if endpoint:
                 publish_beside_records(*public, out)
             else:  # the curator never bound: the modeler's Hello reached nobody
-                _discard_unserved(out, before)
+                _discard_unserved(out, before, made)
     result = _merge_if_present(out)
     failed = {role: code for role, code in codes.items() if code != 0}
     if failed or result is None:
@@ -300,19 +303,25 @@ def _records_in(out: Path) -> set[str] | None:
         return set()
 
 
-def _discard_unserved(out: Path, before: set[str] | None) -> None:
+def _discard_unserved(out: Path, before: set[str] | None, made: Path) -> None:
     """Remove what a run whose curator never bound wrote in `out` (the modeler's record
-    and transcript of a Hello nobody received), and `out` itself if the run made it: a
-    run refused before its session starts leaves no folder (`pobo runs` would list it
-    as incomplete). What was there before stays."""
+    and transcript of a Hello nobody received), and the folders the run made, up to
+    `made`, if they are empty: a run refused before its session starts leaves no folder
+    (`pobo runs` would list it as incomplete). What was there before stays."""
     for name in ("modeler.json", "modeler.transcript"):
         if before is None or name not in before:
             (out / name).unlink(missing_ok=True)
-    if before is None:
+    if before is not None:
+        return
+    folder = out
+    while True:
         try:
-            out.rmdir()  # only if empty: anything else written stays
+            folder.rmdir()  # only if empty: anything else written stays
         except OSError:
-            pass
+            return
+        if folder == made or folder.parent == folder:
+            return
+        folder = folder.parent
 
 
 def _free_port() -> int:

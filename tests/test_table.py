@@ -61,23 +61,17 @@ def test_table_refuses_unknown_or_missing_columns_in_one_line(csv_file, args, me
 @pytest.mark.parametrize("transport", ["inproc", "tcp"])
 def test_a_run_that_never_starts_leaves_no_folder_and_keeps_one_that_was_there(
         csv_file, tmp_path, transport):
-    """A run refused before its session starts leaves no folder holding only the keys it
-    copied (the default runs/<name>/, or a given --out it made): in process nothing is
-    left; over tcp the modeler, started beside the curator, keeps its record of the
-    Hello it sent if it got that far (it may be stopped before), with the keys beside
-    it. A given --out that held anything already keeps all of it, and gains keys/ only
-    beside a record."""
+    """A run refused before its session starts leaves no folder (the default
+    runs/<name>/ and runs/, or a given --out it made): over tcp too, where the modeler,
+    started beside the curator, may have recorded the Hello nobody received (removed,
+    with the keys never copied). A given --out that held anything already keeps all of
+    it, and gains nothing."""
     bad = ["--features", "temp,height", "--objective", "yield"]
     run = subprocess.run([*POBO, "run", "table", "--data", str(csv_file), "--transport",
                           transport, *bad], capture_output=True, text=True, timeout=120,
                          cwd=tmp_path)
     assert run.returncode == 1 and "no column(s) ['height']" in run.stderr, run.stderr
-    left = sorted(p.name for p in (tmp_path / "runs").glob("*/*"))
-    assert left != ["keys"], left  # never the keys alone
-    if transport == "inproc" or not left:
-        assert not (tmp_path / "runs").exists()
-    else:
-        assert "modeler.json" in left, left
+    assert not (tmp_path / "runs").exists(), list((tmp_path / "runs").rglob("*"))
     kept = tmp_path / "mine"
     kept.mkdir()
     (kept / "notes.txt").write_text("mine")
@@ -86,9 +80,7 @@ def test_a_run_that_never_starts_leaves_no_folder_and_keeps_one_that_was_there(
                          text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 1, run.stderr
     assert (kept / "notes.txt").read_text() == "mine"
-    assert sorted(p.name for p in kept.iterdir()) in (
-        ["notes.txt"],  # nothing recorded: no keys
-        ["keys", "modeler.json", "modeler.transcript", "notes.txt"])  # (tcp: a record too)
+    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
 
 
 def test_pobo_run_table_over_tcp_finds_a_good_row(csv_file, tmp_path):
