@@ -71,7 +71,9 @@ from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, Release, Reward, Welcome,
 )
 from pobo.protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
-from pobo.protocol.policy import CURATOR, LDP_REWARD, MODELER, NON_PRIVATE, POLICIES, Boundary
+from pobo.protocol.policy import (
+    CURATOR, IDENTITY, LDP_REWARD, MODELER, NON_PRIVATE, POLICIES, Boundary,
+)
 from pobo.protocol.transcript import (
     GENESIS, REFUSED, REFUSED_SUMMARY, Record, TranscriptError, blob_dirs, linked_records,
     raw_records, resolve,
@@ -159,8 +161,10 @@ def signed_claims(messages: list, welcome: Welcome, dp: bool | None) -> dict:
     claims = {"randomness": welcome.params.randomness, "policy": welcome.params.policy}
     data = next((m for _, m in messages if isinstance(m, Dataset)), None)
     if data is not None:
-        claims.update(mechanism=data.release.mechanism, epsilon=float(data.release.epsilon),
-                      delta=float(data.release.delta), dp=dp)
+        private = data.release.mechanism != IDENTITY  # X itself: no (epsilon, delta) at all
+        claims.update(mechanism=data.release.mechanism,
+                      epsilon=float(data.release.epsilon) if private else None,
+                      delta=float(data.release.delta) if private else None, dp=dp)
     return claims
 
 

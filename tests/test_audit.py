@@ -287,3 +287,18 @@ def test_a_transcript_with_no_anchor_beside_it_says_its_tail_is_unchecked(sessio
     reports = audit_files(paths)
     assert all(any(unanchored in n for n in r.notes) for r in reports)
     assert all(any(unanchored in n for n in r.notes) for r in audit_files(paths[:1]))
+
+
+def test_a_non_private_run_audits_clean_and_its_record_cannot_claim_an_epsilon(tmp_path):
+    """A review's finding (a regression of the records check): every honest --non-private
+    run failed the audit, its records' epsilon None against the identity release's
+    placeholder (0, 1). X itself has no (epsilon, delta): the records say None, and a
+    record that claims one is named."""
+    asyncio.run(run_inproc(RunConfig(T=4, options={"grid": 8}, non_private=True), tmp_path))
+    paths = [tmp_path / "curator.transcript", tmp_path / "modeler.transcript"]
+    assert all(r.ok for r in audit_files(paths)), [r.violations for r in audit_files(paths)]
+    record = tmp_path / "result.json"
+    data = json.loads(record.read_text())
+    record.write_text(json.dumps({**data, "epsilon": 0.5}))
+    found = [v for r in audit_files(paths) for v in r.violations]
+    assert any("epsilon is 0.5; the signed transcript says None" in v for v in found), found
