@@ -461,6 +461,32 @@ def session_charges(messages: list, welcome: Welcome) -> list[Entry]:
     return out
 
 
+def unannounced_charges(welcome: Welcome, heads: list[Checkpoint]) -> list[str]:
+    """Why a ledger head the curator signed does not hold the central mechanisms its
+    Welcome announces as in force (the dataset's release, a lift test): fewer entries
+    than there are of them, or central totals below their sums (a review's attack: a
+    curator that never charged the projection signed heads of 0 entries, and passed)."""
+    central = [m for m in welcome.params.mechanisms if m.name != LDP_REWARD]
+    if not central:
+        return []
+    need = {"entries": len(central),
+            "central epsilon": math.fsum(m.epsilon for m in central),
+            "central delta": math.fsum(m.delta for m in central)}
+    out = []
+    for c in heads:
+        held = {"entries": c.head.entries, "central epsilon": c.head.central_epsilon,
+                "central delta": c.head.central_delta}
+        short = [what for what, v in need.items() if held[what] < v - 1e-9 * abs(v)]
+        if short:
+            out.append(f"record {c.record}: the curator's ledger head in its {c.kind} commits "
+                       f"to {short[0]} {held[short[0]]:.12g}, less than the "
+                       f"{need[short[0]]:.12g} of the mechanisms its Welcome announces "
+                       f"({', '.join(m.name for m in central)}): the release was not "
+                       "charged to the curator's ledger")
+            break
+    return out
+
+
 def undercharged(messages: list, welcome: Welcome, heads: list[Checkpoint]) -> list[str]:
     """Why the curator's closing ledger head commits to less than the session's own
     messages prove it charged since its first Welcome (empty: it does not): fewer
@@ -468,11 +494,15 @@ def undercharged(messages: list, welcome: Welcome, heads: list[Checkpoint]) -> l
     central totals below that Welcome's plus its releases', or a worst-off row's totals
     below the worst of the rows its LDP reports went to. A signed End under-charging is
     a curator that did not journal what it released. Only for a transcript that starts
-    the session (its first Hello resumes nothing), whose first Welcome carries a head."""
+    the session (its first Hello resumes nothing), whose first Welcome carries a head.
+    Every head, in any transcript, must also hold the central mechanisms the Welcome
+    announces (the dataset's release, charged once before any session sees it):
+    `unannounced_charges`."""
+    out = unannounced_charges(welcome, heads)
     hello = next((m for _, m in messages if isinstance(m, Hello)), None)
     first = next((c for c in heads if c.kind == "welcome"), None)
     if hello is None or hello.resume or first is None:
-        return []
+        return out
     charges = session_charges(messages, welcome)
     central = [e for e in charges if e.scope == CENTRAL]
     rows: dict[int, list[Entry]] = {}
@@ -492,7 +522,6 @@ def undercharged(messages: list, welcome: Welcome, heads: list[Checkpoint]) -> l
         "worst-off row epsilon": worst[0],
         "worst-off row delta": worst[1],
     }
-    out = []
     for end in (c for c in heads if c.kind == "end"):
         h = end.head
         held = {"entries": h.entries, "central epsilon": h.central_epsilon,

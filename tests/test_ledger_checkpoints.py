@@ -214,6 +214,28 @@ def test_a_curator_that_journals_less_than_its_rewards_prove_fails_the_audit(
                    for v in report["violations"]), report["violations"]
 
 
+def test_a_curator_that_never_charges_the_release_it_announces_fails_the_audit(
+        tmp_path, monkeypatch):
+    """A review's attack: a curator stored its projection without its charge, so every
+    head it signed committed to 0 entries, central epsilon 0, while its Welcome announced
+    the projection's (epsilon, delta) and its Dataset released Z: both transcripts
+    audited OK. Every head must hold the mechanisms the Welcome announces."""
+    store = Journal.store_projection
+
+    def free(self, key, release, report, entries, budget):
+        return store(self, key, release, report, [], budget)
+    monkeypatch.setattr(Journal, "store_projection", free)
+    out = tmp_path / "s"
+    assert _serve(tmp_path / "curator.journal", out, 1, monkeypatch)["status"] == "ok"
+    paths = [out / "curator.transcript", out / "modeler.transcript"]
+    status, text, _ = _cli(["audit", *map(str, paths), "--keys", str(_keys(tmp_path)),
+                            "--json"])
+    assert status != 0
+    for report in json.loads(text)[:2]:
+        assert any("the release was not charged to the curator's ledger" in v
+                   for v in report["violations"]), report["violations"]
+
+
 def _charged_session(release_epsilon: float, end: LedgerHead, resume: str = ""):
     """A curator transcript's messages (a Hello, a Welcome committing to the projection
     only, one noisy Release of (`release_epsilon`, 1e-3), an End) and their heads."""
