@@ -307,7 +307,15 @@ def _discard_unserved(out: Path, before: set[str] | None, made: Path) -> None:
     """Remove what a run whose curator never bound wrote in `out` (the modeler's record
     and transcript of a Hello nobody received), and the folders the run made, up to
     `made`, if they are empty: a run refused before its session starts leaves no folder
-    (`pobo runs` would list it as incomplete). What was there before stays."""
+    (`pobo runs` would list it as incomplete). What was there before stays where it was:
+    the records the modeler moved aside (NAME.N, pobo.session.keep_previous_record) are
+    put back."""
+    if before is not None:  # put back what the modeler moved aside for its session
+        after = _records_in(out) or set()
+        for name in sorted(after - before):
+            base, _, n = name.rpartition(".")
+            if n.isdigit() and base in before:
+                os.replace(out / name, out / base)  # (over the refused run's own record)
     for name in ("modeler.json", "modeler.transcript"):
         if before is None or name not in before:
             (out / name).unlink(missing_ok=True)

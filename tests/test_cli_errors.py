@@ -331,3 +331,18 @@ def test_a_delta_given_at_or_above_one_over_n_is_warned():
     assert all("at least 1/n = 0.0001" in w for w in loud)
     assert startup_warnings(RunConfig(seed=None), n=10_000) == []
     assert startup_warnings(RunConfig(budget_delta=0.9, seed=None)) == []  # n not known
+
+
+def test_a_refused_run_into_a_run_folder_leaves_the_earlier_run_as_it_was(tmp_path):
+    """A review's finding: a second `pobo run --out R` refused before its curator bound
+    (a journal of another dataset) had its modeler move the first run's result.json,
+    modeler.json and transcript aside (.1): R was then listed as incomplete and `pobo
+    report R` failed. What the refused run moved is put back, byte for byte."""
+    journal, out = tmp_path / "j.db", tmp_path / "R"
+    argv = ["run", "synthetic", "--grid", "8", "--T", "2", "--journal", str(journal),
+            "--out", str(out)]
+    assert _pobo(*argv, "--seed", "1").returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    refused = _pobo(*argv, "--seed", "2")  # another dataset: the journal refuses it
+    assert refused.returncode == 1 and "journal of another dataset" in refused.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
