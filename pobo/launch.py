@@ -428,7 +428,8 @@ def _wait_all(spawned: list[Spawned], timeout: float | None,
     first or `stop` is set (the caller's finally then stops them). A curator that exits
     with an error (killed, say) while the modeler runs stops the modeler too, at once
     (it would otherwise retry for its --patience); one that ended normally leaves the
-    modeler ORPHAN_WAIT s to finish."""
+    modeler ORPHAN_WAIT s to finish. A modeler that exits with an error stops the
+    curator at once (it would otherwise wait for a Hello until its accept timeout)."""
     deadline = math.inf if timeout is None else time.monotonic() + timeout
     codes: dict[str, int] = {}
     curator_gone = None
@@ -438,6 +439,13 @@ def _wait_all(spawned: list[Spawned], timeout: float | None,
                 codes[s.role] = code
         if len(codes) == len(spawned):
             break
+        if codes.get("modeler", 0) != 0 and "curator" not in codes:
+            # the modeler failed (a setting it refuses, before its Hello, say): the
+            # curator would wait for it until its accept timeout; stopped, it records
+            curator = next(s for s in spawned if s.role == "curator")
+            _stop(curator.process)
+            raise LaunchError(f"the modeler exited (code {codes['modeler']}) while the "
+                              "curator was still running: the curator was stopped")
         if "curator" in codes and "modeler" not in codes:
             curator_gone = curator_gone or time.monotonic()
             if codes["curator"] != 0 or time.monotonic() - curator_gone > ORPHAN_WAIT:
