@@ -376,6 +376,45 @@ def _role_of(path: Path) -> str:
     return CURATOR if path.name.startswith(CURATOR) else MODELER
 
 
+def uncharged_in_journal(journal: Journal, messages: list, path: Path) -> list[str]:
+    """Why the journal does not hold the charges a session's transcript proves were
+    released (empty: it does): each LDP report (a Reward with noise, each seq once) as a
+    local entry of that session on that row, at no less than the mechanism's epsilon,
+    and its release as an entry of that session (protocol.audit.session_charges). A
+    review's attacks: entries removed after a crash (no head had been kept past them),
+    and reports booked on another row, which left the answered rows' budgets whole."""
+    from collections import Counter
+
+    from pobo.protocol.audit import session_charges
+    from pobo.protocol.ledger import LOCAL
+    from pobo.protocol.messages import Welcome
+
+    welcome = next((m for _, m in messages if isinstance(m, Welcome)), None)
+    if welcome is None:
+        return []
+    held = [e for e in journal.entries(session=welcome.session)  # (bad ones named apart)
+            if isinstance(e.epsilon, (int, float)) and not isinstance(e.epsilon, bool)]
+    out = []
+    proved = session_charges(messages, welcome)
+    local = Counter(e.row for e in proved if e.scope == LOCAL)
+    for row, count in sorted(local.items()):
+        eps = next(e.epsilon for e in proved if e.scope == LOCAL and e.row == row)
+        kept = sum(1 for e in held if e.scope == LOCAL and e.row == row
+                   and e.epsilon >= eps * (1 - 1e-9))
+        if kept < count:
+            out.append(f"{path}: session {welcome.session[:12]} sent {count} LDP report(s) "
+                       f"on row {row}; the journal holds {kept} charged to it: reports were "
+                       "left out of the ledger or booked on other rows")
+            if len(out) >= 3:
+                return out
+    for e in (e for e in proved if e.scope != LOCAL):
+        if not any(h.mechanism == e.mechanism and h.epsilon >= e.epsilon * (1 - 1e-9)
+                   for h in held):
+            out.append(f"{path}: session {welcome.session[:12]} was sent a {e.mechanism} "
+                       f"release of epsilon {e.epsilon:g}; the journal holds no such charge")
+    return out
+
+
 def journal_findings(journal: Journal, head_file: Path | None,
                      transcripts: list[Path] = ()) -> tuple[list[str], int]:
     """(what is wrong, how many signed heads were checked) of a curator's journal as an
@@ -409,6 +448,7 @@ def journal_findings(journal: Journal, head_file: Path | None,
         messages = decoded_messages(path)
         heads += [(f"{path} record {c.record} ({c.kind})", c.head)
                   for c in checkpoints(messages, role_of_messages(messages), str(path))]
+        problems += uncharged_in_journal(journal, messages, path)
     try:
         problems += unheld_heads(journal, heads)
     except (ValueError, TypeError) as exc:  # an entry that is no number: named above

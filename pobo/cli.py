@@ -1043,7 +1043,8 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
               + (f"ledger chain: {entries} entries, head {head}\n" if head else "")
               + (f"checked: every entry is a charge, and the journal holds all {checked} "
                  f"ledger head(s) the curator committed to (head file: {head_file or 'none'};"
-                 f" transcripts: {len(args.transcripts)})"
+                 f" transcripts: {len(args.transcripts)}) and every charge the transcripts "
+                 "prove (their LDP reports, row by row, and releases)"
                  if not problems else "NOT as the curator committed to:\n" + "\n".join(
                      f"  - {p}" for p in problems)))
     return 2 if problems else 0

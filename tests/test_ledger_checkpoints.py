@@ -336,6 +336,39 @@ def test_pobo_ledger_checks_the_journal_against_every_head_the_curator_committed
     assert status == 2 and json.loads(out)["checked"]["problems"]
 
 
+def test_pobo_ledger_holds_the_journal_to_the_reports_the_transcripts_prove(
+        two_sessions, tmp_path, monkeypatch):
+    """A review's attacks on `pobo ledger`: LDP reports booked on another row (the
+    answered rows kept their whole budget), and reports removed after a crash, past the
+    last head kept, passed. Each report a transcript proves must be a local entry of its
+    session on its row."""
+    from pobo.auditing import uncharged_in_journal
+    from pobo.parties.curator import Curator
+    from pobo.protocol.audit import decoded_messages
+
+    journal, paths = two_sessions
+    copy = _tampered(tmp_path, journal, "DELETE FROM ledger WHERE n = (SELECT max(n) FROM "
+                                        "ledger WHERE scope = 'local')")
+    j = Journal(copy)
+    try:  # (the heads would name this one too; the proof needs none)
+        found = uncharged_in_journal(j, decoded_messages(paths[3]), paths[3])
+    finally:
+        j.close()
+    assert len(found) == 1 and "sent 3 LDP report(s) on row 2; the journal holds 2" in \
+        found[0], found
+    admit = Curator._admit
+
+    def elsewhere(self, index, reserved=0):
+        return [Entry(e.mechanism, e.epsilon, e.delta, e.scope, 0)
+                for e in admit(self, index, reserved)]
+    monkeypatch.setattr(Curator, "_admit", elsewhere)
+    out = tmp_path / "s"
+    assert _serve(tmp_path / "dishonest.journal", out, 1, monkeypatch)["status"] == "ok"
+    status, text, _ = _cli(["ledger", "--journal", str(tmp_path / "dishonest.journal"),
+                            str(out / "modeler.transcript")])
+    assert status == 2 and "booked on other rows" in text, text
+
+
 def test_a_signed_head_whose_totals_differ_from_the_journal_is_named(two_sessions):
     """The chain matches but the totals a head carries do not (a curator that signed
     smaller totals than it charged): named, not passed."""
