@@ -30,6 +30,7 @@ library: no hand-rolled file format for state that must survive a crash.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -364,6 +365,22 @@ class Journal:
             finally:
                 if not group.done():
                     group.set_result(None)
+
+    @contextlib.contextmanager
+    def snapshot(self):
+        """Reads inside see one state of the journal (a read transaction: another process
+        sharing it may commit meanwhile, unseen), as a ledger head must: its entry count,
+        chain and totals of the same entries. Commits the staged group first."""
+        with self._lock:
+            self._commit_group()
+            begun = not self._db.in_transaction
+            if begun:
+                self._db.execute("BEGIN")
+            try:
+                yield self
+            finally:
+                if begun and self._db.in_transaction:
+                    self._db.execute("COMMIT")
 
     def flush(self) -> None:
         """Commit the staged group now, so that what this connection reads next (a ledger

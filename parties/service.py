@@ -435,8 +435,9 @@ class CuratorService:
         file does not hold or extend. It commits to what is durable only: a group of
         answers staged in this loop turn is committed first (JournalFault if it fails)."""
         self.journal.flush()
-        entries, chain = self.chain.current()
-        head = ledger_head(entries, chain, self.journal.basic_totals())  # no accountant
+        with self.journal.snapshot():  # count, chain and totals of the same entries
+            entries, chain = self.chain.current()
+            head = ledger_head(entries, chain, self.journal.basic_totals())  # no accountant
         if self.head_file is not None and (self._committed is None
                                            or head.entries > self._committed.entries):
             self.head_file.write(head)

@@ -288,6 +288,8 @@ def _tampered(tmp_path: Path, journal: Path, sql: str) -> Path:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     shutil.copy(journal, copy)
     shutil.copy(f"{journal}.head", f"{copy}.head")
+    if Path(f"{journal}.projections").is_dir():  # Z's files, for a curator to start on it
+        shutil.copytree(f"{journal}.projections", f"{copy}.projections")
     with contextlib.closing(sqlite3.connect(copy)) as db:
         db.execute(sql)
         db.commit()
@@ -367,6 +369,40 @@ def test_pobo_ledger_holds_the_journal_to_the_reports_the_transcripts_prove(
     status, text, _ = _cli(["ledger", "--journal", str(tmp_path / "dishonest.journal"),
                             str(out / "modeler.transcript")])
     assert status == 2 and "booked on other rows" in text, text
+
+
+def test_a_head_is_read_from_one_state_of_a_journal_another_process_writes(
+        two_sessions, tmp_path, monkeypatch):
+    """A review's race: a head's count and chain were read, then its totals, in two reads;
+    another curator process sharing the journal could commit a charge in between, and the
+    head's totals then included an entry past its count (which `pobo ledger` now names).
+    The head is read in one read transaction."""
+    import sqlite3
+
+    from pobo.parties.checkpoints import LedgerChain, unheld_heads
+
+    journal, _ = two_sessions
+    copy = _tampered(tmp_path, journal, "SELECT 1")
+    j = Journal(copy)
+    try:
+        service = prepare_service(CONFIG, journal=j)
+        current = LedgerChain.current
+
+        def and_another_writes(self):
+            counted = current(self)
+            with contextlib.closing(sqlite3.connect(copy, timeout=5)) as other:
+                other.execute("INSERT INTO ledger (session, mechanism, epsilon, delta, scope, "
+                              "row, time) VALUES ('x', 'release:noisy', 2.0, 0.002, "
+                              "'central', -1, 0.0)")
+                other.commit()
+            return counted
+        monkeypatch.setattr(LedgerChain, "current", and_another_writes)
+        head = service.checkpoint()
+        monkeypatch.setattr(LedgerChain, "current", current)
+        assert unheld_heads(j, [("head", head)]) == []  # its totals are its entries'
+        assert service.checkpoint().entries == head.entries + 1
+    finally:
+        j.close()
 
 
 def test_a_signed_head_whose_totals_differ_from_the_journal_is_named(two_sessions):
