@@ -58,6 +58,19 @@ def regret_traces(f: np.ndarray, queried: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.minimum.accumulate(inst), np.cumsum(inst)
 
 
+class ReplayMismatch(ProtocolError):
+    """A journaled answer this curator's randomness does not reproduce as it replays a
+    session (another seed, or other LDP settings, than the curator that answered it):
+    the session cannot be resumed by it. The text names the query and the values, which
+    are the curator's: it stays in its log; the modeler is told `PUBLIC`."""
+
+    PUBLIC = ("this curator cannot resume the session: its settings differ from those of "
+              "the curator that answered it (its log says why); the session stays as it was")
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.INTERNAL)
+
+
 class Curator:
     """Synchronous curator state for one session: the oracle, the evaluation budget T, and
     the record of answers, each committed to the dataset's journal with its ledger entry.
@@ -99,14 +112,15 @@ class Curator:
         ledger entry is already in the journal, not charged again."""
         if self.source.mode == "seeded" and self.oracle is None:  # f itself is not drawn
             if self.ldp is not None and self.noise.privatise(measured) != value:
-                raise ValueError(f"replaying query {seq}: the LDP noise does not reproduce "
-                                 "the journal's value: not the same seed")
+                raise ReplayMismatch(f"replaying query {seq}: the LDP noise does not "
+                                     "reproduce the journal's value: not the same seed")
         elif self.source.mode == "seeded":
             again = float(self.oracle.f[index] + self.oracle.eta(self.rng))
             noisy = again if self.ldp is None else self.noise.privatise(again)
             if (again, noisy) != (measured, value):
-                raise ValueError(f"replaying query {seq} drew ({again}, {noisy}), the journal "
-                                 f"holds ({measured}, {value}): not the same seed or data")
+                raise ReplayMismatch(f"replaying query {seq} drew ({again}, {noisy}), the "
+                                     f"journal holds ({measured}, {value}): not the same "
+                                     "seed or data")
         self._keep(seq, index, measured, value)
 
     def respond(self, seq: int, index: int) -> float:

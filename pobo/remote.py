@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+from pobo.parties.curator import ReplayMismatch
 from pobo.parties.modeler import HyperFit
 from pobo.parties.runners import receive_hello, resume_state
 from pobo.parties.service import CuratorService
@@ -213,8 +214,13 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
                 await channel.send(Error(ErrorCode.INTERNAL.value, UNKEPT_TRANSCRIPT))
                 return
             channel.settle(boundary, transcript)
-            await curate(channel, session, where, verbose=verbose, peer=pipe.peer,
-                         hello=hello, raise_errors=False, keep=kept)
+            try:
+                await curate(channel, session, where, verbose=verbose, peer=pipe.peer,
+                             hello=hello, raise_errors=False, keep=kept)
+            except ReplayMismatch as exc:  # before anything of the session changed
+                log.error("session %s: this curator cannot resume it: %s",
+                          session.session_id[:12], exc)
+                await channel.send(Error(exc.code.value, ReplayMismatch.PUBLIC))
         finally:
             slots.finish(session.session_id, me, kept[0] if kept else None)
     finally:

@@ -401,3 +401,50 @@ async def test_a_curator_serving_one_folder_twice_keeps_the_first_sessions_recor
     assert json.loads((folder / "curator.json").read_text())["session"] == sessions[1]
     from pobo.auditing import anchor_for
     assert anchor_for(folder / "curator.transcript.1", "curator") == kept["transcript_head"]
+
+
+async def test_a_session_this_curator_cannot_replay_is_refused_typed_not_a_dead_task(
+        tmp_path, monkeypatch, caplog):
+    """A review's finding: a curator restarted with other settings (--ldp-eps) than the
+    one that answered a session could not replay its answers; the connection's task died
+    with a traceback ('Task exception was never retrieved') and the modeler waited out
+    its patience. It is refused at once with a typed `internal` Error, one log line."""
+    import pobo.remote as remote
+    from pobo.parties.curator import ReplayMismatch
+    from pobo.protocol.errors import PeerError
+
+    async def unreplayable(*args, **kwargs):
+        raise ReplayMismatch("replaying query 1: the LDP noise does not reproduce ...")
+    monkeypatch.setattr(remote, "curate", unreplayable)
+    task, endpoint = await _start(tmp_path)
+    try:
+        with pytest.raises(PeerError, match="cannot resume the session: its settings differ"):
+            await result_within(connect_modeler(endpoint, tmp_path / "m", seed=2,
+                                                timeout=10.0), 30)
+    finally:
+        await _finish(task)
+    assert any("cannot resume it: replaying query 1" in r.getMessage() for r in caplog.records)
+    assert not any(r.exc_info for r in caplog.records)
+
+
+def test_a_curator_with_other_ldp_settings_cannot_replay_a_session(tmp_path):
+    """What the refusal above stands for: the journal's LDP answers do not reproduce
+    under another --ldp-eps: ReplayMismatch, typed `internal`, before anything changes."""
+    from pobo.parties.curator import ReplayMismatch
+    from pobo.parties.journal import Journal
+
+    journal = tmp_path / "j.db"
+    config = RunConfig(T=4, seed=2, options={"grid": 8}, ldp_epsilon=1.0)
+    j = Journal(journal)
+    session = prepare_service(config, journal=j).new_session()
+    session.curator().start(1, 3)
+    j.close()
+    j = Journal(journal)
+    try:
+        other = prepare_service(RunConfig(T=4, seed=2, options={"grid": 8}, ldp_epsilon=2.0),
+                                journal=j)
+        with pytest.raises(ReplayMismatch) as caught:
+            other.resume(session.session_id).curator()
+        assert caught.value.code.value == "internal"
+    finally:
+        j.close()
