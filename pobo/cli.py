@@ -794,6 +794,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         return trust.keys
 
     reports = audit_files(args.transcripts, args.data, args.blobs, keys_for)
+    for r in reports:  # say why no key checked them, not that none was given
+        missing = trusts[Path(r.path)].missing
+        if missing and r.signatures.startswith("unverified"):
+            r.signatures = f"unverified ({'; '.join(missing)})"
     if args.json:
         print(json.dumps([{**r.to_dict(), "trusted_keys": trusts[Path(r.path)].sources,
                            "not_verified": list(trusts[Path(r.path)].missing)}

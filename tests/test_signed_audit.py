@@ -404,3 +404,18 @@ def test_sessions_of_two_modelers_audit_together_each_with_its_own_key(tmp_path)
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("trusted modeler key") == 2 and "VIOLATIONS" not in done.stdout
+
+
+def test_a_session_one_party_did_not_sign_is_said_to_be_unverified_for_that_reason(tmp_path):
+    """A review's finding: with the modeler unsigned, the audit's first line said "the
+    modeler did not sign" and each file "unverified (signed, but no public keys were
+    given)", though the curator's key was trusted. Each file now says why."""
+    from pobo.protocol.signing import load_signing_key
+    from pobo.transport.keyfiles import store_signing_key
+
+    curator = load_signing_key(store_signing_key("curator"))  # the store trusts its own
+    asyncio.run(run_inproc(CONFIG, tmp_path, signing=Signing(curator=curator)))
+    status, text = _audit([tmp_path / "curator.transcript", tmp_path / "modeler.transcript"])
+    assert status == 3, text
+    assert "no public keys were given" not in text
+    assert text.count("signatures: unverified (the modeler did not sign") == 2, text
