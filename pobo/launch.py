@@ -303,6 +303,11 @@ def _records_in(out: Path) -> set[str] | None:
         return set()
 
 
+# what the modeler moves aside when its session starts (pobo.session.keep_previous_record
+# and Transcript): the only names a refused run puts back
+MOVED_ASIDE = frozenset({"modeler.json", "modeler.transcript", "result.json"})
+
+
 def _discard_unserved(out: Path, before: set[str] | None, made: Path) -> None:
     """Remove what a run whose curator never bound wrote in `out` (the modeler's record
     and transcript of a Hello nobody received), and the folders the run made, up to
@@ -314,7 +319,7 @@ def _discard_unserved(out: Path, before: set[str] | None, made: Path) -> None:
         after = _records_in(out) or set()
         for name in sorted(after - before):
             base, _, n = name.rpartition(".")
-            if n.isdigit() and base in before:
+            if n.isdigit() and base in before and base in MOVED_ASIDE:
                 os.replace(out / name, out / base)  # (over the refused run's own record)
     for name in ("modeler.json", "modeler.transcript"):
         if before is None or name not in before:

@@ -409,7 +409,8 @@ def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
         if isinstance(m, Hello) and m.resume and boundary.hello_seen:
             # a resumed connection: a fresh handshake, then the queries asked before count
             report.notes.append(f"record {r.seq}: session resumed")
-            carried = dict(boundary.asked)
+            # (a resume refused before its Dataset carries nothing new: keep what was)
+            carried = {**(carried or {}), **boundary.asked}
             boundary = Boundary(boundary.policy, boundary.role, versions=AUDITED_VERSIONS)
         try:
             (boundary.outgoing if r.dir == "sent" else boundary.incoming)(m)

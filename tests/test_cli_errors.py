@@ -342,6 +342,8 @@ def test_a_refused_run_into_a_run_folder_leaves_the_earlier_run_as_it_was(tmp_pa
     argv = ["run", "synthetic", "--grid", "8", "--T", "2", "--journal", str(journal),
             "--out", str(out)]
     assert _pobo(*argv, "--seed", "1").returncode == 0
+    (out / "notes.txt").write_text("current")  # a user's file and an older copy of it,
+    (out / "notes.txt.1").write_text("old")  # which no run may swap (a review's attack)
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     refused = _pobo(*argv, "--seed", "2")  # another dataset: the journal refuses it
     assert refused.returncode == 1 and "journal of another dataset" in refused.stderr

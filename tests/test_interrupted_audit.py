@@ -372,3 +372,33 @@ def test_a_sessionless_error_is_excused_only_as_a_connections_last_frame():
                                                 "peer": ZERO}, "sig": b""})
     crafted = records(("hello", "sent", hello), ("reward", "recv", reward), ("error", "recv", bad))
     assert compare(curator, crafted).violations
+
+
+def test_a_resume_refused_before_its_dataset_carries_the_queries_asked_before(params, release):
+    """A review's finding: a resume the curator refused (one it cannot replay: a typed
+    Error, no Welcome), then an honest resume, failed the audit: the queries asked before
+    were dropped at the refused Hello, so the session's release request after its T-th
+    answer read as one before it ("2 of 3 answered")."""
+    from pobo.protocol.audit import AUDITED_VERSIONS, AuditReport, _replay
+    from pobo.protocol.messages import (
+        PROTOCOL_VERSION, Dataset, Error, Hello, Query, ReleaseRequest, Reward, Welcome,
+    )
+    from pobo.protocol.policy import CURATOR, PRIVATE, Boundary
+    from pobo.protocol.transcript import Record
+
+    frames = [("recv", Hello(PROTOCOL_VERSION, "m")),
+              ("sent", Welcome(PROTOCOL_VERSION, "s", params)), ("sent", Dataset(release)),
+              ("recv", Query(1, 0)), ("sent", Reward(1, 0, 0.5)),
+              ("recv", Hello(PROTOCOL_VERSION, "m", "s")),  # refused: no Welcome
+              ("sent", Error("internal", "this curator cannot resume the session", 0)),
+              ("recv", Hello(PROTOCOL_VERSION, "m", "s")),  # resumed
+              ("sent", Welcome(PROTOCOL_VERSION, "s", params)), ("sent", Dataset(release)),
+              ("recv", Query(2, 1)), ("sent", Reward(2, 1, 0.5)),
+              ("recv", Query(3, 2)), ("sent", Reward(3, 2, 0.5)),
+              ("recv", ReleaseRequest("lipschitz", 1.0, 1e-3))]
+    messages = [(Record(i, float(i), type(m).__name__.lower(), "", d), m)
+                for i, (d, m) in enumerate(frames)]
+    report = AuditReport("curator.transcript")
+    _replay(messages, Boundary(PRIVATE, CURATOR, versions=AUDITED_VERSIONS), report)
+    assert report.violations == [] and not any("forbidden" in n for n in report.notes), \
+        report.notes
