@@ -461,6 +461,11 @@ class Journal:
                 raise JournalError(f"cannot write to the journal {self.path}: "
                                    f"{type(exc).__name__}: {exc}") from exc
 
+    def projection_keys(self) -> list[str]:
+        """The key of every projection stored, oldest first (what each was prepared with:
+        its mechanism, epsilon, delta, lift, r and randomness, as JSON)."""
+        return [k for k, in self._db.execute("SELECT key FROM projections ORDER BY rowid")]
+
     def projection(self, key: str):
         """(the stored ProjectedDataset, curator-private report), or None. A projection
         kept in a .npy file is read into memory and checked against the digest the

@@ -376,6 +376,36 @@ def _role_of(path: Path) -> str:
     return CURATOR if path.name.startswith(CURATOR) else MODELER
 
 
+def uncharged_projections(journal: Journal) -> list[str]:
+    """Why the journal's stored projections are not each charged (empty: they are): a DP
+    projection is stored with its own central entry, at its (epsilon, delta), in one
+    transaction, so there are at least as many entries of a release mechanism at each
+    (epsilon, delta) as projections prepared at it (X itself, the identity, is charged
+    nothing). A review's attack: a projection stored without its charge passed `pobo
+    ledger` and the audit wherever an earlier charge covered the heads' totals."""
+    from collections import Counter
+
+    from pobo.protocol.ledger import CENTRAL
+    from pobo.protocol.policy import DP_RELEASES
+
+    need: Counter = Counter()
+    for key in journal.projection_keys():
+        try:
+            spec = json.loads(key)
+            if spec.get("mechanism") == "identity":
+                continue
+            need[(float(spec["epsilon"]), float(spec["delta"]))] += 1
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return [f"{journal.path}: a stored projection's key is unreadable ({key[:60]!r}): "
+                    "the journal was edited"]
+    have = Counter((e.epsilon, e.delta) for e in journal.entries(session="", scope=CENTRAL)
+                   if e.mechanism in DP_RELEASES)
+    return [f"{journal.path}: {n} projection(s) prepared at epsilon {eps:g}, delta {dlt:g} "
+            f"and {have[(eps, dlt)]} charge(s) for them in the ledger: a release was stored "
+            "without its charge" for (eps, dlt), n in sorted(need.items())
+            if have[(eps, dlt)] < n]
+
+
 def uncharged_in_journal(journal: Journal, messages: list, path: Path) -> list[str]:
     """Why the journal does not hold the charges a session's transcript proves were
     released (empty: it does): each LDP report (a Reward with noise, each seq once) as a
@@ -409,9 +439,11 @@ def uncharged_in_journal(journal: Journal, messages: list, path: Path) -> list[s
                 return out
     for e in (e for e in proved if e.scope != LOCAL):
         if not any(h.mechanism == e.mechanism and h.epsilon >= e.epsilon * (1 - 1e-9)
+                   and isinstance(h.delta, (int, float)) and h.delta >= e.delta * (1 - 1e-9)
                    for h in held):
             out.append(f"{path}: session {welcome.session[:12]} was sent a {e.mechanism} "
-                       f"release of epsilon {e.epsilon:g}; the journal holds no such charge")
+                       f"release of ({e.epsilon:g}, {e.delta:g}); the journal holds no such "
+                       "charge")
     return out
 
 
@@ -426,7 +458,7 @@ def journal_findings(journal: Journal, head_file: Path | None,
     from pobo.parties.checkpoints import unheld_heads
     from pobo.protocol.audit import checkpoints, decoded_messages, role_of_messages
 
-    problems = journal.bad_entries()
+    problems = journal.bad_entries() + uncharged_projections(journal)
     heads: list[tuple[str, LedgerHead]] = []
     if head_file is not None:
         try:

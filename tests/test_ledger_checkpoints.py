@@ -236,6 +236,34 @@ def test_a_curator_that_never_charges_the_release_it_announces_fails_the_audit(
                    for v in report["violations"]), report["violations"]
 
 
+def test_a_projection_stored_without_its_charge_is_named_by_pobo_ledger(tmp_path,
+                                                                          monkeypatch):
+    """A review's attack: after an honest session charged a projection at epsilon 3, a
+    dishonest curator prepared another at epsilon 2 and charged nothing; the heads'
+    totals were covered by the first charge, so the audit and `pobo ledger` passed. Each
+    stored projection must have its own charge."""
+    from dataclasses import replace
+
+    from pobo.auditing import journal_findings
+
+    journal = tmp_path / "curator.journal"
+    j = Journal(journal)
+    try:
+        prepare_service(CONFIG, journal=j)  # honest: charged
+        assert journal_findings(j, None, [])[0] == []
+        store = Journal.store_projection
+
+        def free(self, key, release, report, entries, budget):
+            return store(self, key, release, report, [], budget)
+        monkeypatch.setattr(Journal, "store_projection", free)
+        prepare_service(replace(CONFIG, epsilon=2.0), journal=j)  # a second Z, uncharged
+        found, _ = journal_findings(j, None, [])
+    finally:
+        j.close()
+    assert len(found) == 1 and "prepared at epsilon 2, delta" in found[0] \
+        and "stored without its charge" in found[0], found
+
+
 def _charged_session(release_epsilon: float, end: LedgerHead, resume: str = ""):
     """A curator transcript's messages (a Hello, a Welcome committing to the projection
     only, one noisy Release of (`release_epsilon`, 1e-3), an End) and their heads."""
