@@ -11,7 +11,7 @@ import numpy as np
 from pobo.parties.dataset import arrays_digest
 from pobo.protocol.audit import AuditReport, audit_session, audit_transcript, readable_records
 from pobo.parties.journal import Journal
-from pobo.protocol.checkpoint import check_head, forks
+from pobo.protocol.checkpoint import forks
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import PoboError, ProtocolError
 from pobo.protocol.messages import Hello, LedgerHead
@@ -455,26 +455,19 @@ def journal_findings(journal: Journal, head_file: Path | None,
     none) and every head its Welcomes and Ends carry in `transcripts` -- that the journal
     does not hold with the same chain and totals (parties.checkpoints.unheld_heads). The
     transcripts' signatures are `pobo audit`'s to check."""
-    from pobo.parties.checkpoints import unheld_heads
+    from pobo.parties.checkpoints import HeadFile, unheld_heads
+    from pobo.parties.journal import JournalError
     from pobo.protocol.audit import checkpoints, decoded_messages, role_of_messages
 
     problems = journal.bad_entries() + uncharged_projections(journal)
     heads: list[tuple[str, LedgerHead]] = []
-    if head_file is not None:
+    if head_file is not None:  # read as the curator reads it (one line if it is not one)
         try:
-            data = json.loads(head_file.read_text())
-            head = LedgerHead(**data["head"])
-            check_head(head, CURATOR)
-        except (OSError, ValueError, KeyError, TypeError, ProtocolError) as exc:
-            problems.append(f"ledger head file {head_file} is not a ledger head "
-                            f"({type(exc).__name__}: {exc})")
+            head = HeadFile(head_file, str(journal.meta("dataset"))).read()
+        except JournalError as exc:
+            problems.append(str(exc))
         else:
-            held = journal.meta("dataset")
-            if data.get("dataset") != held:
-                problems.append(f"ledger head file {head_file} is the head of another dataset "
-                                f"(digest {str(data.get('dataset'))[:16]}..., the journal's "
-                                f"{str(held)[:16]}...)")
-            else:
+            if head is not None:
                 heads.append((f"ledger head file {head_file}", head))
     for path in transcripts:
         messages = decoded_messages(path)

@@ -763,3 +763,18 @@ def test_erased_charges_of_a_session_whose_curator_died_show_in_the_audit(tmp_pa
     erased = [line for line in out.splitlines() if "taken out" in line]
     assert status == 2 and erased, out
     assert f"showed {before + 2} charged" in erased[0]
+
+
+def test_pobo_ledger_reads_a_head_file_as_the_curator_does(two_sessions, tmp_path):
+    """A head file that is no head, or another dataset's, is named (exit 2) in the words a
+    curator refusing to start on it would use (parties.checkpoints.HeadFile)."""
+    journal, _ = two_sessions
+    garbage = tmp_path / "garbage.head"
+    garbage.write_text('{"x": 1}')
+    status, out, _ = _cli(["ledger", "--journal", str(journal), "--ledger-head", str(garbage)])
+    assert status == 2 and f"ledger head file {garbage} is not a ledger head" in out, out
+    other = tmp_path / "other.head"
+    data = json.loads(Path(f"{journal}.head").read_text())
+    other.write_text(json.dumps({**data, "dataset": "0" * 64}))
+    status, out, _ = _cli(["ledger", "--journal", str(journal), "--ledger-head", str(other)])
+    assert status == 2 and "is the head of another dataset" in out, out
