@@ -121,7 +121,7 @@ def _strict_json(value: object) -> str:
     "NaN", which float() reads back, instead of the bare Infinity that only Python's and
     JavaScript's lenient parsers accept (a review's finding: result.json was not JSON)."""
     try:
-        return json.dumps(value, allow_nan=False)
+        return _STRICT.encode(value)
     except ValueError:
         def strict(v: object) -> object:
             if isinstance(v, float) and not math.isfinite(v):
@@ -131,7 +131,12 @@ def _strict_json(value: object) -> str:
             if isinstance(v, (list, tuple)):
                 return [strict(x) for x in v]
             return v
-        return json.dumps(strict(value), allow_nan=False)
+        return _STRICT.encode(strict(value))
+
+
+# one encoder for every value: json.dumps with any keyword builds a new JSONEncoder per call
+# (~4 us: a result.json's 67 keys took 0.28 ms, against 0.16 for the whole record at once)
+_STRICT = json.JSONEncoder(allow_nan=False)
 
 
 def write_json(path: Path, data: dict) -> None:
