@@ -72,9 +72,23 @@ def test_pobo_run_synthetic_over_tcp_in_two_processes(tmp_path):
     assert dataset.release.mechanism == "gaussian-rows" and dataset.release.Z.shape == (144, 4)
 
 
-def test_pobo_curator_and_pobo_modeler_as_two_commands(tmp_path):
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("host", [
+    "127.0.0.1",
+    # an IPv6 address needs ZeroMQ's IPV6 option on both sockets ('No such device' before)
+    pytest.param("[::1]", marks=pytest.mark.skipif(not _ipv6_loopback(),
+                                                   reason="this machine has no IPv6 loopback"))])
+def test_pobo_curator_and_pobo_modeler_as_two_commands(tmp_path, host):
     curator = subprocess.Popen([*_pobo(), "curator", "synthetic", *SMALL, "--seed", "1",
-                                "--bind", "tcp://127.0.0.1:0", "--out", str(tmp_path / "c"),
+                                "--bind", f"tcp://{host}:0", "--out", str(tmp_path / "c"),
                                 "--accept-timeout", "60"],
                                stdout=subprocess.PIPE, text=True)
     modeler = None
@@ -82,7 +96,7 @@ def test_pobo_curator_and_pobo_modeler_as_two_commands(tmp_path):
         line = Lines(curator.stdout).next(60)
         assert line.startswith(LISTENING), line
         endpoint = line[len(LISTENING):].strip()
-        assert endpoint.startswith("tcp://127.0.0.1:") and not endpoint.endswith(":0")
+        assert endpoint.startswith(f"tcp://{host}:") and not endpoint.endswith(":0")
         modeler = subprocess.run([*_pobo(), "modeler", "--connect", endpoint, "--seed", "1",
                                   "--out", str(tmp_path / "m")],
                                  capture_output=True, text=True, timeout=120)

@@ -9,7 +9,7 @@ import zmq.asyncio
 
 from pobo.protocol.errors import PeerGone, PeerTimeout, ProtocolError
 from pobo.transport.sockets import (
-    HubLimits, RouterHub, SocketOptions, check_endpoint, close_context, is_loopback, new_context,
+    HubLimits, RouterHub, SocketOptions, check_endpoint, close_context, is_loopback, needs_ipv6, new_context,
 )
 
 
@@ -54,6 +54,15 @@ def received(hub: RouterHub) -> int:
 ])
 def test_is_loopback(endpoint, local):
     assert is_loopback(endpoint) is local
+
+
+@pytest.mark.parametrize("endpoint, v6", [
+    ("tcp://[::1]:5555", True), ("tcp://[fe80::1%eth0]:0", True), ("tcp://[::]:*", True),
+    ("tcp://127.0.0.1;[::1]:5555", True), ("tcp://127.0.0.1:5555", False),
+    ("tcp://*:5555", False), ("tcp://lo:5555", False), ("tcp://localhost:1", False),
+    ("ipc:///tmp/x", False), ("not an endpoint", False)])
+def test_ipv6_is_asked_for_an_ipv6_address_only(endpoint, v6):
+    assert needs_ipv6(endpoint) is v6
 
 
 @pytest.mark.parametrize("endpoint", [

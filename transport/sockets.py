@@ -174,6 +174,18 @@ def _host_port(endpoint: str, address: str) -> tuple[str, str]:
     return host, port
 
 
+def needs_ipv6(endpoint: str) -> bool:
+    """Whether a tcp `endpoint` names an IPv6 address ([::1], [fe80::1%eth0]): ZeroMQ binds
+    and connects to one only on a socket with its IPV6 option set (without it, 'No such
+    device'). Names and IPv4 addresses keep IPv4, as before (a name such as an interface
+    could otherwise resolve to its IPv6 address)."""
+    try:
+        scheme, address = _split(endpoint)
+        return scheme == "tcp" and _host_port(endpoint, address)[0].startswith("[")
+    except ValueError:
+        return False
+
+
 def check_endpoint(endpoint: str, bind: bool = True) -> str:
     """`endpoint` if it is a valid ZeroMQ endpoint (scheme, and a tcp port 0..65535 or * to
     bind, 1..65535 to connect), else ValueError in one line."""
@@ -327,6 +339,8 @@ class DealerPipe:
             if curve is not None:
                 secure_client(sock, curve)
             monitor = _monitor(ctx, sock)
+            if needs_ipv6(endpoint):
+                sock.setsockopt(zmq.IPV6, 1)
             sock.connect(endpoint)
         except BaseException:
             _close_monitored(sock, monitor)
@@ -618,6 +632,8 @@ class RouterHub:
                 secure_server(sock, curve)
             if endpoint.startswith("tcp://") and endpoint.endswith(":0"):
                 endpoint = endpoint[:-2] + ":*"
+            if needs_ipv6(endpoint):
+                sock.setsockopt(zmq.IPV6, 1)
             try:
                 sock.bind(endpoint)
             except zmq.ZMQError as exc:  # in use, no such interface, no permission
