@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from hashlib import sha256
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -54,9 +55,12 @@ class LedgerChain:
         while stop is None or self.entries < stop:
             limit = self.CHUNK if stop is None else min(self.CHUNK, stop - self.entries)
             rows = self.journal.ledger_rows(self._last_n, limit)
-            for n, *fields in rows:
-                self.head = next_head(self.head, entry_record(*fields))
-                self.entries, self._last_n = self.entries + 1, n
+            if rows:  # next_head's chain, kept in bytes across the chunk (no hex per entry)
+                head = bytes.fromhex(self.head)
+                for row in rows:
+                    head = sha256(head + entry_record(*row[1:])).digest()
+                self.head = head.hex()
+                self.entries, self._last_n = self.entries + len(rows), rows[-1][0]
             if len(rows) < limit:
                 return
 

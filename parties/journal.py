@@ -954,9 +954,9 @@ class Journal:
         """The ledger entries numbered past `after` (at most `limit`; -1: all), in journal
         order, as (n, session, mechanism, epsilon, delta, scope, row, time): what the
         ledger's hash chain covers."""
-        return [tuple(r) for r in self._db.execute(
+        return self._db.execute(
             "SELECT n, session, mechanism, epsilon, delta, scope, row, time FROM ledger "
-            "WHERE n > ? ORDER BY n LIMIT ?", (after, limit))]
+            "WHERE n > ? ORDER BY n LIMIT ?", (after, limit)).fetchall()
 
     def bad_entries(self, limit: int = 3) -> list[str]:
         """Why ledger entries are not charges any mechanism makes, one line each (at most
