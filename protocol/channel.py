@@ -15,14 +15,14 @@ from collections.abc import Awaitable
 from typing import Protocol
 
 from pobo.protocol.chunks import MAX_BODY_BYTES, ChunkedDataset, is_chunk_frame, receive_body
-from pobo.protocol.codec import DEFAULT_MAX_FRAME, decode, exact_body
+from pobo.protocol.codec import DEFAULT_MAX_FRAME, decode, encode
 from pobo.protocol.errors import ChunkError, ErrorCode, ProtocolError
 from pobo.protocol.messages import (
     Dataset, End, Error, Hello, Message, Pending, Query, Reward, Welcome, kind_of,
 )
 from pobo.protocol.signing import (
-    SIGNED, UNSIGNED, ZERO, Envelope, Link, SharedBody, Signer, key_id, link_map, open_frame,
-    sealed, verify, verify_key,
+    SIGNED, UNSIGNED, ZERO, Link, SharedBody, Signer, key_id, link_map, open_frame, seal,
+    verify, verify_key,
 )
 from pobo.protocol.policy import CURATOR, Boundary
 from pobo.protocol.transcript import Transcript
@@ -135,12 +135,9 @@ class Channel:
         # the send of an envelope frame and its SHA-256: handed over with it where the pipe
         # takes it (transport.inproc: the peer's Channel then need not hash the same bytes
         # again), else the pipe's plain send
-        send_sealed = getattr(pipe, "send_sealed", None)
-        self._send_envelope = send_sealed if send_sealed is not None else (
+        sealed = getattr(pipe, "send_sealed", None)
+        self._send_envelope = sealed if sealed is not None else (
             lambda frame, digest: pipe.send(frame))
-        # and with it the message and envelope it was sealed from, where the pipe takes them
-        # (transport.inproc: the peer's Channel then need not parse the same bytes back)
-        self._send_opened = getattr(pipe, "send_opened", None)
 
     @property
     def sign_key(self) -> str:
@@ -241,7 +238,7 @@ class Channel:
         """Check, encode, seal and record `message`; the pipe's send of its frame (to
         await: a plain function, one coroutine layer less per frame)."""
         self.boundary.outgoing(message)
-        body, exact = exact_body(message)
+        body = encode(message)
         kind = kind_of(message)
         if isinstance(message, Hello):
             self.session_id = message.resume
@@ -252,8 +249,7 @@ class Channel:
         else:
             seq, prev = (self.transcript.position if self.transcript is not None
                          else (self._sends, ZERO))
-            link = Link(self.session_id, seq, prev, self._last_recv)
-            frame, sig = sealed(body, link, self.signer)
+            frame = seal(body, Link(self.session_id, seq, prev, self._last_recv), self.signer)
         self.answered = self.answered or kind == "error"
         if self.transcript is not None:
             if self._counted_refusal and kind == "error":  # the reply to a counted refusal
@@ -267,8 +263,6 @@ class Channel:
         digest = hashlib.sha256(frame).digest()  # an envelope: the peer may acknowledge it
         self._sent[digest] = self._sends
         self._sends += 1
-        if exact and self._send_opened is not None:
-            return self._send_opened(frame, digest, (message, Envelope(body, link, sig)))
         return self._send_envelope(frame, digest)
 
     async def recv(self, timeout: float | None = None) -> Message:
@@ -280,12 +274,11 @@ class Channel:
         # its SHA-256 as its sender computed it, from a pipe that passes the very bytes
         # object within one process (transport.inproc); None: hashed here when accepted
         digest = getattr(self.pipe, "sender_digest", None)
-        opened = getattr(self.pipe, "sender_opened", None)  # the message it came from
         self.last_frame = frame
         self._counted_refusal = False
         body = None
         try:
-            message, accepted = self._open(frame, opened)
+            message, accepted = self._open(frame)
             if type(message) is Dataset and message.rows:  # its Z follows in chunk frames
                 message, body = await receive_body(self.pipe.recv, message, self.timeout,
                                                    self.boundary.incoming_head,
@@ -301,20 +294,12 @@ class Channel:
             self.transcript.append("recv", kind_of(message), frame, body)
         return message
 
-    def _open(self, frame: bytes, opened: tuple | None = None):
+    def _open(self, frame: bytes):
         """(the message in `frame`, what `_accept` commits when it is accepted: the
         arguments after the frame); ProtocolError if the frame is malformed, unsigned where
-        it must be signed, badly signed or badly linked. Nothing changes before that.
-        `opened`: the (message, envelope) an in-process sender sealed `frame` from
-        (transport.inproc), taken instead of parsing the frame; checked alike."""
+        it must be signed, badly signed or badly linked. Nothing changes before that."""
         self._last_bare = True  # until the frame is known to be an envelope
-        message = None
-        if opened is None:
-            envelope = open_frame(frame, self.max_frame)
-        elif len(frame) > self.max_frame:
-            envelope = open_frame(frame, self.max_frame)  # its one-line refusal
-        else:
-            message, envelope = opened
+        envelope = open_frame(frame, self.max_frame)
         self._last_bare = is_bare = envelope.link is None  # (Envelope.bare, without a call)
         bare = self.bare if self.bare is not None else is_bare
         if is_bare:
@@ -337,9 +322,10 @@ class Channel:
                                 ErrorCode.BAD_SIGNATURE)
         link = envelope.link
         assert link is not None
-        if message is None and self._peer_vk is not None and self.late:
+        message = None
+        if self._peer_vk is not None and self.late:
             message = decode(envelope.body, self.max_frame)
-        late = self._peer_vk is not None and self.late and isinstance(message, HOT)
+        late = message is not None and isinstance(message, HOT)
         if self._peer_vk is not None and not late and not verify(envelope, self._peer_vk):
             raise ProtocolError(f"bad signature on a frame claiming record {link.seq} of "
                                 f"the peer", ErrorCode.BAD_SIGNATURE)

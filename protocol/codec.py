@@ -37,23 +37,6 @@ def encode(message: Message) -> bytes:
         body = _hot_map(message, tp)
         if body is not None:
             return _packb(body, use_bin_type=True)
-    return _encoded(message)
-
-
-def exact_body(message: Message) -> tuple[bytes, bool]:
-    """(encode(message), whether decoding those bytes gives back an equal message of the
-    very same field types: a Query or Reward whose every field is exactly its wire type,
-    which an in-process receiver may then take as it is, unparsed: transport.inproc)."""
-    tp = type(message)
-    if tp is Query or tp is Reward:
-        body = _hot_map(message, tp)
-        if body is not None:
-            return _packb(body, use_bin_type=True), True
-    return _encoded(message), False
-
-
-def _encoded(message: Message) -> bytes:
-    """`encode` by the schema walk."""
     try:
         kind = kind_of(message)
     except KeyError:

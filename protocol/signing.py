@@ -80,14 +80,8 @@ def link_map(link: Link) -> dict:
 
 def seal(body: bytes, link: Link, signer: "Signer | None") -> bytes:
     """The frame of `body` at `link`, signed by `signer` (empty sig without one)."""
-    return sealed(body, link, signer)[0]
-
-
-def sealed(body: bytes, link: Link, signer: "Signer | None") -> tuple[bytes, bytes]:
-    """(the frame of `body` at `link`, its signature): `seal`, with the signature."""
     sig = signer.sign(signed_bytes(body, link)) if signer is not None else b""
-    return (msgpack.packb({"body": body, "link": link_map(link), "sig": sig},
-                          use_bin_type=True), sig)
+    return msgpack.packb({"body": body, "link": link_map(link), "sig": sig}, use_bin_type=True)
 
 
 @dataclass(frozen=True, eq=False)

@@ -154,19 +154,13 @@ async def _session(tmp_path, digest_of=None):
     service = prepare_service(RunConfig("synthetic", T=5, seed=1, options={"grid": 8}),
                               journal=Journal(tmp_path / "j.db", durability="normal"))
     cpipe, mpipe = pipe_pair()
-    sent, send_sealed, send_opened = [], mpipe.send_sealed, mpipe.send_opened
+    sent, send_sealed = [], mpipe.send_sealed
 
     async def keeping(frame, digest):
         sent.append((frame, digest))
         await send_sealed(frame, digest if digest_of is None else digest_of(frame, digest))
 
-    async def keeping_opened(frame, digest, opened):
-        sent.append((frame, digest))
-        await send_opened(frame, digest if digest_of is None else digest_of(frame, digest),
-                          opened)
-
-    # (before the channel takes the pipe's send_sealed and send_opened)
-    mpipe.send_sealed, mpipe.send_opened = keeping, keeping_opened
+    mpipe.send_sealed = keeping  # (before the channel takes the pipe's send_sealed)
     cur = open_channel(cpipe, CURATOR, False, None, 5)
     mod = open_channel(mpipe, MODELER, False, None, 5)
     task = asyncio.ensure_future(curate(cur, service.new_session(), verbose=False,
@@ -255,104 +249,3 @@ async def test_a_wrong_digest_handed_over_breaks_only_the_liar_s_own_session(tmp
     assert "never sent" in str(refused.value)
     mod.close()
     await asyncio.wait_for(task, 5)
-
-
-# ---- a query's or reward's message handed over with its frame (send_opened) ----------
-
-async def test_a_query_and_its_reward_are_handed_over_and_equal_what_their_frames_decode_to(
-        tmp_path):
-    from pobo.protocol.codec import decode
-    from pobo.protocol.messages import Query, Reward
-    from pobo.protocol.signing import open_frame
-
-    cur, mod, sent, task = await _session(tmp_path)
-    query = Query(1, 3)
-    await mod.send(query)
-    reward = await mod.recv()
-    assert cur.pipe.sender_opened[0] is query  # the curator took the modeler's own object
-    assert mod.pipe.sender_opened[0] is reward  # and the modeler the curator's
-    for frame, message in ((sent[-1][0], query), (mod.last_frame, reward)):
-        envelope = open_frame(frame)
-        assert decode(envelope.body) == message  # what parsing would have given
-    await _end(mod, task)
-
-
-async def test_a_message_not_of_exact_wire_types_is_not_handed_over(tmp_path):
-    """A Query whose fields are numpy integers encodes as plain ints: the receiver then
-    parses the frame (plain ints), never taking the sender's numpy-typed object; its reward,
-    built from those ints, is handed back over."""
-    import numpy as np
-
-    from pobo.protocol.messages import Query, Reward
-
-    cur, mod, sent, task = await _session(tmp_path)
-    await mod.send(Query(np.int64(1), np.int64(3)))
-    assert isinstance(await mod.recv(), Reward)
-    assert cur.pipe.sender_opened is None
-    reward = mod.pipe.sender_opened[0]
-    assert (type(reward.seq), type(reward.index)) == (int, int)
-    await _end(mod, task)
-
-
-async def test_a_handed_over_frame_is_still_refused_past_the_size_limit_and_by_the_policy(
-        tmp_path):
-    from pobo.protocol.errors import ErrorCode
-    from pobo.protocol.messages import Error, Query
-
-    cur, mod, sent, task = await _session(tmp_path)
-    cur.max_frame = 64  # every frame of the session is longer than that
-    await mod.send(Query(1, 3))
-    error = await mod.recv()  # the curator refused the query (typed) and said so
-    assert isinstance(error, Error) and error.code == ErrorCode.OVERSIZED.value
-    cur.max_frame = 1 << 20
-    mod.boundary.outgoing = lambda message: None  # a modeler that skips its own checks
-    await mod.send(Query(2, 10 ** 9))  # a row out of range: the curator's policy refuses it
-    error = await mod.recv()
-    assert isinstance(error, Error) and error.code == ErrorCode.INDEX_OUT_OF_RANGE.value
-    await _end(mod, task)
-
-
-async def test_a_signed_session_verifies_a_handed_over_envelope_before_the_query_is_used(
-        tmp_path):
-    """In plaintext (the in-process pipe authenticates nothing) every frame's signature is
-    checked before it is used: a handed-over envelope whose signature is not the
-    sender's is refused, as its frame would be."""
-    from pobo.protocol.errors import ErrorCode, ProtocolError
-    from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Query, Welcome
-    from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
-    from pobo.protocol.channel import Channel
-    from pobo.protocol.signing import Signer
-
-    a, b = pipe_pair()
-    cur = Channel(a, Boundary(PRIVATE, CURATOR), signer=Signer.generate())
-    mod = Channel(b, Boundary(PRIVATE, MODELER), signer=Signer.generate())
-    forged = []
-    send_opened = b.send_opened
-
-    async def forging(frame, digest, opened):
-        message, envelope = opened
-        if forged:
-            envelope = envelope._replace(sig=bytes(64))
-        await send_opened(frame, digest, (message, envelope))
-    b.send_opened = forging
-    mod._send_opened = forging
-    await mod.send(Hello(PROTOCOL_VERSION, "", sign_key=mod.sign_key))
-    await cur.recv()
-    # no Dataset: the signature is checked before the policy would look at the query
-    await cur.send(Welcome(PROTOCOL_VERSION, "s" * 32, _params(), cur.sign_key))
-    await mod.recv()
-    forged.append(True)
-    mod.boundary.outgoing = lambda message: None  # (no Dataset in this test)
-    await mod.send(Query(1, 3))
-    with pytest.raises(ProtocolError) as refused:
-        await cur.recv()
-    assert refused.value.code is ErrorCode.BAD_SIGNATURE
-    cur.close()
-    mod.close()
-
-
-def _params():
-    from pobo.protocol.messages import KernelParams, SessionParams
-
-    return SessionParams("test", 10, 2, 5, "private", (), KernelParams("se", 1.0, 1.0, 1e-3),
-                         "seeded")

@@ -9,17 +9,7 @@ sweep's Dataset frame is hashed once, not twice. A frame sent with plain `send` 
 none (None), as does a frame that is not bytes. The receiver trusts the digest as the frame's: both ends are one program. A
 sender that handed over a wrong one would make the receiver acknowledge bytes it never
 received; the sender's own channel refuses that receipt, and an audit of the receiver's
-transcript flags it (tests/test_inproc_pipe.py).
-
-For the same reason a Channel sending a query or a reward hands over, with its frame, the
-message and envelope it sealed it from (`send_opened`; the message only when every field
-is exactly its wire type, so that decoding the frame would give an equal message of the
-same types: protocol.codec.exact_body). The receiving Channel takes them instead of
-parsing the bytes back (a sweep's two frames a step, each ~4 us of parsing in a loop and
-several times that between GP steps), and checks everything else as for any frame: the
-size limit, the signature (in plaintext, before the message is used), the links, the
-policy; the transcript records the frame itself. Both are frozen and hold only ints,
-floats, strings and bytes, so neither side can change what the other holds."""
+transcript flags it (tests/test_inproc_pipe.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -40,8 +30,8 @@ class _Inbox(Wakeup):
         super().__init__()
         self.frames: deque = deque()
 
-    def put(self, item, digest: bytes | None = None, opened: tuple | None = None) -> None:
-        self.frames.append((item, digest, opened))
+    def put(self, item, digest: bytes | None = None) -> None:
+        self.frames.append((item, digest))
         self.wake()
 
 
@@ -54,10 +44,8 @@ class QueuePipe:
         self._inbox, self._outbox = inbox, outbox
         self._closed = False
         # the SHA-256 of the frame `recv` returned last, as its sender handed it over (None:
-        # sent without one), and the (message, envelope) the sender sealed it from, if it
-        # handed them over (`send_opened`)
+        # sent without one)
         self.sender_digest: bytes | None = None
-        self.sender_opened: tuple | None = None
 
     async def send(self, frame: bytes) -> None:
         """Queue a frame for the other end."""
@@ -75,18 +63,6 @@ class QueuePipe:
             frame, digest = bytes(frame), None
         self._outbox.put(frame, digest)
 
-    async def send_opened(self, frame: bytes, digest: bytes, opened: tuple) -> None:
-        """`send_sealed`, also handing over `opened`: the (message, envelope) the frame was
-        sealed from, both immutable (a Query or Reward of exact field types, and its
-        protocol.signing.Envelope), which the receiving Channel takes instead of parsing
-        the same bytes back (see the module docstring)."""
-        if self._closed:
-            raise PeerGone("pipe is closed")
-        if type(frame) is not bytes:  # a copy: no longer the bytes they were sealed in
-            await self.send(frame)
-            return
-        self._outbox.put(frame, digest, opened)
-
     async def recv(self, timeout: float) -> bytes:
         """The next frame from the other end, or PeerTimeout after `timeout` seconds
         (the inbox's kept timer: none is created per frame)."""
@@ -100,9 +76,9 @@ class QueuePipe:
                     break
                 if loop.time() >= deadline:
                     raise PeerTimeout(f"no frame from the peer within {timeout:g} s")
-        frame, self.sender_digest, self.sender_opened = inbox.frames.popleft()
+        frame, self.sender_digest = inbox.frames.popleft()
         if frame is _CLOSED:
-            inbox.frames.appendleft((_CLOSED, None, None))
+            inbox.frames.appendleft((_CLOSED, None))
             raise PeerGone("the peer closed the pipe")
         return frame
 
