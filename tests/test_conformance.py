@@ -299,6 +299,41 @@ def _envelopes() -> list[dict]:
     return out
 
 
+# --------------------------------------------------------------------------- ledger chain
+
+LEDGER_ENTRIES = [  # (session, mechanism, epsilon, delta, scope, row, time): section 4
+    ("0123456789abcdef0123456789abcdef", "gaussian-rows", 3.004166, 1e-05, "central", 0,
+     1764180000.25),
+    ("0123456789abcdef0123456789abcdef", "ldp-reward", 0.5, 0.0, "local", 9999,
+     1764180001.5),
+    ("", "lift-test", 0.1, 5e-324, "central", 0, 0.0),
+    ("sessi\u00f6n \"quoted\" \\ \t", "m\u00e9canisme-\U0001f600", -0.0, 1e-300, "local",
+     2 ** 62, 1.7976931348623157e308),
+]
+
+
+def _ledger_record(entry: tuple) -> bytes:
+    """A ledger entry's record as PROTOCOL.md section 4 (LedgerHead) defines it, written
+    from the text (json.dumps), not by pobo's `entry_record`."""
+    session, mechanism, epsilon, delta, scope, row, time = entry
+    return json.dumps([session, mechanism, float(epsilon).hex(), float(delta).hex(), scope,
+                       int(row), float(time).hex()], separators=(",", ":"),
+                      ensure_ascii=True).encode()
+
+
+def _ledger_chain() -> dict:
+    """Section 4's ledger chain (Welcome, LedgerHead): each entry, its record and the head
+    after it."""
+    head = hashlib.sha256(b"pobo ledger chain v1").digest()
+    out = {"genesis": head.hex(), "entries": []}
+    for entry in LEDGER_ENTRIES:
+        record = _ledger_record(entry)
+        head = hashlib.sha256(head + record).digest()
+        out["entries"].append({"entry": list(entry), "record_hex": record.hex(),
+                               "head": head.hex()})
+    return out
+
+
 # --------------------------------------------------------------------------- chunks
 
 def _chunked() -> dict:
@@ -491,6 +526,7 @@ def generate() -> dict:
         "vectors": vectors,
         "transcript": _transcript(),
         "chunked": _chunked(),
+        "ledger_chain": _ledger_chain(),
     }
 
 
@@ -655,3 +691,18 @@ def test_pobo_transcript_writer_writes_the_vector(tmp_path, monkeypatch):
     assert (tmp_path / "t").read_bytes() == expected
     for name, blob in vector["blobs"].items():
         assert (tmp_path / "blobs" / name).read_bytes() == bytes.fromhex(blob)
+
+
+def test_pobo_ledger_chain_gives_the_vector_s_records_and_heads():
+    """pobo's entry records and chain (protocol.checkpoint, parties.checkpoints.LedgerChain
+    uses the same) give the vector's bytes and heads, non-ASCII and odd floats included."""
+    from pobo.protocol.checkpoint import GENESIS_HEAD, entry_record, next_head
+
+    vector = _DATA["ledger_chain"]
+    assert vector["genesis"] == GENESIS_HEAD
+    head = GENESIS_HEAD
+    for item in vector["entries"]:
+        record = entry_record(*item["entry"])
+        assert record.hex() == item["record_hex"]
+        head = next_head(head, record)
+        assert head == item["head"]
