@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-from hashlib import sha256
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pobo.parties.journal import Journal, JournalError
-from pobo.protocol.checkpoint import GENESIS_HEAD, check_head, entry_record, next_head
+from pobo.protocol.checkpoint import (
+    GENESIS_HEAD, chain_head, check_head, entry_record, next_digest,
+)
 from pobo.protocol.errors import ProtocolError
 from pobo.protocol.messages import LedgerHead
 
@@ -55,11 +56,8 @@ class LedgerChain:
         while stop is None or self.entries < stop:
             limit = self.CHUNK if stop is None else min(self.CHUNK, stop - self.entries)
             rows = self.journal.ledger_rows(self._last_n, limit)
-            if rows:  # next_head's chain, kept in bytes across the chunk (no hex per entry)
-                head = bytes.fromhex(self.head)
-                for row in rows:
-                    head = sha256(head + entry_record(*row[1:])).digest()
-                self.head = head.hex()
+            if rows:
+                self.head = chain_head((entry_record(*row[1:]) for row in rows), self.head)
                 self.entries, self._last_n = self.entries + len(rows), rows[-1][0]
             if len(rows) < limit:
                 return
@@ -143,7 +141,7 @@ def unheld_heads(journal: Journal, heads: list[tuple[str, LedgerHead]],
 
     pending = sorted(heads, key=lambda item: item[1].entries)
     out: list[str] = []
-    count, head, last_n = 0, GENESIS_HEAD, 0
+    count, head, last_n = 0, bytes.fromhex(GENESIS_HEAD), 0  # the head kept raw
     central = (ExactSum(), ExactSum())
     rows: dict[int, tuple[ExactSum, ExactSum]] = {}
     worst = [0.0, 0.0]  # the worst-off row's (epsilon, delta) so far: the largest pair
@@ -153,10 +151,10 @@ def unheld_heads(journal: Journal, heads: list[tuple[str, LedgerHead]],
             out.append(f"{where}: commits to {want.entries} ledger entries, the journal holds "
                        f"only {count}: it was rolled back or entries were removed")
             return
-        if head != want.chain:
+        if head.hex() != want.chain:
             out.append(f"{where}: the journal's chain after {want.entries} entries is "
-                       f"{head[:16]}..., the signed head {want.chain[:16]}...: entries were "
-                       "edited, removed or reordered")
+                       f"{head.hex()[:16]}..., the signed head {want.chain[:16]}...: entries "
+                       "were edited, removed or reordered")
             return
         held = (float(central[0]), float(central[1]), *worst)
         signed = (want.central_epsilon, want.central_delta, want.max_row_epsilon,
@@ -182,8 +180,8 @@ def unheld_heads(journal: Journal, heads: list[tuple[str, LedgerHead]],
         for n, session, mechanism, epsilon, delta, scope, row, time in rows_read:
             while pending and pending[0][1].entries == count:
                 check(*pending.pop(0))
-            head = next_head(head, entry_record(session, mechanism, epsilon, delta, scope,
-                                                row, time))
+            head = next_digest(head, entry_record(session, mechanism, epsilon, delta, scope,
+                                                  row, time))
             count, last_n = count + 1, n
             if scope == LOCAL:
                 acc = rows.setdefault(row, (ExactSum(), ExactSum()))

@@ -46,7 +46,6 @@ from functools import lru_cache
 
 SKETCH_CELLS = 8000  # cells of the upper Riemann sum (it overstates delta by < 1 %)
 EPS_MAX = 1e4  # a larger epsilon is reported as inf: "> 1e+04", no useful guarantee
-_EPS_MAX = EPS_MAX
 
 
 def std_normal_cdf(x: float) -> float:
@@ -151,7 +150,7 @@ def _smallest_epsilon(profile, delta: float) -> float:
     lo, hi = 0.0, 1.0
     while profile(hi) > delta:
         lo, hi = hi, 2 * hi
-        if hi > _EPS_MAX:
+        if hi > EPS_MAX:
             return math.inf
     while hi - lo > 1e-10 * max(1.0, hi):
         mid = (lo + hi) / 2

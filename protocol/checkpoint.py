@@ -51,14 +51,21 @@ _quoted = encode_basestring_ascii  # a JSON string literal, as json.dumps(ensure
 
 def next_head(head: str, record: bytes) -> str:
     """head_k from head_(k-1) (hex) and the k-th entry's record."""
-    return hashlib.sha256(bytes.fromhex(head) + record).hexdigest()
+    return next_digest(bytes.fromhex(head), record).hex()
+
+
+def next_digest(digest: bytes, record: bytes) -> bytes:
+    """`next_head` on raw 32-byte heads: what a loop over many entries keeps (no hex per
+    entry)."""
+    return hashlib.sha256(digest + record).digest()
 
 
 def chain_head(records: Iterable[bytes], head: str = GENESIS_HEAD) -> str:
     """The head after `records`, starting from `head` (the genesis by default)."""
+    digest = bytes.fromhex(head)
     for record in records:
-        head = next_head(head, record)
-    return head
+        digest = next_digest(digest, record)
+    return digest.hex()
 
 
 def ledger_head(entries: int, chain: str, ledger: dict) -> LedgerHead:
