@@ -118,4 +118,6 @@ def describe_journal_ledger(data: dict) -> str:
             f"({sum(s['status'] == 'ok' for s in data['sessions'])} ok)")
     privacy = data.get("privacy")
     lines = statement_lines(privacy) if privacy and "epsilon_by_distance" in privacy else []
-    return "\n".join([head, describe_ledger(data), *lines])
+    nominal = (str(privacy.get("claim") or "dp: false").split(":")[0]  # its first clause
+               if isinstance(privacy, dict) and privacy.get("dp") is False else None)
+    return "\n".join([head, describe_ledger(data, nominal), *lines])

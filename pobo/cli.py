@@ -42,7 +42,7 @@ from pobo.scenarios.presets import PRESETS, Preset
 from pobo.scenarios.registry import build_problem, is_known, is_script, scenario_names
 from pobo.config import CONFIGURABLE, apply_config, check_required
 from pobo.progress import configure_logging
-from pobo.runspec import RunConfig, startup_warnings
+from pobo.runspec import RunConfig, nominal_reason, startup_warnings
 
 if TYPE_CHECKING:
     from pobo.protocol.messages import ReleaseRequest
@@ -706,8 +706,8 @@ def summary(result: dict) -> str:
                f"(lift {result['lift']})" if gaussian else
                f"omega={result['omega']:.4g} sigma_min={result['sigma_min']:.4g} "
                f"{'lifted' if result['lifted'] else 'not lifted'} (lift {result.get('lift')})"))
-    if result.get("dp") is False:
-        priv += " NOT DP (" + "; ".join(result.get("not_dp") or ["dp: false"]) + ")"
+    if nominal_reason(result) is not None:
+        priv += f" NOT DP ({nominal_reason(result)})"
     head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
     head += " [--authors-code: the authors' lift and UCB]" if result.get("authors_code") else ""
     if not result["queries"]:
@@ -981,12 +981,7 @@ def ledger_lines(result: dict) -> str:
     """The run's ledger for a person; for a run with no DP claim (seeded, --lift paper,
     non-private), said to be nominal: the epsilons charged are what the mechanisms would
     spend, not a guarantee this run gives (a review's finding)."""
-    text = describe_ledger(result["ledger"])
-    if result.get("dp") is False:
-        why = "; ".join(result.get("not_dp") or []) or "see above"
-        text = text.replace("privacy ledger:", "privacy ledger (nominal: this run carries no "
-                            f"DP claim: {why}):", 1)
-    return text
+    return describe_ledger(result["ledger"], nominal_reason(result))
 
 
 def curator_status(results: list[dict], service: bool) -> int:

@@ -37,6 +37,7 @@ from pobo.headline import (
     varied_fields,
 )
 from pobo.report import dp_notice, frontier, markdown_table
+from pobo.runspec import nominal_reason
 
 REPORT_NAME = "report.html"
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
@@ -129,7 +130,8 @@ def run_report_html(folder: Path) -> str:
             f"<h2 id='regret'>{'Hits' if result.get('metric') == 'hits' else 'Regret'}</h2>",
             _run_figure(result),
             "<h2 id='parameters'>Parameters</h2>", _table(("parameter", "value"), params),
-            "<h2 id='ledger'>Privacy ledger</h2>", _ledger_html(result.get("ledger")),
+            "<h2 id='ledger'>Privacy ledger</h2>",
+            _ledger_html(result.get("ledger"), nominal_reason(result)),
             "<h2 id='privacy-unit'>Privacy unit</h2>", _unit_html(result.get("privacy_unit")),
             "<h2 id='audit'>Audit</h2>", audit_html(folder)]
     return _page(f"pobo run: {result.get('scenario', '?')}", body)
@@ -187,11 +189,11 @@ def privacy_html(unit: object, ledger: object, spent_line: str | None = None) ->
     return "\n".join(parts)
 
 
-def _ledger_html(ledger: object) -> str:
+def _ledger_html(ledger: object, nominal: str | None = None) -> str:
     if not isinstance(ledger, dict):
         return "<p>No ledger recorded in result.json.</p>"
     try:
-        text = describe_ledger(ledger)
+        text = describe_ledger(ledger, nominal)
     except (KeyError, TypeError, ValueError) as exc:
         return f"<p>The recorded ledger cannot be read ({_e(type(exc).__name__)}).</p>"
     return f"<pre class='ledger'>{_e(text)}</pre>"

@@ -115,6 +115,14 @@ def merge_results(curator: dict, modeler: dict, out: Path, transcripts: bool = T
     return result
 
 
+def nominal_reason(result: dict) -> str | None:
+    """Why a run's record carries no DP claim (seeded, `--lift paper`, non-private: its
+    ledger is then nominal), or None when it carries one."""
+    if result.get("dp") is not False:
+        return None
+    return "; ".join(result.get("not_dp") or []) or "dp: false"
+
+
 def _strict_json(value: object) -> str:
     """`value` as strict JSON: a float that is not finite (an epsilon past what the
     calculators resolve is inf) is written as the string "Infinity", "-Infinity" or

@@ -226,12 +226,17 @@ def ledger_dict(central_entries: list[dict], local: dict, budget: Budget) -> dic
             "entries": central_entries}
 
 
-def describe_ledger(ledger: dict) -> str:
+def describe_ledger(ledger: dict, nominal: str | None = None) -> str:
     """Human lines for a ledger in the layout of `ledger_dict` (older layouts, without
-    the accountant's figures, read as basic composition)."""
+    the accountant's figures, read as basic composition). `nominal`: why the run (or
+    the curator) it belongs to carries no DP claim (seeded, `--lift paper`, non-private):
+    its epsilons are then what the mechanisms would spend, not a guarantee, and the
+    heading says so."""
     c = ledger["central"]
     eps_basic, dlt_basic = c.get("epsilon_basic", c["epsilon"]), c.get("delta_basic", c["delta"])
-    lines = [f"privacy ledger: central eps = {c['epsilon']:.4g} at delta = {c['delta']:.3g} "
+    title = ("privacy ledger" if nominal is None else
+             f"privacy ledger (nominal: no DP claim: {nominal})")
+    lines = [f"{title}: central eps = {c['epsilon']:.4g} at delta = {c['delta']:.3g} "
              f"(accountant; basic composition {eps_basic:.4g}, {dlt_basic:.3g})"
              + ("" if c.get("budget_epsilon") is None else
                 f" of budget ({c['budget_epsilon']:g}, {c['budget_delta']:g})")]

@@ -310,13 +310,19 @@ def test_the_ledger_of_a_run_with_no_dp_claim_is_said_to_be_nominal(tmp_path):
     then a ledger of eps 3.004 spent, as if the run gave that guarantee."""
     from pobo.cli import ledger_lines
 
+    journal = tmp_path / "j.db"
     done = _pobo("run", "synthetic", "--T", "2", "--grid", "8", "--lift", "paper",
-                 "--out", str(tmp_path / "paper"))
+                 "--journal", str(journal), "--out", str(tmp_path / "paper"))
     assert done.returncode == 0, done.stderr
-    assert "privacy ledger (nominal: this run carries no DP claim: lift paper" in done.stdout
+    assert "privacy ledger (nominal: no DP claim: lift paper" in done.stdout
+    ledger = _pobo("ledger", "--journal", str(journal))  # the journal's ledger says it too
+    assert ledger.returncode == 0 and "privacy ledger (nominal: no DP claim" in ledger.stdout
     result = json.loads((tmp_path / "paper" / "result.json").read_text())
     assert "nominal" in ledger_lines(result)
     assert "nominal" not in ledger_lines({**result, "dp": True, "not_dp": []})
+    from pobo.html_report import run_report_html  # the run's report says it too
+    page = run_report_html(tmp_path / "paper")
+    assert "privacy ledger (nominal: no DP claim: lift paper" in page
 
 
 def test_a_delta_given_at_or_above_one_over_n_is_warned():

@@ -82,7 +82,9 @@ def test_a_run_page_has_every_section_and_a_regret_curve(run_dir, tmp_path):
     for section in ("id='parameters'", "id='ledger'", "id='privacy-unit'", "id='audit'",
                     "id='regret'"):
         assert section in page
-    assert "privacy ledger: central eps" in page and "basic composition" in page
+    # a seeded run carries no DP claim: its ledger is nominal, and the page says so
+    assert "privacy ledger (nominal: no DP claim: seeded" in page
+    assert "basic composition" in page
     assert html.escape(result["privacy_unit"]["dataset"]["neighbouring"], quote=True) in page
     assert "OK: 2 transcript(s) audited" in page and page.count("<td>verified</td>") == 2
     [svg] = figures(page)
