@@ -447,19 +447,20 @@ def uncharged_in_journal(journal: Journal, messages: list, path: Path) -> list[s
     return out
 
 
-def journal_findings(journal: Journal, head_file: Path | None,
-                     transcripts: list[Path] = ()) -> tuple[list[str], int]:
+def journal_findings(journal: Journal, head_file: Path | None, transcripts: list[Path] = (),
+                     bad: list[str] | None = None) -> tuple[list[str], int]:
     """(what is wrong, how many signed heads were checked) of a curator's journal as an
     auditor checks it (`pobo ledger`): entries no mechanism charges (`Journal.bad_entries`),
     and every ledger head the curator committed to -- the one kept in `head_file` (None:
     none) and every head its Welcomes and Ends carry in `transcripts` -- that the journal
     does not hold with the same chain and totals (parties.checkpoints.unheld_heads). The
-    transcripts' signatures are `pobo audit`'s to check."""
+    transcripts' signatures are `pobo audit`'s to check. `bad`: `journal.bad_entries()`,
+    if the caller has it already (a pass over every entry)."""
     from pobo.parties.checkpoints import HeadFile, unheld_heads
     from pobo.parties.journal import JournalError
     from pobo.protocol.audit import checkpoints, decoded_messages, role_of_messages
 
-    problems = journal.bad_entries() + uncharged_projections(journal)
+    problems = (journal.bad_entries() if bad is None else bad) + uncharged_projections(journal)
     heads: list[tuple[str, LedgerHead]] = []
     if head_file is not None:  # read as the curator reads it (one line if it is not one)
         try:

@@ -1028,8 +1028,9 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"no file at {path}")
     journal = Journal(existing_journal(args.journal))
     try:
-        problems, checked = journal_findings(journal, head_file, args.transcripts)
-        ledger = None if journal.bad_entries(limit=1) else journal_ledger(journal)
+        bad = journal.bad_entries()
+        problems, checked = journal_findings(journal, head_file, args.transcripts, bad)
+        ledger = None if bad else journal_ledger(journal)
         entries, head = LedgerChain(journal).current() if ledger is not None else (None, None)
     finally:
         journal.close()
