@@ -455,10 +455,8 @@ class DealerPipe:
         """The descriptor signalled: wake the waiting recv, or with none waiting read
         ZMQ_EVENTS, which re-arms the edge-triggered descriptor (else the loop would call
         this at every turn until the next recv; that recv looks at the socket first)."""
-        waiter = self._wakeup.waiter
-        if waiter is not None:
-            if not waiter.done():
-                waiter.set_result(None)
+        if self._wakeup.waiter is not None:
+            self._wakeup.wake()
             return
         if not self._closed:
             try:
