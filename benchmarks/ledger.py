@@ -118,9 +118,8 @@ def journal_start(count: int) -> None:
         start = time.perf_counter()
         db = sqlite3.connect(where)
         head = bytes.fromhex(GENESIS_HEAD)
-        for _n, *fields in db.execute("SELECT n, session, mechanism, epsilon, delta, scope, "
-                                      "row, time FROM ledger ORDER BY n"):
-            s, m, e, d, sc, r, t = fields
+        for s, m, e, d, sc, r, t in db.execute("SELECT session, mechanism, epsilon, delta, "
+                                               "scope, row, time FROM ledger ORDER BY n"):
             record = json.dumps([s, m, float(e).hex(), float(d).hex(), sc, int(r),
                                  float(t).hex()], separators=(",", ":"), ensure_ascii=True)
             head = hashlib.sha256(head + record.encode()).digest()
