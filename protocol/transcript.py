@@ -363,7 +363,9 @@ class Transcript:
         chain: TranscriptError, nothing written)."""
         self._check_open()
         assert self._file is not None
-        size = os.fstat(self._file.fileno()).st_size
+        # the file's size, as lseek to its end gives it: what fstat's st_size says, without
+        # a stat object per record (the offset it sets is moot: the file is O_APPEND)
+        size = os.lseek(self._file.fileno(), 0, os.SEEK_END)
         if size != self._end:
             raise TranscriptError(f"{self.path} was written by another writer ({size} bytes, "
                                   f"this one wrote up to {self._end}): not appending")

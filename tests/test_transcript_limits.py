@@ -204,6 +204,27 @@ def test_a_second_writer_cannot_fork_the_chain(tmp_path):
     assert [r.seq for r in read_transcript(path)] == [0, 1]
 
 
+
+def test_a_writer_refuses_a_file_cut_short_behind_it(tmp_path):
+    """The writer check reads the file's size at every record (lseek to its end): a file
+    another process truncated is refused as one another writer appended to, and nothing
+    is written to it; once its bytes are back, the writer's records append at its end."""
+    path = tmp_path / "t.transcript"
+    t = Transcript(path)
+    t.append("recv", "hello", encode(Hello(PROTOCOL_VERSION, "a")))
+    t.append("sent", "error", encode(Error("sequence", "x")))
+    assert [r.seq for r in read_transcript(path)] == [0, 1]
+    whole = path.read_bytes()
+    with open(path, "r+b") as other:  # another process cuts the last record off
+        other.truncate(len(whole) - 3)
+    with pytest.raises(TranscriptError, match="another writer"):
+        t.append("sent", "error", encode(Error("sequence", "late")))
+    assert path.read_bytes() == whole[:-3]  # nothing written
+    path.write_bytes(whole)  # restored, byte for byte: the writer goes on where it was
+    t.append("sent", "error", encode(Error("sequence", "on")))
+    t.close()
+    assert [r.seq for r in read_transcript(path)] == [0, 1, 2]
+
 SESSIONS = 20
 
 
