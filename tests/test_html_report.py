@@ -172,7 +172,7 @@ def test_a_run_page_leads_with_the_answer_and_the_privacy_statement(run_dir):
     assert html.escape(unit["dataset"]["claim"], quote=True) in first
     for item in unit["epsilon_by_distance"]:
         assert f"<td>{item['epsilon']:.4g}</td>" in first
-    assert f"ε for a whole row" in first and f"{unit['epsilon_whole_row']:.4g}" in first
+    assert "ε for a whole row" in first and f"{unit['epsilon_whole_row']:.4g}" in first
     central = result["ledger"]["central"]
     # the accountant's epsilon at the delta it is stated at, and the delta the entries spent
     assert (f"Ledger: ε {central['epsilon']:.4g} spent at δ {central['delta']:.3g} (δ spent "

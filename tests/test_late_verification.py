@@ -344,12 +344,10 @@ def test_another_curve_key_under_a_sessions_routing_id_is_not_heard(tmp_path):
     attacker before its signature was checked. A frame from another key under a peer's
     routing id is dropped and counted now: the attacker hears nothing, nothing is charged.
     Loopback, a free port, every wait bounded."""
-    import hashlib
     import shutil
 
     import zmq.auth
 
-    from pobo.protocol.codec import decode
     from pobo.remote import serve_curator
     from pobo.session import Signing
     from pobo.transport.security import secure_client

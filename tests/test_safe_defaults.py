@@ -111,7 +111,7 @@ def test_a_run_with_no_flags_is_signed_and_audits_verified_naming_the_keys(cli_r
     done = _pobo("audit", str(cli_run / "curator.transcript"), str(cli_run / "modeler.transcript"))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("signatures: verified") == 2
-    assert f"trusted curator key" in done.stdout and str(pobo_home() / "keys") in done.stdout
+    assert "trusted curator key" in done.stdout and str(pobo_home() / "keys") in done.stdout
 
 
 def test_a_fabricated_unsigned_session_does_not_exit_0(tmp_path):

@@ -3,7 +3,6 @@ import asyncio
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
