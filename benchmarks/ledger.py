@@ -11,7 +11,10 @@ this run:
             reach (the path every answer takes);
   audit     `protocol.audit.recompute_ledger` over the same reports as Reward messages
             (what `pobo audit` does per transcript) and its `to_dict` (the worst-off
-            row by the PLD accountant: one dp-accounting composition, memoised).
+            row by the PLD accountant: one dp-accounting composition, memoised);
+  check     `pobo ledger`'s cross-check of a transcript's reports against the journal's
+            entries (`pobo.auditing.missing_charges`), on T reports to T distinct rows
+            (its worst case: one count per row), against the baseline loop on them.
 Printed: seconds, microseconds per entry, and the ratio to the baseline. Linear scaling
 shows as a per-entry time that stays flat from T = 1000 to 8000 (the quadratic ledger
 this replaces took 0.7 s for its charges at T = 8000, growing 4x per doubling).
@@ -33,6 +36,7 @@ import time
 
 import numpy as np
 
+from pobo.auditing import missing_charges
 from pobo.protocol.audit import recompute_ledger
 from pobo.protocol.ledger import CENTRAL, LOCAL, Budget, Entry, Ledger
 from pobo.protocol.messages import (
@@ -139,6 +143,13 @@ def journal_start(count: int) -> None:
           f"{base:.3f} s; x{ours / base:.2f}")
 
 
+def check(es: list[Entry]) -> float:
+    """`pobo ledger`'s check that the journal holds every report a transcript proves."""
+    start = time.perf_counter()
+    assert missing_charges(es[1:], es, "bench") == []
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200)
@@ -151,15 +162,20 @@ def main() -> None:
     Ledger().to_dict()
     audit(entries(50, 2))  # warm: dp-accounting imported once, as a long-lived process does
     print(f"{'T':>6} {'baseline s':>11} {'charge s':>9} {'us/entry':>9} {'x base':>7} "
-          f"{'audit s':>8} {'us/entry':>9} {'x base':>7}")
+          f"{'audit s':>8} {'us/entry':>9} {'x base':>7} {'check s':>8} {'us/entry':>9} "
+          f"{'x base':>7}")
     for T in args.T:
         es = entries(T, args.rows)
         base = min(baseline(es) for _ in range(3))
         ch = min(charge(es, T) for _ in range(3))
         au = min(audit(es) for _ in range(3))
+        spread = entries(T, T, seed=1)  # every report on a row of its own (mostly)
+        spread_base = min(baseline(spread) for _ in range(3))
+        ck = min(check(spread) for _ in range(3))
         n = len(es)
         print(f"{T:>6} {base:>11.4f} {ch:>9.4f} {1e6 * ch / n:>9.2f} {ch / base:>7.1f} "
-              f"{au:>8.4f} {1e6 * au / n:>9.2f} {au / base:>7.1f}")
+              f"{au:>8.4f} {1e6 * au / n:>9.2f} {au / base:>7.1f} {ck:>8.4f} "
+              f"{1e6 * ck / n:>9.2f} {ck / spread_base:>7.1f}")
 
 
 if __name__ == "__main__":

@@ -413,10 +413,7 @@ def uncharged_in_journal(journal: Journal, messages: list, path: Path) -> list[s
     and its release as an entry of that session (protocol.audit.session_charges). A
     review's attacks: entries removed after a crash (no head had been kept past them),
     and reports booked on another row, which left the answered rows' budgets whole."""
-    from collections import Counter
-
     from pobo.protocol.audit import session_charges
-    from pobo.protocol.ledger import LOCAL
     from pobo.protocol.messages import Welcome
 
     welcome = next((m for _, m in messages if isinstance(m, Welcome)), None)
@@ -424,26 +421,38 @@ def uncharged_in_journal(journal: Journal, messages: list, path: Path) -> list[s
         return []
     held = [e for e in journal.entries(session=welcome.session)  # (bad ones named apart)
             if isinstance(e.epsilon, (int, float)) and not isinstance(e.epsilon, bool)]
+    return missing_charges(session_charges(messages, welcome), held,
+                           f"{path}: session {welcome.session[:12]}")
+
+
+def missing_charges(proved: list, held: list, where: str) -> list[str]:
+    """Why the entries `held` (a session's, in the journal) do not cover those `proved`
+    (its transcript's, `protocol.audit.session_charges`): per row, fewer local entries at
+    no less than the report's epsilon than reports (at most three named), and a release
+    with no entry of its mechanism at no less than its (epsilon, delta). One pass over
+    each list: linear in the reports (benchmarks/ledger.py times it)."""
+    from collections import Counter
+
+    from pobo.protocol.ledger import LOCAL
+
     out = []
-    proved = session_charges(messages, welcome)
     local = Counter(e.row for e in proved if e.scope == LOCAL)
+    eps = {e.row: e.epsilon for e in proved if e.scope == LOCAL}  # (one mechanism's epsilon)
+    kept = Counter(e.row for e in held if e.scope == LOCAL and e.row in eps
+                   and e.epsilon >= eps[e.row] * (1 - 1e-9))
     for row, count in sorted(local.items()):
-        eps = next(e.epsilon for e in proved if e.scope == LOCAL and e.row == row)
-        kept = sum(1 for e in held if e.scope == LOCAL and e.row == row
-                   and e.epsilon >= eps * (1 - 1e-9))
-        if kept < count:
-            out.append(f"{path}: session {welcome.session[:12]} sent {count} LDP report(s) "
-                       f"on row {row}; the journal holds {kept} charged to it: reports were "
-                       "left out of the ledger or booked on other rows")
+        if kept[row] < count:
+            out.append(f"{where} sent {count} LDP report(s) on row {row}; the journal holds "
+                       f"{kept[row]} charged to it: reports were left out of the ledger or "
+                       "booked on other rows")
             if len(out) >= 3:
                 return out
     for e in (e for e in proved if e.scope != LOCAL):
         if not any(h.mechanism == e.mechanism and h.epsilon >= e.epsilon * (1 - 1e-9)
                    and isinstance(h.delta, (int, float)) and h.delta >= e.delta * (1 - 1e-9)
                    for h in held):
-            out.append(f"{path}: session {welcome.session[:12]} was sent a {e.mechanism} "
-                       f"release of ({e.epsilon:g}, {e.delta:g}); the journal holds no such "
-                       "charge")
+            out.append(f"{where} was sent a {e.mechanism} release of ({e.epsilon:g}, "
+                       f"{e.delta:g}); the journal holds no such charge")
     return out
 
 

@@ -706,8 +706,9 @@ def summary(result: dict) -> str:
                f"(lift {result['lift']})" if gaussian else
                f"omega={result['omega']:.4g} sigma_min={result['sigma_min']:.4g} "
                f"{'lifted' if result['lifted'] else 'not lifted'} (lift {result.get('lift')})"))
-    if nominal_reason(result) is not None:
-        priv += f" NOT DP ({nominal_reason(result)})"
+    why = nominal_reason(result)
+    if why is not None:
+        priv += f" NOT DP ({why})"
     head = f"{result['scenario']}: n={result['n']} d={result['d']} r={result['r']} T={result['T']} {priv}"
     head += " [--authors-code: the authors' lift and UCB]" if result.get("authors_code") else ""
     if not result["queries"]:
@@ -1043,8 +1044,9 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
               + (f"ledger chain: {entries} entries, head {head}\n" if head else "")
               + (f"checked: every entry is a charge, and the journal holds all {checked} "
                  f"ledger head(s) the curator committed to (head file: {head_file or 'none'};"
-                 f" transcripts: {len(args.transcripts)}) and every charge the transcripts "
-                 "prove (their LDP reports, row by row, and releases)"
+                 f" transcripts: {len(args.transcripts)})"
+                 + (" and every charge the transcripts prove (their LDP reports, row by "
+                    "row, and releases)" if args.transcripts else "")
                  if not problems else "NOT as the curator committed to:\n" + "\n".join(
                      f"  - {p}" for p in problems)))
     return 2 if problems else 0

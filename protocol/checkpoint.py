@@ -49,14 +49,9 @@ def entry_record(session: str, mechanism: str, epsilon: float, delta: float, sco
 _quoted = encode_basestring_ascii  # a JSON string literal, as json.dumps(ensure_ascii) writes it
 
 
-def next_head(head: str, record: bytes) -> str:
-    """head_k from head_(k-1) (hex) and the k-th entry's record."""
-    return next_digest(bytes.fromhex(head), record).hex()
-
-
 def next_digest(digest: bytes, record: bytes) -> bytes:
-    """`next_head` on raw 32-byte heads: what a loop over many entries keeps (no hex per
-    entry)."""
+    """head_k from head_(k-1) and the k-th entry's record, both raw 32-byte digests (a
+    loop over many entries keeps them raw: no hex per entry; `chain_head` gives hex)."""
     return hashlib.sha256(digest + record).digest()
 
 

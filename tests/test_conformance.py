@@ -696,7 +696,7 @@ def test_pobo_transcript_writer_writes_the_vector(tmp_path, monkeypatch):
 def test_pobo_ledger_chain_gives_the_vector_s_records_and_heads():
     """pobo's entry records and chain (protocol.checkpoint, parties.checkpoints.LedgerChain
     uses the same) give the vector's bytes and heads, non-ASCII and odd floats included."""
-    from pobo.protocol.checkpoint import GENESIS_HEAD, entry_record, next_head
+    from pobo.protocol.checkpoint import GENESIS_HEAD, chain_head, entry_record
 
     vector = _DATA["ledger_chain"]
     assert vector["genesis"] == GENESIS_HEAD
@@ -704,5 +704,5 @@ def test_pobo_ledger_chain_gives_the_vector_s_records_and_heads():
     for item in vector["entries"]:
         record = entry_record(*item["entry"])
         assert record.hex() == item["record_hex"]
-        head = next_head(head, record)
+        head = chain_head([record], head)
         assert head == item["head"]
