@@ -160,6 +160,19 @@ class PendingEvaluation:
 
 
 _INSERT_ANSWER = "INSERT INTO answers VALUES (?, ?, ?, ?, ?)"
+_INT64 = 1 << 63
+
+
+def _storable(answer: tuple) -> bool:
+    """Whether the answers table takes `answer` (session, seq, row, measured, value) as it
+    is: integers within SQLite's 64 bits, values that are numbers and not NaN (a NaN is
+    stored as NULL, which the table refuses)."""
+    _, seq, row, measured, value = answer
+    return (isinstance(seq, int) and isinstance(row, int)
+            and -_INT64 <= seq < _INT64 and -_INT64 <= row < _INT64
+            and all(isinstance(v, float) and v == v
+                    or isinstance(v, int) and -_INT64 <= v < _INT64
+                    for v in (measured, value)))
 
 
 class Journal:
@@ -184,6 +197,7 @@ class Journal:
         # the first time anything touches the database: `_db`), and every (session, seq)
         # answered, so that a duplicate is refused when it is recorded, as the table would
         self._unwritten: list[tuple] = []
+        self._cut_short = False  # a write of them was interrupted: check which went in
         self._answer_keys: set[tuple[str, int]] = set()
         self.fault: str | None = None  # the cause of the first failed write, if any
         # None: grouped where a COMMIT is an fsync worth sharing (a file at durability
@@ -716,20 +730,26 @@ class Journal:
         """`record_answer` of an in-memory journal with no ledger entry to charge (a
         sweep's every answer): no other connection can see the database, so the session's
         generation is the one kept here (checked under the lock before f is evaluated,
-        as in the transaction), a seq already answered is refused by the table itself,
-        and the answer is kept in memory until anything next touches the database
-        (`_db`): no statement per answer."""
+        as in the transaction, and after the journal's fault, as there), and the answer is
+        kept in memory until anything next touches the database (`_db`): no statement per
+        answer. Only an answer the table is sure to take waits: one it would refuse (a seq
+        answered already, a NaN, an integer past 64 bits, a value of another type) goes
+        to the table now, which raises what the transaction's INSERT raises."""
         with self._lock:
+            if self.fault is not None:
+                raise JournalFault(self.fault)
             if generation is not None and self._generations[session] != generation:
                 raise Superseded(session)
             done = evaluate()
-            if (session, seq) in self._answer_keys:  # the table refuses it (IntegrityError)
+            answer = (session, seq, row, *done)
+            if (session, seq) in self._answer_keys or not _storable(answer):
                 try:
-                    self._db.execute(_INSERT_ANSWER, (session, seq, row, *done))
+                    self._db.execute(_INSERT_ANSWER, answer)
                 except sqlite3.Error as exc:
                     self._raise_failed(exc)
+            else:
+                self._unwritten.append(answer)
             self._answer_keys.add((session, seq))
-            self._unwritten.append((session, seq, row, *done))
             self.commits += 1
         return done
 
@@ -751,27 +771,55 @@ class Journal:
     def _write_unwritten(self) -> None:
         """Write the answers recorded in memory to the table, in order: in one transaction
         (half the time of one autocommit per row) unless one is open already; if that
-        fails, row by row, so that every row before a failing one is in the table, as
-        without the transaction."""
+        fails, row by row up to the first the table refuses. An answer leaves the queue
+        only once it is in the table: their rewards were sent, so one that cannot go in
+        stays queued with every answer after it and the journal's fault is set
+        (JournalFault: nothing more is answered). An interruption (Ctrl-C) loses none and
+        writes none twice: the next write first drops those the table holds already (a
+        prefix of the queue, as they go in in order)."""
         with self._lock:
-            rows, self._unwritten = self._unwritten, []
-            conn = self._conn
-            if not conn.in_transaction:
-                try:
-                    conn.execute("BEGIN")
-                    conn.executemany(_INSERT_ANSWER, rows)
-                    conn.execute("COMMIT")
+            rows, conn = self._unwritten, self._conn
+            if self._cut_short:
+                del rows[:self._held_already(rows)]
+                if not rows:
+                    self._cut_short = False
                     return
-                except BaseException as exc:  # never leave the transaction open
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    if not isinstance(exc, Exception):  # Ctrl-C, MemoryError...: kept
-                        self._unwritten = rows + self._unwritten  # for the next write
-                        raise
+            self._cut_short = True  # until what the table holds is known again
+            own = not conn.in_transaction
             try:
-                conn.executemany(_INSERT_ANSWER, rows)
-            except sqlite3.Error as exc:
-                self._raise_failed(exc)
+                if own:
+                    try:
+                        conn.execute("BEGIN")
+                        conn.executemany(_INSERT_ANSWER, rows)
+                        conn.execute("COMMIT")
+                        rows.clear()
+                    except sqlite3.Error:
+                        self._rollback(conn.cursor())
+                while rows:  # (inside a transaction open already, or the batch failed)
+                    conn.execute(_INSERT_ANSWER, rows[0])
+                    del rows[0]
+            except sqlite3.Error as exc:  # the rows it could not write stay queued
+                self._cut_short = False
+                self.fault = self.fault or (f"answers recorded in memory cannot be written: "
+                                            f"{type(exc).__name__}: {exc}")
+                log.error("journal %s: %s", self.path, self.fault)
+                raise JournalFault(self.fault) from exc
+            except BaseException:  # Ctrl-C, MemoryError...: every row kept or in the table
+                if own and conn.in_transaction:
+                    self._rollback(conn.cursor())  # never left open for every later write
+                raise
+            self._cut_short = False
+
+    def _held_already(self, rows: list[tuple]) -> int:
+        """How many of `rows`, from the first, the table holds already (a write of them
+        cut short after it went in)."""
+        held = 0
+        for session, seq, *_ in rows:
+            if self._conn.execute("SELECT 1 FROM answers WHERE session = ? AND seq = ?",
+                                  (session, seq)).fetchone() is None:
+                break
+            held += 1
+        return held
 
     def reserve(self, session: str, generation: int | None, seq: int, row: int,
                 entries: list[Entry], budget: Budget) -> float:

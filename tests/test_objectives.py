@@ -9,6 +9,7 @@ import contextlib
 import json
 import math
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -241,10 +242,14 @@ def test_an_in_memory_answer_the_table_cannot_take_is_a_sticky_fault():
         asyncio.run(journal.committed())
 
 
-def test_answers_kept_in_memory_go_in_together_and_a_failing_one_keeps_those_before_it():
-    """The answers kept in memory are written in one transaction; if one of them cannot
-    be written, every answer recorded before it is in the table all the same (as one
-    autocommit per row left them) and the write raises."""
+def test_answers_kept_in_memory_go_in_together_and_one_that_fails_keeps_all_after_it():
+    """The answers kept in memory are written in one transaction. If one of them cannot
+    be written, every answer before it is in the table all the same (as one autocommit
+    per row left them), it and every answer after it stay queued -- none is dropped:
+    their rewards were sent -- and the journal's fault is set: nothing more is
+    evaluated (a review found rows after a failing one dropped, with no fault)."""
+    from pobo.parties.journal import JournalFault
+
     journal = _journal_with_session()
     for seq in (1, 2, 3, 4):
         journal.record_answer("s1", 1, seq, seq, [], Budget(), lambda: (1.0, 1.0))
@@ -263,24 +268,54 @@ def test_answers_kept_in_memory_go_in_together_and_a_failing_one_keeps_those_bef
                           "BEGIN SELECT RAISE(ABORT, 'no room for 3'); END")
     for seq in (1, 2, 3, 4):
         journal.record_answer("s1", 1, seq, seq, [], Budget(), lambda: (1.0, 1.0))
-    with pytest.raises(Exception, match="no room for 3"):
+    with pytest.raises(JournalFault, match="no room for 3"):
         journal.load("s1")
     rows = journal._conn.execute("SELECT seq FROM answers ORDER BY rowid").fetchall()
     assert [r[0] for r in rows] == [1, 2]
+    assert [a[1] for a in journal._unwritten] == [3, 4] and journal.fault
+    evaluated = []
+    with pytest.raises(JournalFault):
+        journal.record_answer("s1", 1, 5, 5, [], Budget(), lambda: evaluated.append(5))
+    assert evaluated == []  # checked before f, as the transaction does
+    with pytest.raises(JournalFault):
+        asyncio.run(journal.committed())
+    journal._conn.execute("DROP TRIGGER no_three")  # room again: the next read writes them
+    assert [a[0] for a in journal.load("s1").answers] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("bad", [(math.nan, 1.0), (1.0, math.nan), (np.float64("nan"), 1.0),
+                                 (1.0, None)])
+def test_an_answer_the_table_would_refuse_is_refused_when_it_is_recorded(fast, bad):
+    """An answer kept in memory must be one the table takes later: one it would refuse
+    (a NaN, which SQLite stores as NULL; a None) is written at once, so that
+    record_answer raises before its reward is sent, on the in-memory path as in the
+    transaction, and the answers after it are kept (a review found a NaN accepted in
+    memory, then every answer after it dropped, with no fault, when the table refused
+    it)."""
+    journal = Journal(group_commit=not fast)  # group_commit: the transaction's path
+    journal.open_session("s1", {}, b"w", "p", "d", "me")
+    journal.record_answer("s1", 1, 1, 1, [], Budget(), lambda: (1.0, 1.0))
+    with pytest.raises(sqlite3.IntegrityError, match="NOT NULL"):
+        journal.record_answer("s1", 1, 2, 2, [], Budget(), lambda: bad)
+    for seq in (3, 4):
+        journal.record_answer("s1", 1, seq, seq, [], Budget(), lambda: (1.0, 1.0))
+    assert [a[0] for a in journal.load("s1").answers] == [1, 3, 4]
+    assert journal.fault is None and not journal._unwritten
 
 
 def test_a_write_of_kept_answers_that_fails_outside_sqlite_leaves_no_transaction_open():
-    """An error that is not SQLite's while the kept answers go in (a value the driver
-    cannot bind; Ctrl-C) never leaves the transaction open for every later write: an
-    ordinary error is raised as before, after the rows before it are written; an
-    interruption keeps every row for the next write."""
+    """An integer the driver cannot bind (past int64) is refused when it is recorded, as
+    the transaction refuses it; an interruption (Ctrl-C) at any statement of a write of
+    the kept answers never leaves the transaction open for every later write and loses
+    none of them."""
     journal = _journal_with_session()
-    for seq in (1, 2 ** 63, 3):  # the second cannot be bound (int64)
-        journal.record_answer("s1", 1, seq, seq % 7, [], Budget(), lambda: (1.0, 1.0))
-    with pytest.raises(OverflowError):
-        journal.load("s1")
+    journal.record_answer("s1", 1, 1, 1, [], Budget(), lambda: (1.0, 1.0))
+    with pytest.raises(OverflowError):  # the second cannot be bound (int64)
+        journal.record_answer("s1", 1, 2 ** 63, 2, [], Budget(), lambda: (1.0, 1.0))
+    journal.record_answer("s1", 1, 3, 3, [], Budget(), lambda: (1.0, 1.0))
     assert not journal._conn.in_transaction
-    assert [r[0] for r in journal._conn.execute("SELECT seq FROM answers")] == [1]
+    assert [a[0] for a in journal.load("s1").answers] == [1, 3]
     journal.open_session("s2", {}, b"w", "p", "d", "o")  # later writes go on
 
     class Interrupting:
@@ -306,6 +341,54 @@ def test_a_write_of_kept_answers_that_fails_outside_sqlite_leaves_no_transaction
         journal.load("s1")
     assert not journal._conn.in_transaction and len(journal._unwritten) == 2
     assert [a[0] for a in journal.load("s1").answers] == [1, 2]  # nothing lost
+
+
+@pytest.mark.parametrize("after", [False, True])
+def test_kept_answers_survive_ctrl_c_at_every_statement_of_their_write(after):
+    """Ctrl-C at each statement of a write of the kept answers in turn, before or after
+    the statement ran (after COMMIT: they are in, and the interruption comes as it
+    returns): then more answers, then a read. Every answer recorded is in the table
+    exactly once, in order, with no error and no fault (a review found committed rows
+    queued again, then refused as duplicates, and the answers after them dropped)."""
+
+    class CtrlC:
+        """The connection; its `at`-th execute or executemany is interrupted."""
+
+        def __init__(self, conn, at):
+            self.conn, self.at, self.calls = conn, at, 0
+
+        def __getattr__(self, name):
+            return getattr(self.conn, name)
+
+        def _call(self, method, *args):
+            self.calls += 1
+            if self.calls == self.at and not after:
+                raise KeyboardInterrupt
+            out = getattr(self.conn, method)(*args)
+            if self.calls == self.at:
+                raise KeyboardInterrupt
+            return out
+
+        def execute(self, *args):
+            return self._call("execute", *args)
+
+        def executemany(self, *args):
+            return self._call("executemany", *args)
+
+    for at in range(1, 6):  # BEGIN, executemany, COMMIT, then the read's own statements
+        journal = _journal_with_session()
+        for seq in (1, 2):
+            journal.record_answer("s1", 1, seq, seq, [], Budget(), lambda: (1.0, 1.0))
+        real = journal._conn
+        journal._db = CtrlC(real, at)
+        with contextlib.suppress(KeyboardInterrupt):
+            journal.load("s1")
+        journal._db = real
+        assert not real.in_transaction
+        for seq in (3, 4):
+            journal.record_answer("s1", 1, seq, seq, [], Budget(), lambda: (1.0, 1.0))
+        assert [a[0] for a in journal.load("s1").answers] == [1, 2, 3, 4], at
+        assert journal.fault is None and not journal._unwritten
 
 
 def test_a_session_the_journal_never_opened_still_goes_through_the_transaction():
