@@ -127,6 +127,10 @@ class Channel:
         # frames accepted before their signatures were checked (an authenticated pipe only)
         self.late = bool(getattr(pipe, "authenticated", False))
         self._unverified: list[tuple[bytes, object]] = []
+        # why a frame acted on was found forged (LateSignature), once it was: the session
+        # cannot go on, so every later recv raises it again, and every send but an Error
+        # or an End that gives up (one saying "done" would vouch for the forged frame)
+        self.late_failure: str | None = None
         self._sending = asyncio.Lock()  # one frame at a time: links and transcript in order
         # a pipe whose send queues the frame at once, never waiting (transport.inproc):
         # a send that finds no other under way needs no lock
@@ -168,6 +172,9 @@ class Channel:
         Dataset, a ChunkedDataset (protocol.chunks) too. An End, whatever its reason, is
         never sent over frames not yet verified: they are checked first (LateSignature),
         so that a session closed early still learns of a bad one."""
+        if self.late_failure is not None and not (
+                type(message) is Error or type(message) is End and message.reason != "done"):
+            raise LateSignature(self.late_failure)  # only why the session ends goes out
         if self._unverified and isinstance(message, End):
             self.verify_accepted()
         sending = self._sending
@@ -268,7 +275,7 @@ class Channel:
     async def recv(self, timeout: float | None = None) -> Message:
         """The next message from the peer: opened, verified, decoded and admitted by the
         policy."""
-        if self._unverified:
+        if self._unverified or self.late_failure is not None:
             self.verify_accepted()
         frame = await self.pipe.recv(self.timeout if timeout is None else timeout)
         # its SHA-256 as its sender computed it, from a pipe that passes the very bytes
@@ -406,7 +413,11 @@ class Channel:
     def verify_accepted(self) -> None:
         """Check the signatures of the frames accepted before they were verified (an
         authenticated pipe's hot messages); LateSignature for the first that fails,
-        recorded in the transcript as refused after the frame itself."""
+        recorded in the transcript as refused after the frame itself, and again at every
+        later call (the session cannot go on: a review found a retried query answered
+        and the session recorded ok after one)."""
+        if self.late_failure is not None:
+            raise LateSignature(self.late_failure)
         pending, self._unverified = self._unverified, []
         for frame, envelope in pending:
             if not verify(envelope, self._peer_vk):
@@ -415,6 +426,7 @@ class Channel:
                 if self.transcript is not None:
                     self.transcript.refuse(frame, ErrorCode.BAD_SIGNATURE.value, why,
                                            always=True)
+                self.late_failure = why
                 raise LateSignature(why)
 
     def close(self) -> None:

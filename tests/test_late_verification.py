@@ -76,6 +76,44 @@ async def test_over_an_authenticated_pipe_a_forged_query_ends_the_session_after_
     mod.close()
 
 
+async def test_a_late_signature_stays_raised_every_later_call_but_an_error(tmp_path):
+    """Once a frame acted on is found forged the session cannot go on: the channel raises
+    LateSignature again at every later recv and every send but an Error or an End that
+    gives up (which tell the peer why); a review found the failure forgotten once raised, so that a retried query
+    went out and was answered over the same channel."""
+    service = prepare_service(RunConfig("synthetic", T=20, seed=1, options={"grid": 8}),
+                              journal=Journal(tmp_path / "j.db", durability="normal"))
+    session = service.new_session()
+    cpipe, mpipe = pipe_pair()
+    cpipe.authenticated = True
+    cur = open_channel(cpipe, CURATOR, False, tmp_path / "c", 5, signer=Signer.generate())
+    mod = open_channel(mpipe, MODELER, False, tmp_path / "m", 5, signer=Signer.generate())
+    task = asyncio.ensure_future(curate(cur, session, tmp_path / "c", verbose=False,
+                                        raise_errors=False))
+    await mod.send(Hello(PROTOCOL_VERSION, "late", sign_key=mod.sign_key))
+    await mod.recv()
+    await mod.recv()
+    await _forged(mod, 1, 5)
+    assert isinstance(await mod.recv(), Reward)  # acted on, then found at the next recv
+    assert isinstance(await mod.recv(), Error)
+    result = await asyncio.wait_for(task, 5)
+    assert result["status"] == "failed" and "LateSignature" in result["error"]
+    assert cur.late_failure and "record" in cur.late_failure
+    await mod.send(Query(2, 6))  # whatever comes next is never acted on
+    for _ in range(2):
+        with pytest.raises(LateSignature):
+            await cur.recv()
+    for message in (Reward(2, 6, 0.5), End("done")):
+        with pytest.raises(LateSignature):
+            await cur.send(message)
+    await cur.send(Error(ErrorCode.BAD_SIGNATURE.value, "forged", 0))
+    await cur.send(End("closed: bad signature"))
+    assert isinstance(await mod.recv(), Error) and isinstance(await mod.recv(), End)
+    cur.close()
+    mod.close()
+    assert _late_refusals(tmp_path / "c" / "curator.transcript") == ["bad_signature"]
+
+
 async def test_without_an_authenticated_pipe_a_forged_query_is_refused_before_f(tmp_path):
     service, session, mod, task = await _session(tmp_path, authenticated=False)
     await _forged(mod, 1, 5)
@@ -494,3 +532,69 @@ async def test_no_end_of_any_reason_goes_out_over_an_unverified_frame(tmp_path, 
     refused = [r for r in read_transcript(tmp_path / "modeler.transcript") if r.kind == REFUSED]
     assert [r.code for r in refused] == [ErrorCode.BAD_SIGNATURE.value]
     assert not [r for r in read_transcript(tmp_path / "modeler.transcript") if r.kind == "end"]
+
+
+def test_a_client_never_goes_on_after_a_forged_reward_and_its_record_says_error(
+        tmp_path, monkeypatch):
+    """ModelerClient over CURVE uses a reward before its signature is checked; once the
+    next call finds it forged (LateSignature), a retry of that call raises again instead
+    of going on over the same channel, and close() records status error (a review found
+    the retry answered and the session recorded ok, the forged reward in its rewards)."""
+    import socket
+    import threading
+
+    from pobo.client import ModelerClient
+    from pobo.protocol import channel as channel_module
+    from pobo.remote import serve_curator
+    from pobo.session import Signing
+
+    keys = make_keys(tmp_path / "keys")
+    curator, modeler = Signer.generate(), Signer.generate()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    honest_send = channel_module.Channel._send
+
+    def forging_send(self, message):  # the curator signs reward 2 with another key
+        if self.boundary.role == CURATOR and isinstance(message, Reward) and message.seq == 2:
+            signer, self.signer = self.signer, Signer.generate()
+            try:
+                return honest_send(self, message)
+            finally:
+                self.signer = signer
+        return honest_send(self, message)
+
+    monkeypatch.setattr(channel_module.Channel, "_send", forging_send)
+
+    def serve() -> None:
+        service = prepare_service(RunConfig("synthetic", T=3, seed=1, options={"grid": 8},
+                                            timeout=8),
+                                  journal=Journal(tmp_path / "j.db", durability="normal"))
+        asyncio.run(asyncio.wait_for(serve_curator(
+            service, endpoint, tmp_path / "c", accept_timeout=20, verbose=False,
+            curve=CurveServer(keys["curator_secret"], keys["allowed"]),
+            signing=Signing(curator=curator, modeler_keys=frozenset([modeler.public_hex]))),
+            60))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    client = ModelerClient.connect(
+        endpoint, tmp_path / "m", timeout=8,
+        curve=CurveClient(keys["modeler_secret"], keys["curator_public"]),
+        signing=Signing(modeler=modeler, curator_key=curator.public_hex))
+    try:
+        client.query(1)
+        client.query(2)  # the forged reward, handed over before it is checked
+        for _ in range(2):  # found at the next call, and again at its retry
+            with pytest.raises(LateSignature):
+                client.query(3)
+    finally:
+        record = client.close()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert record["status"] == "error" and "LateSignature" in record["error"]
+    assert record["queries"] == [1, 2]
+    assert _late_refusals(tmp_path / "m" / "modeler.transcript") == ["bad_signature"]
+    sent = [r for r in read_transcript(tmp_path / "m" / "modeler.transcript")
+            if r.dir == "sent" and r.kind == "query"]
+    assert len(sent) == 3  # query 3 went out once (before the check), its retry never
