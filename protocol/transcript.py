@@ -45,6 +45,11 @@ from typing import BinaryIO
 
 import msgpack
 
+try:
+    import fcntl  # an advisory lock around each append (POSIX)
+except ImportError:  # pragma: no cover - Windows: the size check alone
+    fcntl = None  # type: ignore[assignment]
+
 from pobo.protocol.signing import SharedBody, rebuild, split_envelope
 
 GENESIS = "0" * 64
@@ -206,10 +211,18 @@ class Transcript:
             while self.path.with_name(f"{self.path.name}.{n}").exists():
                 n += 1
             self.path.rename(self.path.with_name(f"{self.path.name}.{n}"))
-        if self.path.exists():  # a resumed party continues its own chain, checked first
-            self._seq, self._prev, self._refused = chain_end(self.path)
         self._file: BinaryIO | None = open(self.path, "ab", buffering=0)  # a write per record
-        self._end = os.fstat(self._file.fileno()).st_size
+        fd = self._file.fileno()
+        _lock(fd)  # the size and the chain read together: no writer appends in between
+        try:
+            self._end = os.lseek(fd, 0, os.SEEK_END)
+            if self._end:  # a resumed party continues its own chain, checked first
+                self._seq, self._prev, self._refused = chain_end(self.path)
+        except BaseException:
+            self._file.close()
+            raise
+        finally:
+            _unlock(fd)
 
     @property
     def head(self) -> dict:
@@ -360,29 +373,50 @@ class Transcript:
 
     def _write(self, item: dict) -> None:
         """Append one record, unless another writer has appended since (it would fork the
-        chain: TranscriptError, nothing written)."""
+        chain: TranscriptError, nothing written). The check and the write hold the file's
+        advisory lock, as every writer's do (and a writer's opening read of the chain): no
+        other writer's record can land between them, nor be cut off with a torn one of
+        this writer's (a review forked the chain of two writers racing without it)."""
         self._check_open()
         assert self._file is not None
-        # the file's size, as lseek to its end gives it: what fstat's st_size says, without
-        # a stat object per record (the offset it sets is moot: the file is O_APPEND)
-        size = os.lseek(self._file.fileno(), 0, os.SEEK_END)
-        if size != self._end:
-            raise TranscriptError(f"{self.path} was written by another writer ({size} bytes, "
-                                  f"this one wrote up to {self._end}): not appending")
         raw = self._pack(item)
+        fd = self._file.fileno()
+        _lock(fd)
         try:
-            written = self._file.write(raw)  # unbuffered: the record reaches the OS (survives
-            if written != len(raw):  # kill -9) as written; a short write is finished here
-                view = memoryview(raw)[written:]
-                while view:
-                    view = view[self._file.write(view):]
-        except OSError:  # a full disk, say: no torn record is left for a resume to trip on
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._file.fileno(), self._end)
-            raise
+            # the file's size, as lseek to its end gives it: what fstat's st_size says,
+            # without a stat object per record (the offset it sets is moot: O_APPEND)
+            size = os.lseek(fd, 0, os.SEEK_END)
+            if size != self._end:
+                raise TranscriptError(f"{self.path} was written by another writer ({size} "
+                                      f"bytes, this one wrote up to {self._end}): not "
+                                      "appending")
+            try:
+                written = self._file.write(raw)  # unbuffered: the record reaches the OS
+                if written != len(raw):  # (survives kill -9); a short write is finished here
+                    view = memoryview(raw)[written:]
+                    while view:
+                        view = view[self._file.write(view):]
+            except OSError:  # a full disk, say: no torn record is left for a resume
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._end)
+                raise
+        finally:
+            _unlock(fd)
         self._end += len(raw)
         self._seq += 1
         self._prev = hashlib.sha256(raw).digest()
+
+
+def _lock(fd: int) -> None:
+    """Take the advisory lock every writer of a transcript takes around an append (flock:
+    held by the open file, so two writers in one process exclude each other too)."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _unlock(fd: int) -> None:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def linked_records(data: bytes) -> Iterator[tuple[bytes, Record, list[str]]]:

@@ -20,7 +20,7 @@ from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary
 from pobo.protocol.signing import open_frame
 from pobo.protocol.transcript import (
     REFUSED, REFUSED_RECORD_BYTES, REFUSED_SUMMARY, Transcript, TranscriptError,
-    raw_records, read_transcript,
+    linked_records, raw_records, read_transcript,
 )
 from pobo.session import RunConfig, curate, optimise, prepare_service
 from pobo.transport.inproc import pipe_pair
@@ -203,6 +203,60 @@ def test_a_second_writer_cannot_fork_the_chain(tmp_path):
     fresh.close()
     assert [r.seq for r in read_transcript(path)] == [0, 1]
 
+
+
+def _blocked_while_another_writer_holds_the_lock(path, work):
+    """Run `work` in a thread while another writer of `path` (a second open file) holds
+    the writers' lock and appends a record; whether `work` waited for it, and what it
+    raised (None if nothing)."""
+    import fcntl
+    import threading
+
+    other = Transcript(path, resume=True)
+    fcntl.flock(other._file.fileno(), fcntl.LOCK_EX)  # the other writer, mid-append
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            work()
+            outcome.append(None)
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(0.3)
+    waited = thread.is_alive()
+    other.append("sent", "error", encode(Error("sequence", "the other writer")))  # unlocks
+    other.close()
+    thread.join(10)
+    assert not thread.is_alive()
+    return waited, outcome[0]
+
+
+def test_two_writers_racing_never_fork_the_chain(tmp_path):
+    """The check that no other writer appended and the append itself hold the writers'
+    lock (as a resumed writer's reading of the chain does): a writer whose check came
+    just before another's append, or whose resume read the chain just before it, cannot
+    then write a record at the same seq (a review forked the chain of two processes
+    racing without it, in 6 trials of 300)."""
+    path = tmp_path / "t.transcript"
+    stale = Transcript(path)
+    stale.append("recv", "hello", encode(Hello(PROTOCOL_VERSION, "a")))
+    waited, raised = _blocked_while_another_writer_holds_the_lock(
+        path, lambda: stale.append("sent", "error", encode(Error("sequence", "late"))))
+    assert waited and isinstance(raised, TranscriptError) and "another writer" in str(raised)
+    stale.close()
+    assert [r.seq for r in read_transcript(path)] == [0, 1]
+
+    opened: list[Transcript] = []
+    waited, raised = _blocked_while_another_writer_holds_the_lock(
+        path, lambda: opened.append(Transcript(path, resume=True)))
+    assert waited and raised is None
+    opened[0].append("sent", "error", encode(Error("sequence", "on")))  # after the other's
+    opened[0].close()
+    assert [r.seq for r in read_transcript(path)] == [0, 1, 2, 3]
+    assert not [b for _, _, breaks in linked_records(path.read_bytes()) for b in breaks]
 
 
 def test_a_writer_refuses_a_file_cut_short_behind_it(tmp_path):
