@@ -213,16 +213,17 @@ class Transcript:
             self.path.rename(self.path.with_name(f"{self.path.name}.{n}"))
         self._file: BinaryIO | None = open(self.path, "ab", buffering=0)  # a write per record
         fd = self._file.fileno()
-        _lock(fd)  # the size and the chain read together: no writer appends in between
         try:
-            self._end = os.lseek(fd, 0, os.SEEK_END)
-            if self._end:  # a resumed party continues its own chain, checked first
-                self._seq, self._prev, self._refused = chain_end(self.path)
-        except BaseException:
+            _lock(fd)  # the size and the chain read together: no writer appends in between
+            try:
+                self._end = os.lseek(fd, 0, os.SEEK_END)
+                if self._end:  # a resumed party continues its own chain, checked first
+                    self._seq, self._prev, self._refused = chain_end(self.path)
+            finally:
+                _unlock(fd)
+        except BaseException:  # (a damaged file, say: refused, and not left open)
             self._file.close()
             raise
-        finally:
-            _unlock(fd)
 
     @property
     def head(self) -> dict:
