@@ -51,7 +51,7 @@ from pobo.protocol.accounting import part_of, parts_counter
 from pobo.protocol.ledger import (
     CENTRAL, LOCAL, Budget, Entry, ExactSum, PrivacyBudgetExceeded, local_summary,
 )
-from pobo.protocol.transcript import file_digest
+from pobo.protocol.transcript import file_digest, read_hashing
 
 log = logging.getLogger("pobo.journal")
 SCHEMA_VERSION = 3  # 3: evaluations pending (schema 2 journals gain the table on open)
@@ -325,6 +325,10 @@ class Journal:
             raise Superseded(session)
         now = time.time() if entries else 0.0
         for e in entries:
+            # (an unbounded budget would take it, and every later check refuse the journal)
+            why = entry_fault(e.epsilon, e.delta, e.scope, e.row)
+            if why is not None:
+                raise ValueError(f"not a ledger charge: {why}")
             if budget is not None:
                 why = budget.refusal(e, self._spent(cur, e),
                                      lambda e=e: self._parts(cur, e.scope, e.row))
@@ -516,6 +520,9 @@ class Journal:
         from pobo.protocol.codec import encode
         from pobo.protocol.messages import Dataset
 
+        if release.Z.ndim != 2 or release.Z.dtype != np.dtype("<f8"):  # all it reads back
+            raise JournalError(f"a journal stores float64 projections (n x r), not "
+                               f"{release.Z.dtype} of shape {release.Z.shape}")
         Z = release.Z if self.path == ":memory:" else np.ascontiguousarray(release.Z)
         head = encode(Dataset(replace(release, Z=np.empty((0, Z.shape[1]), Z.dtype))))
         tmp = None
@@ -1016,15 +1023,7 @@ class Journal:
         out = []
         for n, e, d, scope, row in self._db.execute(
                 "SELECT n, epsilon, delta, scope, row FROM ledger ORDER BY n"):
-            why = None
-            if not (isinstance(e, (int, float)) and math.isfinite(e) and e >= 0):
-                why = f"epsilon {e!r} (a charge is a finite number >= 0)"
-            elif not (isinstance(d, (int, float)) and 0 <= d < 1):
-                why = f"delta {d!r} (a charge's delta lies in [0, 1))"
-            elif scope not in (CENTRAL, LOCAL):
-                why = f"scope {scope!r} (central or local)"
-            elif scope == LOCAL and not (isinstance(row, int) and row >= 0):
-                why = f"row {row!r} for a local report (a row number >= 0)"
+            why = entry_fault(e, d, scope, row)
             if why is not None:
                 out.append(f"{self.path}: ledger entry n={n} has {why}: the journal was "
                            "edited")
@@ -1129,7 +1128,6 @@ def _empty_schema() -> bytes:
         db.close()
 
 
-_READ_CHUNK = 1 << 24  # bytes read (and hashed) at a time from a projection file
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -1196,21 +1194,28 @@ def read_npy(path: Path, digest: str, shape: tuple[int, ...]):
         f.seek(0)
         hasher = hashlib.sha256(f.read(header))
         Z = np.empty(shape, dtype="<f8")
-        view = memoryview(Z.reshape(-1)).cast("B")
-        at = 0
-        while at < len(view):
-            got = f.readinto(view[at:at + _READ_CHUNK])
-            if not got:
-                raise JournalError(f"the journal's projection file {path} is truncated")
-            hasher.update(view[at:at + got])
-            at += got
-        while rest := f.read(_READ_CHUNK):  # bytes past the array: part of the digest
-            hasher.update(rest)
+        if not read_hashing(f, memoryview(Z.reshape(-1)).cast("B"), hasher):
+            raise JournalError(f"the journal's projection file {path} is truncated")
     if hasher.hexdigest() != digest:
         raise JournalError(f"the journal's projection file {path} is corrupt: it hashes to "
                            f"{hasher.hexdigest()}, the journal holds {digest}")
     Z.flags.writeable = False
     return Z
+
+
+def entry_fault(epsilon, delta, scope, row) -> str | None:
+    """Why a ledger entry is not a charge any mechanism makes (None: it is one): epsilon
+    not a finite number >= 0, delta not in [0, 1), a scope other than central or local,
+    a local entry with no row. Refused when charged, reported when found in a journal."""
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon >= 0):
+        return f"epsilon {epsilon!r} (a charge is a finite number >= 0)"
+    if not (isinstance(delta, (int, float)) and 0 <= delta < 1):
+        return f"delta {delta!r} (a charge's delta lies in [0, 1))"
+    if scope not in (CENTRAL, LOCAL):
+        return f"scope {scope!r} (central or local)"
+    if scope == LOCAL and not (isinstance(row, int) and row >= 0):
+        return f"row {row!r} for a local report (a row number >= 0)"
+    return None
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -40,7 +40,7 @@ from pobo.protocol.codec import encode
 from pobo.protocol.errors import ChunkError, ErrorCode
 from pobo.protocol.messages import Dataset
 from pobo.protocol.signing import SharedBody
-from pobo.protocol.transcript import Body, Record, TranscriptError, file_digest
+from pobo.protocol.transcript import Body, Record, TranscriptError, read_hashing
 
 CHUNK_BYTES = 1 << 24  # pobo sends a Z of more bytes than this in chunks of at most this many
 MAX_CHUNK_BYTES = 1 << 26  # a receiver refuses a head announcing larger chunks
@@ -255,9 +255,9 @@ async def receive_body(recv: Callable[[float], Awaitable[bytes]], head: Dataset,
 
 def with_body(message: object, record: Record, dirs: list[Path]) -> object:
     """`message` (decoded from `record`) with its chunked body read back from the blob
-    its record names (memory-mapped, once it hashes to the digest the Dataset announced);
-    any other message unchanged. TranscriptError for a missing, corrupt or mismatched
-    body."""
+    its record names (read into memory and hashed as it is read: it is served only if it
+    hashes to the digest the Dataset announced); any other message unchanged.
+    TranscriptError for a missing, corrupt or mismatched body."""
     if not (isinstance(message, Dataset) and message.rows):
         return message
     try:
@@ -268,14 +268,16 @@ def with_body(message: object, record: Record, dirs: list[Path]) -> object:
         raise TranscriptError(f"record {record.seq}: the dataset announces body "
                               f"{message.digest[:16]}..., the record names "
                               f"{record.body[:16] or 'none'}...")
-    size = rows * cols * dtype.itemsize
     for folder in dirs:
         path = folder / message.digest
-        if path.is_file():
-            if path.stat().st_size != size or file_digest(path) != message.digest:
+        if path.is_file():  # (not a map checked first: it could change under the reader)
+            Z, hasher = np.empty((rows, cols), dtype=dtype), hashlib.sha256()
+            with open(path, "rb") as f:
+                whole = read_hashing(f, memoryview(Z.reshape(-1)).cast("B"), hasher)
+            if not whole or hasher.hexdigest() != message.digest:
                 raise TranscriptError(f"record {record.seq}: the dataset body {path} is "
                                       "corrupt (its size or SHA-256 differs)")
-            Z = np.memmap(path, dtype=dtype, mode="r", shape=(rows, cols))
+            Z.flags.writeable = False
             return dataclasses.replace(message, release=dataclasses.replace(message.release,
                                                                             Z=Z))
     raise TranscriptError(f"record {record.seq}: the dataset body {message.digest} is "

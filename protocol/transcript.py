@@ -141,6 +141,26 @@ class BlobStore:
         return path
 
 
+READ_CHUNK = 1 << 24  # bytes read (and hashed) at a time by read_hashing
+
+
+def read_hashing(f: BinaryIO, into: memoryview, hasher) -> bool:
+    """Fill `into` (bytes) from `f`, updating `hasher` with every byte as it is read, then
+    with the rest of the file; False if the file ends first. What was hashed is what was
+    read: a memory map checked first could change under a file rewritten in place, and a
+    file truncated under it kills the process (a stored projection, a dataset body)."""
+    at = 0
+    while at < len(into):
+        got = f.readinto(into[at:at + READ_CHUNK])
+        if not got:
+            return False
+        hasher.update(into[at:at + got])
+        at += got
+    while rest := f.read(READ_CHUNK):  # bytes past what was asked: part of the digest
+        hasher.update(rest)
+    return True
+
+
 def file_digest(path: Path) -> str:
     """The SHA-256 (hex) of a file's bytes, read in chunks (a blob, a stored projection)."""
     with open(path, "rb") as f:

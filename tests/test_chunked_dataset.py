@@ -410,3 +410,27 @@ def test_sends_waiting_for_a_dataset_s_chunks_go_first_come_first_served(tmp_pat
     got = asyncio.run(session())
     assert isinstance(got[0], Dataset)
     assert [m.message for m in got[1:]] == ["called first", "called second"]
+
+
+def test_a_body_read_back_is_what_was_checked_even_if_its_file_changes_after(tmp_path):
+    """The body a resume or an audit reads back is read into memory and hashed as it is
+    read: rewriting its blob in place afterwards changes nothing of the Z in use, and a
+    blob cut short or lengthened is corrupt (a review changed a memory-mapped Z after
+    its check, and a map of a file truncated under it kills the process)."""
+    release = _release()
+    _deliver(tmp_path, release)
+    blob = next((tmp_path / "blobs").iterdir())
+    Z = resume_state(tmp_path / "modeler.transcript").Z
+    assert isinstance(Z, np.ndarray) and not isinstance(Z, np.memmap)
+    assert np.array_equal(Z, release.Z) and not Z.flags.writeable
+    whole = blob.read_bytes()
+    with open(blob, "r+b") as f:  # rewritten in place, the same inode
+        f.write(np.full(4, 666.0).tobytes())
+    assert np.array_equal(Z, release.Z)
+    for damaged in (whole[:-8], whole + b"\0" * 8):
+        blob.write_bytes(damaged)
+        with pytest.raises(TranscriptError, match="corrupt"):
+            resume_state(tmp_path / "modeler.transcript")
+    blob.write_bytes(whole)
+    assert np.array_equal(resume_state(tmp_path / "modeler.transcript").Z,
+                          release.Z)

@@ -441,3 +441,23 @@ def test_a_curator_with_a_larger_budget_than_the_journal_recorded_warns(tmp_path
         prepare_service(cfg(budget_epsilon=9.0), journal=Journal(journal))
     assert len(caplog.records) == 1
     assert "central epsilon 4 -> 9" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize("epsilon, delta", [(math.inf, 0.0), (math.nan, 0.0), (-0.5, 0.0),
+                                            (0.5, 1.0), (0.5, -1e-9)])
+def test_a_charge_no_mechanism_makes_is_refused_and_the_journal_stays_clean(
+        tmp_path, epsilon, delta):
+    """What the journal calls an edit when it finds it (an infinite, NaN or negative
+    epsilon, a delta outside [0, 1)) is refused when it is charged, even under a budget
+    that would take it (a review committed an infinite charge on a row with no row
+    budget: every later charge of the row failed, and the next start called the journal
+    edited)."""
+    from pobo.protocol.ledger import LOCAL, Budget, Entry
+
+    journal = Journal(tmp_path / "j.db")
+    with pytest.raises(ValueError, match="not a ledger charge"):
+        journal.charge("s", [Entry("ldp-ctl", epsilon, delta, LOCAL, 3)], Budget(epsilon=1.0))
+    journal.charge("s", [Entry("ldp-ctl", 0.1, 0.0, LOCAL, 3)], Budget(epsilon=1.0))
+    assert [e.epsilon for e in journal.entries()] == [0.1]
+    journal.close()
+    assert Journal(tmp_path / "j.db").bad_entries() == []

@@ -346,3 +346,21 @@ def test_a_sweep_never_takes_a_file_another_process_is_storing(tmp_path):
         go_on.set()
     files = list(a.projection_dir.glob("*.npy"))
     assert len(files) == 1 and a.projection("k")[0].Z.tobytes() == release.Z.tobytes()
+
+
+@pytest.mark.parametrize("path", ["disk", ":memory:"])
+@pytest.mark.parametrize("Z", [np.zeros((500, 4), np.float32), np.zeros((500, 4), ">f8"),
+                               np.zeros((500, 4), np.int64), np.zeros(500)],
+                         ids=["float32", "big-endian", "int64", "1-d"])
+def test_a_projection_the_journal_cannot_read_back_is_refused_before_it_is_charged(
+        tmp_path, path, Z):
+    """A journal reads back float64 n x r only: any other Z is refused, typed, before
+    anything is written or charged (a review stored and charged a float32 Z that every
+    later load then refused)."""
+    journal = Journal(tmp_path / "j.db" if path == "disk" else ":memory:")
+    release = ProjectedDataset("gaussian-release", 1.0, 1e-5, 0.0, Z, noise_std=0.25)
+    with pytest.raises(JournalError, match="stores float64 projections"):
+        _store(journal, release)
+    assert journal.entries() == [] and journal.projection("k") is None
+    if path == "disk":
+        assert not list((tmp_path / "j.db.projections").glob("*"))
