@@ -11,8 +11,10 @@ without blocking, yielding its core at each turn, and only then sleeps. It polls
   than `spin` (a longer one, such as a modeler's GP step, an objective that takes
   seconds or an idle curator, turns polling off until a wait is short again);
 - only until `spin` after the last event (short timers alone never keep it polling);
-- for at most SHARE of every WINDOW seconds: a peer sending frames just under `spin`
-  apart costs the loop at most that share of a core in polling, not all of it.
+- for at most SHARE of any WINDOW seconds (the polls of the last WINDOW seconds are
+  kept, so a burst may poll through but no span of WINDOW holds more): a peer sending
+  frames just under `spin` apart costs the loop at most that share of a core in
+  polling, not all of it.
 
 So an idle or slow session costs no CPU. It changes when the loop looks, never what it
 sees: the same events, in the same order, and a timer is never late (a poll stops at the
@@ -26,6 +28,7 @@ import math
 import os
 import selectors
 import time
+from collections import deque
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,7 +40,7 @@ _yield = getattr(os, "sched_yield", lambda: None)
 
 SPIN = 500e-6  # seconds a loop polls before it sleeps, while frames come this close
 MAX_SPIN = 0.01  # the most: a window as long as the loop's timers would never stop polling
-SHARE, WINDOW = 0.5, 0.1  # a loop polls at most SHARE of every WINDOW seconds
+SHARE, WINDOW = 0.5, 0.1  # a loop polls at most SHARE of any WINDOW seconds
 
 
 class SpinningSelector(selectors.DefaultSelector):  # type: ignore[misc, valid-type]
@@ -56,7 +59,8 @@ class SpinningSelector(selectors.DefaultSelector):  # type: ignore[misc, valid-t
         self.event_at = -math.inf  # when the last wait that found an event ended
         self.spins = 0  # waits that ended in an event while polling (a statistic)
         self.polled = 0.0  # seconds spent polling, in all (a statistic)
-        self._window_at, self._window_polled = -math.inf, 0.0
+        self._recent: deque[tuple[float, float]] = deque()  # (end, seconds) of recent polls
+        self._recent_polled = 0.0  # their sum
 
     def select(self, timeout: float | None = None) -> list:
         """The ready keys, as the default selector's `select(timeout)` returns them."""
@@ -71,19 +75,17 @@ class SpinningSelector(selectors.DefaultSelector):  # type: ignore[misc, valid-t
         if timeout is not None:
             until = min(until, started + timeout)  # nor past the loop's next timer
         if self.dense and until > started:
-            if started - self._window_at >= WINDOW:  # a new window of the time share
-                self._window_at, self._window_polled = started, 0.0
-            until = min(until, started + self.share * WINDOW - self._window_polled)
+            until = min(until, started + self._share_left(started))
             while now < until:
                 ready = poll(0)
                 if ready:
                     self.event_at = time.perf_counter()
-                    self._polled(self.event_at - started)
+                    self._polled(started, self.event_at)
                     self.spins += 1
                     return ready
                 _yield()  # a thread ready on this core (ZeroMQ's I/O thread) runs now
                 now = time.perf_counter()
-            self._polled(now - started)
+            self._polled(started, now)
             if timeout is not None:
                 timeout = max(0.0, timeout - (now - started))
         ready = poll(timeout)
@@ -94,9 +96,23 @@ class SpinningSelector(selectors.DefaultSelector):  # type: ignore[misc, valid-t
             self.dense = False  # a quiet spell: poll again once a wait is short
         return ready
 
-    def _polled(self, seconds: float) -> None:
+    def _share_left(self, now: float) -> float:
+        """Seconds this loop may still poll from `now`: SHARE of WINDOW less the polls of
+        the last WINDOW seconds (one that began before them counts whole: never less
+        than the span holds), so that no WINDOW-long span holds more than SHARE."""
+        recent = self._recent
+        while recent and recent[0][0] <= now - WINDOW:
+            self._recent_polled -= recent.popleft()[1]
+        if not recent:
+            self._recent_polled = 0.0  # (no rounding kept across quiet spells)
+        return self.share * WINDOW - self._recent_polled
+
+    def _polled(self, started: float, ended: float) -> None:
+        """Count a poll from `started` to `ended`."""
+        seconds = ended - started
         self.polled += seconds
-        self._window_polled += seconds
+        self._recent.append((ended, seconds))
+        self._recent_polled += seconds
 
 
 def checked_spin(spin: object) -> float:
