@@ -16,6 +16,7 @@ import math
 import operator
 import os
 import threading
+import weakref
 import zlib
 from collections.abc import Sequence
 from fractions import Fraction
@@ -61,16 +62,19 @@ class NoiseSource:
     The CSPRNG is read in bulk: one os.urandom call per array (`uniform`, and
     `standard_normal` per chunk of NORMAL_CHUNK draws), and `randbelow` takes its bytes
     from a POOL_BYTES pool refilled by one os.urandom call. The pool is behind a lock
-    (no two draws share a byte) and is dropped in a forked child (a parent and its child
-    never draw the same bytes). Exactness is unchanged: `randbelow` is rejection
+    (no two draws share a byte) and is dropped in a forked child, with the lock, as the
+    fork returns in it, before any of its threads draws (a parent and its child never
+    draw the same bytes, and two threads of a child never race to drop them). Exactness is unchanged: `randbelow` is rejection
     sampling on whole random bytes, and `uniform` returns k / 2^53 for k exactly uniform
     on 1..2^53 - 1 (53 uniform bits, zeros redrawn).
     """
 
     def __init__(self, rng: np.random.Generator | None = None) -> None:
         self._rng = rng
-        self._pool, self._at, self._pid = b"", 0, os.getpid()
+        self._pool, self._at = b"", 0
         self._lock = threading.Lock()
+        if rng is None:
+            _POOLED.add(self)  # dropped in a forked child (_after_fork)
 
     @property
     def mode(self) -> str:
@@ -84,8 +88,6 @@ class NoiseSource:
             return self._rng.bytes(count)
         if count > POOL_BYTES:
             return os.urandom(count)
-        if self._pid != os.getpid():  # a forked child: never the parent's bytes, nor its
-            self._forked()  # lock (held in the child if another thread held it at fork)
         with self._lock:
             if self._at + count > len(self._pool):
                 self._pool, self._at = os.urandom(POOL_BYTES), 0
@@ -93,9 +95,11 @@ class NoiseSource:
             return self._pool[start:self._at]
 
     def _forked(self) -> None:
-        """Drop what a forked child inherited: the parent's unused bytes and its lock."""
-        self._pool, self._at, self._pid = b"", 0, os.getpid()
+        """Drop what a forked child inherited: the parent's unused bytes and its lock
+        (held in the child if another thread held it at the fork)."""
+        self._pool, self._at = b"", 0
         self._lock = threading.Lock()
+
 
     def randbelow(self, n: int) -> int:
         """A uniform integer in [0, n), exactly, for any positive Python int n."""
@@ -142,6 +146,22 @@ class NoiseSource:
             out[start:start + pairs] = radius * np.cos(angle)
             out[start + pairs:start + m] = (radius * np.sin(angle))[:m - pairs]
         return out.reshape(shape)
+
+
+# every CSPRNG source with a pool, so that a forked child drops their pools as the fork
+# returns in it (one thread then): a check at the child's first draw let two of its
+# threads both drop the pool and lock, then draw under two different locks (a review)
+_POOLED: "weakref.WeakSet[NoiseSource]" = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """Drop every pooled source's bytes and lock in a child the moment it is forked."""
+    for source in list(_POOLED):
+        source._forked()
+
+
+if hasattr(os, "register_at_fork"):  # (POSIX; there is no fork elsewhere)
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def bernoulli(p: Fraction, source: NoiseSource) -> bool:

@@ -111,6 +111,41 @@ def test_a_forked_child_never_reuses_its_parents_pool():
     assert len(theirs) == 16 and theirs != mine
 
 
+def test_a_forked_child_drops_the_pool_as_the_fork_returns_not_at_its_first_draw():
+    """The pool and lock are dropped in the child as fork returns in it, while it has one
+    thread: a check at the first draw let two of the child's threads both drop them and
+    then draw under two different locks (a review). Here another thread holds the lock
+    at the fork; in the child, before any draw, the pool is empty and the lock free,
+    and 4 threads drawing at once get distinct bytes."""
+    source = NoiseSource()
+    source.random_bytes(16)  # the pool is filled
+    read, write = os.pipe()
+    with source._lock:  # as another thread inside random_bytes at the fork
+        pid = os.fork()
+        if pid == 0:  # the child
+            try:
+                fresh = source._pool == b"" and not source._lock.locked()
+                drawn: list[bytes] = []
+                threads = [threading.Thread(target=lambda: drawn.extend(
+                    source.random_bytes(8) for _ in range(500))) for _ in range(4)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(10)
+                os.write(write, b"%d %d" % (fresh, len(set(drawn)) == len(drawn) == 2000))
+            finally:
+                os._exit(0)
+    os.close(write)
+    import select
+    ready, _, _ = select.select([read], [], [], 20)
+    if not ready:
+        os.kill(pid, 9)
+    said = os.read(read, 16) if ready else b""
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert said == b"1 1", said
+
+
 def test_threads_never_share_pool_bytes():
     """8 threads x 5,000 draws of 8 bytes from one source: 40,000 distinct values (a
     repeat of a 64-bit value by chance has probability ~1e-10)."""
