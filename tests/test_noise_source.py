@@ -111,6 +111,29 @@ def test_a_forked_child_never_reuses_its_parents_pool():
     assert len(theirs) == 16 and theirs != mine
 
 
+def _said_by_a_child_forked_while_locked(source: NoiseSource, work) -> bytes:
+    """What `work()` returns (bytes) in a child forked while another thread holds the
+    source's lock, mid-draw; bounded: the child is killed after 20 s."""
+    import select
+
+    read, write = os.pipe()
+    with source._lock:  # as another thread inside random_bytes at the fork
+        pid = os.fork()
+        if pid == 0:  # the child
+            try:
+                os.write(write, work())
+            finally:
+                os._exit(0)
+    os.close(write)
+    ready, _, _ = select.select([read], [], [], 20)
+    if not ready:
+        os.kill(pid, 9)
+    said = os.read(read, 64) if ready else b""
+    os.close(read)
+    os.waitpid(pid, 0)
+    return said
+
+
 def test_a_forked_child_drops_the_pool_as_the_fork_returns_not_at_its_first_draw():
     """The pool and lock are dropped in the child as fork returns in it, while it has one
     thread: a check at the first draw let two of the child's threads both drop them and
@@ -119,31 +142,19 @@ def test_a_forked_child_drops_the_pool_as_the_fork_returns_not_at_its_first_draw
     and 4 threads drawing at once get distinct bytes."""
     source = NoiseSource()
     source.random_bytes(16)  # the pool is filled
-    read, write = os.pipe()
-    with source._lock:  # as another thread inside random_bytes at the fork
-        pid = os.fork()
-        if pid == 0:  # the child
-            try:
-                fresh = source._pool == b"" and not source._lock.locked()
-                drawn: list[bytes] = []
-                threads = [threading.Thread(target=lambda: drawn.extend(
-                    source.random_bytes(8) for _ in range(500))) for _ in range(4)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join(10)
-                os.write(write, b"%d %d" % (fresh, len(set(drawn)) == len(drawn) == 2000))
-            finally:
-                os._exit(0)
-    os.close(write)
-    import select
-    ready, _, _ = select.select([read], [], [], 20)
-    if not ready:
-        os.kill(pid, 9)
-    said = os.read(read, 16) if ready else b""
-    os.close(read)
-    os.waitpid(pid, 0)
-    assert said == b"1 1", said
+
+    def work() -> bytes:
+        fresh = source._pool == b"" and not source._lock.locked()
+        drawn: list[bytes] = []
+        threads = [threading.Thread(target=lambda: drawn.extend(
+            source.random_bytes(8) for _ in range(500))) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        return b"%d %d" % (fresh, len(set(drawn)) == len(drawn) == 2000)
+
+    assert _said_by_a_child_forked_while_locked(source, work) == b"1 1"
 
 
 def test_threads_never_share_pool_bytes():
@@ -219,21 +230,6 @@ def test_a_child_forked_while_the_pool_is_locked_still_draws():
     and a pool of its own. (Bounded: the child is killed after 20 s.)"""
     source = NoiseSource()
     source.random_bytes(16)
-    read, write = os.pipe()
-    with source._lock:  # as another thread inside random_bytes at the fork
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.write(write, source.random_bytes(16))
-            finally:
-                os._exit(0)
-    os.close(write)
-    import select
-    ready, _, _ = select.select([read], [], [], 20)
-    if not ready:
-        os.kill(pid, 9)
-    theirs = os.read(read, 16) if ready else b""
-    os.close(read)
-    os.waitpid(pid, 0)
+    theirs = _said_by_a_child_forked_while_locked(source, lambda: source.random_bytes(16))
     assert len(theirs) == 16, "the forked child's draw hung on the inherited lock"
     assert theirs != source.random_bytes(16)
