@@ -661,6 +661,7 @@ def r_value(text: str) -> int | str:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     out = args.out or Path("runs") / f"{config.scenario}-{time.strftime('%Y%m%d-%H%M%S')}"
+    creatable(Path(out))  # refused now, before either party starts
     try:
         result = run(config, out, args.transport, curve_dir=args.curve,
                      modeler_lines=args.verbose >= 1, spin=args.spin * 1e-6)
@@ -1005,6 +1006,18 @@ def curator_status(results: list[dict], service: bool) -> int:
         print("pobo curator: error: no session was served", file=sys.stderr, flush=True)
         return 1
     return 1 if failed else 0
+
+
+def creatable(folder: Path) -> None:
+    """Raise OSError unless `folder` is a folder, or could be made as one and written,
+    changing nothing (a run that is refused later removes the folders it made)."""
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"--out {folder} is a file, not a folder")
+    parent = next((p for p in folder.absolute().parents if p.exists()), None)
+    if not folder.exists() and (parent is None or not parent.is_dir()
+                                or not os.access(parent, os.W_OK | os.X_OK)):
+        raise PermissionError(f"--out {folder} cannot be made: {parent} is not a folder "
+                              "this user may write in")
 
 
 def writable(folder: Path) -> None:

@@ -366,3 +366,17 @@ def test_pobo_run_stops_at_once_when_the_modeler_refuses_its_settings(tmp_path):
     assert done.returncode == 1 and time.monotonic() - started < 30, done.stderr
     assert "one query at a time" in done.stderr
     assert "the modeler exited (code 1) while the curator was still running" in done.stderr
+
+
+@pytest.mark.parametrize("where", ["afile", "afile/sub"])
+def test_pobo_run_into_a_file_is_one_line_before_any_party_starts(tmp_path, where):
+    """`--out` naming a file (or a folder under one) is refused in one line before the
+    parties start: a review found both parties started and three error lines, one of
+    them a misleading NotADirectoryError about modeler.json."""
+    (tmp_path / "afile").write_text("mine")
+    done = _pobo("run", "synthetic", "--grid", "5", "--T", "2", "--seed", "1", "--out",
+                 str(tmp_path / where))
+    assert done.returncode == 1
+    assert _one_line(done).startswith("pobo run: error:") and "afile" in done.stderr
+    assert "curator" not in done.stderr and "modeler" not in done.stderr
+    assert (tmp_path / "afile").read_text() == "mine"
