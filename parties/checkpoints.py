@@ -5,9 +5,12 @@ with the entries appended since (also by another process sharing the journal). T
 `HeadFile` keeps the last head the curator committed to outside the journal (beside its
 keys or its journal: a small JSON file, replaced atomically and fsynced), and
 `check_not_behind` refuses a journal whose chain does not hold that head: one restored
-from an older copy, replaced or edited. An operator who restores or deletes both files
-is not stopped here; only an audit of the modelers' transcripts shows that fork
-(README, privacy_unit's not_covered).
+from an older copy, replaced or edited. Once a head was written the journal notes where
+(`Journal.note_head_file`), and `check_head_kept` refuses a journal whose head file is
+then missing (an older copy put back and the file deleted). An operator who replaces
+the journal with one from before any head, or edits both, is not stopped here; only an
+audit of the modelers' transcripts shows that fork (README, privacy_unit's
+not_covered).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from pobo.parties.journal import Journal, JournalError
+from pobo.parties.journal import HEAD_FILE_KEY, Journal, JournalError
 from pobo.protocol.checkpoint import (
     GENESIS_HEAD, chain_head, check_head, entry_record, next_digest,
 )
@@ -112,6 +115,20 @@ class HeadFile:
             os.fsync(folder)
         finally:
             os.close(folder)
+
+
+def check_head_kept(journal: Journal, missing: Path) -> None:
+    """Raise LedgerBehind (one line) when the head file `missing` is not there but this
+    journal's curator has kept its ledger heads in a file (Journal.note_head_file): a
+    journal copied back from before and its head file deleted look like this, and
+    without the file nothing would tell (a review)."""
+    kept = journal.meta(HEAD_FILE_KEY)
+    if kept is not None:
+        raise LedgerBehind(
+            f"the ledger head file {missing} is missing, but the curator of the journal "
+            f"{journal.path} has kept its ledger heads in {kept}: without it a rolled-back "
+            "journal cannot be told from this one; restore the file (or give its path: "
+            "--ledger-head); refusing to start on it")
 
 
 def check_not_behind(chain: LedgerChain, stored: LedgerHead, where: Path) -> None:

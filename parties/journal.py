@@ -87,6 +87,7 @@ CREATE TABLE IF NOT EXISTS pending (
 from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY  # noqa: E402,F401
 NPY_REF = b"pobo-npy-ref\x00"  # a projections.frame naming a .npy file (then JSON) instead of Z
 _DIGEST = re.compile(r"[0-9a-f]{64}")  # a projection file's name: the SHA-256 of its bytes
+HEAD_FILE_KEY = "ledger_head_file"  # meta: where the curator keeps this journal's heads
 RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose peer vanished
 FINISHED = ("ok", "failed")
 
@@ -468,6 +469,14 @@ class Journal:
         """A meta value, or None."""
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else row[0]
+
+    def note_head_file(self, path: Path) -> None:
+        """Note (once a head is first written there) the file the curator keeps this
+        journal's ledger heads in: from then on a start or `pobo ledger` that finds no
+        head file refuses to take the journal as it stands (checkpoints.check_head_kept)."""
+        where = str(Path(path).absolute())
+        if self.meta(HEAD_FILE_KEY) != where:
+            self.set_meta(HEAD_FILE_KEY, where)
 
     def set_meta(self, key: str, value: str) -> None:
         """Set a meta value (e.g. the budget last configured)."""

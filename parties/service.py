@@ -24,7 +24,7 @@ import numpy as np
 
 from pobo.parties.choices import DEFAULT_LIFT, LIFT_MODES  # noqa: F401  (re-exported)
 from pobo.parties.budget import DatasetLedger, session_ledger
-from pobo.parties.checkpoints import HeadFile, LedgerChain, check_not_behind
+from pobo.parties.checkpoints import HeadFile, LedgerChain, check_head_kept, check_not_behind
 from pobo.parties.curator import Curator, Oracle
 from pobo.parties.dataset import Problem, dataset_digest
 from pobo.parties.journal import (
@@ -286,6 +286,8 @@ class CuratorService:
         self.chain = LedgerChain(self.journal)
         self.head_file = None if head_file is None else HeadFile(Path(head_file), self.digest)
         self._committed = self.head_file.read() if self.head_file is not None else None
+        if self.head_file is not None and self._committed is None:
+            check_head_kept(self.journal, self.head_file.path)
         bad = self.journal.bad_entries(limit=1)  # first: the chain hashes numbers only
         if bad:
             raise JournalError(f"{bad[0]}; refusing to start on it")
@@ -441,6 +443,8 @@ class CuratorService:
         if self.head_file is not None and (self._committed is None
                                            or head.entries > self._committed.entries):
             self.head_file.write(head)
+            if self._committed is None:  # the journal notes where its heads are kept
+                self.journal.note_head_file(self.head_file.path)
             self._committed = head
         return head
 

@@ -456,6 +456,15 @@ def missing_charges(proved: list, held: list, where: str) -> list[str]:
     return out
 
 
+def head_file_of(journal: Journal, given: Path | None) -> Path | None:
+    """The ledger head file to check a journal against: the one `given`, else the one
+    its curator noted it keeps its heads in (Journal.note_head_file), if it is there."""
+    from pobo.parties.journal import HEAD_FILE_KEY
+
+    kept = journal.meta(HEAD_FILE_KEY) if given is None else None
+    return Path(kept) if kept is not None and Path(kept).is_file() else given
+
+
 def journal_findings(journal: Journal, head_file: Path | None, transcripts: list[Path] = (),
                      bad: list[str] | None = None) -> tuple[list[str], int]:
     """(what is wrong, how many signed heads were checked) of a curator's journal as an
@@ -466,11 +475,17 @@ def journal_findings(journal: Journal, head_file: Path | None, transcripts: list
     transcripts' signatures are `pobo audit`'s to check. `bad`: `journal.bad_entries()`,
     if the caller has it already (a pass over every entry)."""
     from pobo.parties.checkpoints import HeadFile, unheld_heads
-    from pobo.parties.journal import JournalError
+    from pobo.parties.journal import HEAD_FILE_KEY, JournalError
     from pobo.protocol.audit import checkpoints, decoded_messages, role_of_messages
 
     problems = (journal.bad_entries() if bad is None else bad) + uncharged_projections(journal)
     heads: list[tuple[str, LedgerHead]] = []
+    head_file = head_file_of(journal, head_file)
+    kept = journal.meta(HEAD_FILE_KEY)
+    if head_file is None and kept is not None:
+        problems.append(f"the journal's curator kept its ledger heads in {kept}, and no head "
+                        "file was given or found there: a journal copied back from before "
+                        "cannot be told from this one")
     if head_file is not None:  # read as the curator reads it (one line if it is not one)
         try:
             head = HeadFile(head_file, str(journal.meta("dataset"))).read()

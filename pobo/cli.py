@@ -1028,7 +1028,7 @@ def writable(folder: Path) -> None:
 
 
 def _cmd_ledger(args: argparse.Namespace) -> int:
-    from pobo.auditing import journal_findings
+    from pobo.auditing import head_file_of, journal_findings
     from pobo.parties.budget import describe_journal_ledger, journal_ledger
     from pobo.parties.checkpoints import LedgerChain
     from pobo.parties.journal import Journal
@@ -1042,6 +1042,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"no file at {path}")
     journal = Journal(existing_journal(args.journal))
     try:
+        head_file = head_file_of(journal, head_file)  # where its curator noted it, if not here
         bad = journal.bad_entries()
         problems, checked = journal_findings(journal, head_file, args.transcripts, bad)
         ledger = None if bad else journal_ledger(journal)

@@ -146,7 +146,15 @@ def test_a_rolled_back_journal_is_refused_at_start_and_else_shows_as_a_fork(tmp_
     errors = [line for line in err.splitlines() if "error" in line]
     assert status == 1 and len(errors) == 1 and "LedgerBehind" in errors[0], err
 
-    Path(f"{journal}.head").unlink()  # the operator deletes the head file too
+    Path(f"{journal}.head").unlink()  # the operator deletes the head file too: the
+    with pytest.raises(LedgerBehind, match="head file .* is missing"):  # journal noted it
+        prepare_service(CONFIG, journal=Journal(journal))
+    status, out, _ = _cli(["ledger", "--journal", str(journal)])
+    assert status == 2 and "no head file was given or found" in out, out
+    import sqlite3
+    db = sqlite3.connect(journal, isolation_level=None)  # ... and edits the journal's note
+    db.execute("DELETE FROM meta WHERE key = 'ledger_head_file'")
+    db.close()
     again = _serve(journal, tmp_path / "again", 0, monkeypatch)
     assert again["status"] == "ok" and again["queries"] == [0, 0, 0]  # served: unseen here
     transcripts = [tmp_path / name / "modeler.transcript" for name in ("before", "spent")]
