@@ -1040,6 +1040,41 @@ class Journal:
                     break
         return out
 
+    def uncharged_answers(self, limit: int = 3) -> list[str]:
+        """Why the ledger does not hold a local charge for every answer (and every charged
+        reservation) of a session whose Welcome announced LDP rewards, one line per row
+        short of them (at most `limit`; empty: it does): entries taken out after the last
+        head kept (a curator killed before its session's end keeps none) leave answers
+        with no charge, which the journal itself shows (a review). O(the answers), once
+        when a curator starts, and in `pobo ledger`."""
+        from pobo.protocol.codec import decode
+        from pobo.protocol.policy import LDP_REWARD
+
+        out: list[str] = []
+        for session, welcome in self._db.execute("SELECT id, welcome FROM sessions "
+                                                 "ORDER BY ordinal").fetchall():
+            try:
+                ldp = any(m.name == LDP_REWARD for m in decode(welcome).params.mechanisms)
+            except (ProtocolError, AttributeError, ValueError) as exc:
+                out.append(f"{self.path}: session {session[:12]}'s welcome cannot be read "
+                           f"({exc}): the journal was edited")
+                continue
+            if not ldp:
+                continue
+            for row, asked, charged in self._db.execute(
+                    "SELECT a.row, a.n, COALESCE(c.n, 0) FROM (SELECT row, COUNT(*) AS n "
+                    "FROM (SELECT row FROM answers WHERE session = ? UNION ALL SELECT row "
+                    "FROM pending WHERE session = ?) GROUP BY row) AS a LEFT JOIN (SELECT "
+                    "row, COUNT(*) AS n FROM ledger WHERE scope = ? AND session = ? GROUP BY "
+                    "row) AS c ON a.row = c.row WHERE COALESCE(c.n, 0) < a.n ORDER BY a.row",
+                    (session, session, LOCAL, session)):
+                out.append(f"{self.path}: session {session[:12]} answered row {row} {asked} "
+                           f"time(s) with LDP rewards; its ledger holds {charged} charge(s) "
+                           "on that row: entries were taken out")
+                if len(out) >= limit:
+                    return out
+        return out
+
     def check_row_totals(self) -> None:
         """Raise JournalError unless the per-row running totals (`row_ledger`, which picks
         the worst-off row for a ledger head) agree with the hash-chained entries: a total

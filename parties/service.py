@@ -24,7 +24,9 @@ import numpy as np
 
 from pobo.parties.choices import DEFAULT_LIFT, LIFT_MODES  # noqa: F401  (re-exported)
 from pobo.parties.budget import DatasetLedger, session_ledger
-from pobo.parties.checkpoints import HeadFile, LedgerChain, check_head_kept, check_not_behind
+from pobo.parties.checkpoints import (
+    HeadFile, LedgerBehind, LedgerChain, check_head_kept, check_not_behind,
+)
 from pobo.parties.curator import Curator, Oracle
 from pobo.parties.dataset import Problem, dataset_digest
 from pobo.parties.journal import (
@@ -294,6 +296,9 @@ class CuratorService:
         if self._committed is not None:  # before anything is charged: refused, not spent
             check_not_behind(self.chain, self._committed, self.head_file.path)
         self.journal.check_row_totals()
+        uncharged = self.journal.uncharged_answers(limit=1)
+        if uncharged:
+            raise LedgerBehind(f"{uncharged[0]}; refusing to start on it")
         self.journal.sweep_projections()  # files of stores killed before their commit
         _warn_if_raised(self.journal, settings.budget)
         self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))

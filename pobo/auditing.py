@@ -478,7 +478,8 @@ def journal_findings(journal: Journal, head_file: Path | None, transcripts: list
     from pobo.parties.journal import HEAD_FILE_KEY, JournalError
     from pobo.protocol.audit import checkpoints, decoded_messages, role_of_messages
 
-    problems = (journal.bad_entries() if bad is None else bad) + uncharged_projections(journal)
+    problems = ((journal.bad_entries() if bad is None else bad) + uncharged_projections(journal)
+                + journal.uncharged_answers())
     heads: list[tuple[str, LedgerHead]] = []
     head_file = head_file_of(journal, head_file)
     kept = journal.meta(HEAD_FILE_KEY)

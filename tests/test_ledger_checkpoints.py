@@ -750,9 +750,10 @@ def test_erased_charges_of_a_session_whose_curator_died_show_in_the_audit(tmp_pa
                                                                         monkeypatch):
     """A curator killed mid-session keeps no head at its end: the entries that session
     charged after its Welcome could be deleted and the next start would not see it. The
-    session's own transcript proves them (its Welcome's count plus one entry per LDP
-    report), so the audit of it beside a later session whose Welcome commits to fewer
-    entries names the erasure."""
+    journal's own answers now show it (a start refuses, pobo ledger names it); with the
+    answers taken out too, the session's own transcript proves them (its Welcome's count
+    plus one entry per LDP report), so the audit of it beside a later session whose
+    Welcome commits to fewer entries names the erasure."""
     from pobo.parties.service import CuratorService
     journal = tmp_path / "curator.journal"
     j = Journal(journal)
@@ -763,6 +764,15 @@ def test_erased_charges_of_a_session_whose_curator_died_show_in_the_audit(tmp_pa
     assert result["status"] == "interrupted"
     j.close()
     _erase_entries(journal, before)
+    # the journal shows it itself: two LDP answers on row 0, no charge left for them
+    with pytest.raises(LedgerBehind, match="answered row 0 2 time.* holds 0 charge"):
+        prepare_service(CONFIG, journal=Journal(journal))
+    status, out, _ = _cli(["ledger", "--journal", str(journal)])
+    assert status == 2 and "answered row 0 2 time(s)" in out, out
+    import sqlite3
+    db = sqlite3.connect(journal, isolation_level=None)  # the answers taken out as well
+    db.execute("DELETE FROM answers WHERE session = ?", (result["session"],))
+    db.close()
     j = Journal(journal)
     asyncio.run(_session(prepare_service(CONFIG, journal=j), tmp_path / "s2"))  # it starts
     j.close()
