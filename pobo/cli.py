@@ -973,10 +973,15 @@ def _cmd_curator(args: argparse.Namespace) -> int:
         if journal is not None:
             journal.close()
     results = result if isinstance(result, list) else [result]
+    earlier = getattr(result, "earlier", None)
+    if earlier:
+        print(f"[curator] {sum(earlier.values())} earlier session(s), not listed: "
+              + ", ".join(f"{n} {status}" for status, n in sorted(earlier.items()))
+              + f" (each record: {args.out}/<session>/curator.json)", flush=True)
     if not args.under_run:  # under `pobo run`, which prints the merged summary
         for r in results:
             print("[curator] " + summary(r) + f" (peer {r['peer']})", flush=True)
-    return curator_status(results, service=args.sessions == 0)
+    return curator_status(results, service=args.sessions == 0, earlier=earlier)
 
 
 def ledger_lines(result: dict) -> str:
@@ -986,13 +991,18 @@ def ledger_lines(result: dict) -> str:
     return describe_ledger(result["ledger"], nominal_reason(result))
 
 
-def curator_status(results: list[dict], service: bool) -> int:
+def curator_status(results: list[dict], service: bool, earlier: dict | None = None) -> int:
     """`pobo curator`'s exit status for its sessions' records: 1 if one failed (each named
-    on standard error in one line, with its error) or, with a number of --sessions, none
-    was served. A service (--sessions 0) is stopped by SIGINT/SIGTERM: sessions cut short
+    on standard error in one line, with its error; a service's `earlier` ones, whose
+    results it no longer holds, counted) or, with a number of --sessions, none was
+    served. A service (--sessions 0) is stopped by SIGINT/SIGTERM: sessions cut short
     by the stop are interrupted (resumable), which is the normal way to stop it, with or
     without a session served."""
     fine = ("ok", "interrupted") if service else ("ok",)
+    failed_before = sum(n for status, n in (earlier or {}).items() if status not in fine)
+    if failed_before:
+        print(f"pobo curator: error: {failed_before} earlier session(s) failed (their "
+              "records say why)", file=sys.stderr, flush=True)
     failed = [r for r in results if r["status"] not in fine]
     for r in failed:
         why = str(r.get("error") or "")
@@ -1005,7 +1015,7 @@ def curator_status(results: list[dict], service: bool) -> int:
     if not results and not service:
         print("pobo curator: error: no session was served", file=sys.stderr, flush=True)
         return 1
-    return 1 if failed else 0
+    return 1 if failed or failed_before else 0
 
 
 def creatable(folder: Path) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +33,18 @@ from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_con
 log = logging.getLogger("pobo.curator")
 modeler_log = logging.getLogger("pobo.modeler")
 REPLAY_WINDOW = 4096  # Hello nonces a curator remembers (PROTOCOL.md 3: replays)
+KEPT_RESULTS = 1000  # sessions' results a service (--sessions 0) keeps in memory, the last
+
+
+class SessionResults(list):
+    """A service's session results: the last KEPT_RESULTS, and `earlier`, how many
+    before them ended in each status (their records stay in OUT/<session>/curator.json):
+    a curator serving for months, or one peer opening sessions in a loop, never holds
+    every result in memory (a review: ~12 KB a session, without bound)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.earlier: Counter = Counter()
 
 
 @dataclass
@@ -43,7 +55,7 @@ class Admissions:
     max_live: int  # sessions served at once (0: no cap)
     admitted: int = 0
     live: dict[str, asyncio.Task] = field(default_factory=dict)  # session id -> its task
-    results: list[dict] = field(default_factory=list)
+    results: SessionResults = field(default_factory=SessionResults)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     nonces: OrderedDict = field(default_factory=OrderedDict)  # the last REPLAY_WINDOW seen
@@ -76,6 +88,8 @@ class Admissions:
             del self.live[sid]
         if result is not None and result.get("status") != "superseded":
             self.results.append(result)
+            if not self.limit and len(self.results) > KEPT_RESULTS:  # a service: the last
+                self.results.earlier[self.results.pop(0)["status"]] += 1
         if self.limit and self.admitted >= self.limit and not self.live:
             self.done.set()
 

@@ -380,3 +380,31 @@ def test_pobo_run_into_a_file_is_one_line_before_any_party_starts(tmp_path, wher
     assert _one_line(done).startswith("pobo run: error:") and "afile" in done.stderr
     assert "curator" not in done.stderr and "modeler" not in done.stderr
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_a_service_keeps_its_last_results_in_memory_and_counts_the_earlier_ones(capsys):
+    """A service (--sessions 0) kept every session's result in memory (~12 KB each,
+    without bound: a review's peer opened 6,000 sessions in 20 s); it keeps the last
+    KEPT_RESULTS and counts the earlier ones by status, and its exit status still says
+    when an earlier one failed."""
+    from pobo.cli import curator_status
+    from pobo.remote import KEPT_RESULTS, Admissions
+
+    slots = Admissions(limit=0, max_live=0)
+    for k in range(KEPT_RESULTS + 500):
+        status = "failed" if k == 3 else "interrupted" if k % 2 else "ok"
+        slots.finish(f"s{k}", object(), {"session": f"s{k}", "status": status, "error": None})
+    assert len(slots.results) == KEPT_RESULTS
+    assert slots.results[0]["session"] == "s500" and slots.results[-1]["session"] == \
+        f"s{KEPT_RESULTS + 499}"
+    assert slots.results.earlier == {"ok": 250, "interrupted": 249, "failed": 1}
+    assert curator_status(slots.results, service=True, earlier=slots.results.earlier) == 1
+    assert "1 earlier session(s) failed" in capsys.readouterr().err
+    counted = Admissions(limit=0, max_live=0)
+    for k in range(KEPT_RESULTS + 1):
+        counted.finish(f"s{k}", object(), {"session": f"s{k}", "status": "ok", "error": None})
+    assert curator_status(counted.results, service=True, earlier=counted.results.earlier) == 0
+    limited = Admissions(limit=KEPT_RESULTS + 5, max_live=0)  # a number of sessions: all
+    for k in range(KEPT_RESULTS + 5):
+        limited.finish(f"s{k}", object(), {"session": f"s{k}", "status": "ok", "error": None})
+    assert len(limited.results) == KEPT_RESULTS + 5 and not limited.results.earlier
