@@ -763,9 +763,10 @@ class Journal:
                     self._db.execute(_INSERT_ANSWER, answer)
                 except sqlite3.Error as exc:
                     self._raise_failed(exc)
-            else:
+                self._answer_keys.add((session, seq))
+            else:  # the key first: cut short between the two (Ctrl-C), a second record of
+                self._answer_keys.add((session, seq))  # it goes to the table, once
                 self._unwritten.append(answer)
-            self._answer_keys.add((session, seq))
             self.commits += 1
         return done
 

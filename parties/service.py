@@ -448,8 +448,7 @@ class CuratorService:
         if self.head_file is not None and (self._committed is None
                                            or head.entries > self._committed.entries):
             self.head_file.write(head)
-            if self._committed is None:  # the journal notes where its heads are kept
-                self.journal.note_head_file(self.head_file.path)
+            self.journal.note_head_file(self.head_file.path)  # where its heads are kept now
             self._committed = head
         return head
 

@@ -172,11 +172,8 @@ class Channel:
         Dataset, a ChunkedDataset (protocol.chunks) too. An End, whatever its reason, is
         never sent over frames not yet verified: they are checked first (LateSignature),
         so that a session closed early still learns of a bad one."""
-        if self.late_failure is not None and not (
-                type(message) is Error or type(message) is End and message.reason != "done"):
-            raise LateSignature(self.late_failure)  # only why the session ends goes out
-        if self._unverified and isinstance(message, End):
-            self.verify_accepted()
+        if self.late_failure is not None or self._unverified and isinstance(message, End):
+            self._check_late(message)
         sending = self._sending
         if self._at_once and shared is None and type(message) is not Dataset \
                 and not self._waiting and not sending.locked():
@@ -191,6 +188,8 @@ class Channel:
         finally:
             self._waiting -= 1
         try:
+            if self.late_failure is not None or self._unverified and isinstance(message, End):
+                self._check_late(message)  # again: a receive may have found one meanwhile
             if type(message) is Dataset and not isinstance(shared, SharedBody):
                 await self._send_dataset(message, shared)
             elif shared is not None and self.bare is not True and not (
@@ -200,6 +199,16 @@ class Channel:
                 await self._send(message)
         finally:
             sending.release()
+
+    def _check_late(self, message: Message) -> None:
+        """LateSignature unless `message` may go out now: after a frame acted on was found
+        forged only an Error or an End that gives up may (one saying "done" would vouch
+        for it), and an End first checks the frames not yet verified."""
+        if self.late_failure is not None and not (
+                type(message) is Error or type(message) is End and message.reason != "done"):
+            raise LateSignature(self.late_failure)
+        if self._unverified and isinstance(message, End):
+            self.verify_accepted()
 
     async def _send_dataset(self, message: Dataset, chunked: ChunkedDataset | None) -> None:
         """A Dataset: in one frame when its Z fits one chunk, else its head then its chunk

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import logging
 import os
@@ -428,16 +429,31 @@ class Transcript:
         self._prev = hashlib.sha256(raw).digest()
 
 
+# what flock says on a file system that keeps no such locks (NFS without lockd, some FUSE
+# ones): there the size check alone guards the chain, as it did before the lock
+_NO_LOCKS = frozenset(getattr(errno, name) for name in ("ENOLCK", "EOPNOTSUPP", "ENOSYS",
+                                                       "EINVAL") if hasattr(errno, name))
+
+
 def _lock(fd: int) -> None:
     """Take the advisory lock every writer of a transcript takes around an append (flock:
-    held by the open file, so two writers in one process exclude each other too)."""
+    held by the open file, so two writers in one process exclude each other too); on a
+    file system without such locks, none."""
     if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            if exc.errno not in _NO_LOCKS:
+                raise
 
 
 def _unlock(fd: int) -> None:
     if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError as exc:
+            if exc.errno not in _NO_LOCKS:
+                raise
 
 
 def linked_records(data: bytes) -> Iterator[tuple[bytes, Record, list[str]]]:

@@ -544,3 +544,57 @@ async def test_no_end_of_any_reason_goes_out_over_an_unverified_frame(tmp_path, 
     assert [r.code for r in refused] == [ErrorCode.BAD_SIGNATURE.value]
     assert not [r for r in read_transcript(tmp_path / "modeler.transcript") if r.kind == "end"]
 
+
+
+async def test_a_send_waiting_for_the_lock_when_a_late_signature_is_found_is_refused():
+    """A Reward waiting for the send lock (behind a Pending on a pipe whose send waits,
+    as a ZeroMQ pipe's does when the peer's queue is full) while a receive finds the
+    query it answers forged never goes out: the late failure is checked again once the
+    lock is held (a review found it checked only before the wait)."""
+    from pobo.protocol.channel import Channel
+    from pobo.protocol.codec import decode
+    from pobo.protocol.policy import PRIVATE, Boundary
+
+    class SlowPipe:
+        authenticated, queues_at_once = True, False
+
+        def __init__(self, pipe):
+            self.pipe, self.sent = pipe, []
+
+        async def send(self, frame):
+            await asyncio.sleep(0.05)
+            self.sent.append(frame)
+            await self.pipe.send(frame)
+
+        async def recv(self, timeout=None):
+            return await self.pipe.recv(timeout)
+
+        def close(self):
+            self.pipe.close()
+
+    class AnyMessage:  # a boundary past the opening: this test is about the channel
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+
+    cpipe, mpipe = pipe_pair()
+    slow, cs, ms = SlowPipe(cpipe), Signer.generate(), Signer.generate()
+    cur = Channel(slow, Boundary(PRIVATE, CURATOR), None, timeout=5, signer=cs,
+                  peer_keys=frozenset([ms.public_hex]))
+    mod = Channel(mpipe, Boundary(PRIVATE, MODELER), None, timeout=5, signer=ms,
+                  peer_keys=frozenset([cs.public_hex]))
+    await mod.send(Hello(PROTOCOL_VERSION, "x", sign_key=mod.sign_key))
+    await cur.recv()
+    cur.boundary = mod.boundary = AnyMessage()
+    await _forged(mod, 1, 3)
+    assert isinstance(await cur.recv(), Query)  # acted on before it is checked
+    pending = asyncio.ensure_future(cur.send(Pending(1, 3, 0.0)))  # holds the send lock
+    await asyncio.sleep(0.01)
+    reward = asyncio.ensure_future(cur.send(Reward(1, 3, 0.5)))  # waits for it
+    await asyncio.sleep(0.01)
+    with pytest.raises(LateSignature):
+        await cur.recv(0.01)
+    await asyncio.wait_for(asyncio.gather(pending, reward, return_exceptions=True), 5)
+    assert isinstance(reward.exception(), LateSignature)
+    assert [type(decode(open_frame(f).body)).__name__ for f in slow.sent] == ["Pending"]
+    cur.close()
+    mod.close()

@@ -796,3 +796,28 @@ def test_pobo_ledger_reads_a_head_file_as_the_curator_does(two_sessions, tmp_pat
     other.write_text(json.dumps({**data, "dataset": "0" * 64}))
     status, out, _ = _cli(["ledger", "--journal", str(journal), "--ledger-head", str(other)])
     assert status == 2 and "is the head of another dataset" in out, out
+
+
+def test_a_head_file_moved_with_ledger_head_is_the_one_pobo_ledger_reads(tmp_path,
+                                                                         monkeypatch):
+    """The journal notes the head file of every head written, not only the first: a
+    head file moved (and given with --ledger-head) is the one `pobo ledger` then reads
+    without being told (a review: the note kept the first path, and pobo ledger called
+    the moved file missing)."""
+    import pobo.session as session_module
+
+    journal, first, moved = tmp_path / "curator.journal", tmp_path / "a" / "H", tmp_path / "b" / "H"
+    for row, (where, out) in enumerate(((first, "s1"), (moved, "s2")), start=1):
+        monkeypatch.setattr(session_module, "make_strategy",
+                            lambda name, scale=None, row=row: OneRow(row))
+        if where == moved:
+            moved.parent.mkdir()
+            first.rename(moved)
+        j = Journal(journal)
+        try:
+            asyncio.run(_session(prepare_service(CONFIG, journal=j, head_file=where),
+                                 tmp_path / out))
+        finally:
+            j.close()
+    status, out, _ = _cli(["ledger", "--journal", str(journal)])
+    assert status == 0 and f"head file: {moved}" in out, out

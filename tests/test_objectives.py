@@ -343,6 +343,33 @@ def test_a_write_of_kept_answers_that_fails_outside_sqlite_leaves_no_transaction
     assert [a[0] for a in journal.load("s1").answers] == [1, 2]  # nothing lost
 
 
+def test_an_answer_cut_short_as_it_is_queued_is_recorded_once():
+    """Ctrl-C just as an answer is queued in memory: recorded again (a retry of the same
+    seq), it is refused as the table refuses a seq answered already, and it is in the
+    table once, with no fault (a review: with the key taken after the queueing, the
+    second record queued it twice and the next read was a sticky UNIQUE fault)."""
+    class CutShort(list):
+        """The queue; its first append goes in, then Ctrl-C comes."""
+
+        cut = False
+
+        def append(self, item):
+            super().append(item)
+            if not CutShort.cut:
+                CutShort.cut = True
+                raise KeyboardInterrupt
+
+    journal = _journal_with_session()
+    journal._unwritten = CutShort()
+    with pytest.raises(KeyboardInterrupt):
+        journal.record_answer("s1", 1, 1, 3, [], Budget(), lambda: (1.0, 1.0))
+    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+        journal.record_answer("s1", 1, 1, 3, [], Budget(), lambda: (1.0, 1.0))
+    journal.record_answer("s1", 1, 2, 4, [], Budget(), lambda: (2.0, 2.0))
+    assert [a[0] for a in journal.load("s1").answers] == [1, 2]
+    assert journal.fault is None
+
+
 @pytest.mark.parametrize("after", [False, True])
 def test_kept_answers_survive_ctrl_c_at_every_statement_of_their_write(after):
     """Ctrl-C at each statement of a write of the kept answers in turn, before or after

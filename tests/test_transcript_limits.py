@@ -259,6 +259,34 @@ def test_two_writers_racing_never_fork_the_chain(tmp_path):
     assert not [b for _, _, breaks in linked_records(path.read_bytes()) for b in breaks]
 
 
+def test_a_file_system_without_locks_keeps_transcripts_with_the_size_check(tmp_path,
+                                                                           monkeypatch):
+    """Where flock fails (NFS without lockd: ENOLCK; some FUSE file systems) a transcript
+    is written and resumed with the size check alone, as before the lock (a review: every
+    session there was refused)."""
+    import errno
+
+    from pobo.protocol import transcript as transcript_module
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(transcript_module.fcntl, "flock", no_locks)
+    path = tmp_path / "t.transcript"
+    t = Transcript(path)
+    t.append("recv", "hello", encode(Hello(PROTOCOL_VERSION, "a")))
+    t.close()
+    again = Transcript(path, resume=True)
+    again.append("sent", "error", encode(Error("sequence", "x")))
+    other = Transcript(path, resume=True)
+    other.append("sent", "error", encode(Error("sequence", "y")))
+    with pytest.raises(TranscriptError, match="another writer"):  # the size check still
+        again.append("sent", "error", encode(Error("sequence", "late")))
+    again.close()
+    other.close()
+    assert [r.seq for r in read_transcript(path)] == [0, 1, 2]
+
+
 def test_a_writer_refuses_a_file_cut_short_behind_it(tmp_path):
     """The writer check reads the file's size at every record (lseek to its end): a file
     another process truncated is refused as one another writer appended to, and nothing
