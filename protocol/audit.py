@@ -246,6 +246,7 @@ def _decoded(records: list[Record], dirs, report: AuditReport) -> list[tuple]:
     """Each record with its decoded message (None for a refused, summary or unreadable
     one), what cannot be read noted in `report`."""
     cache: dict = {}
+    bodies: dict = {}  # each chunked Dataset body read once (a resumed session has several)
     messages: list[tuple[Record, object | None]] = []
     for r in records:
         if r.kind in (REFUSED, REFUSED_SUMMARY):  # digests only: nothing to decode
@@ -258,7 +259,7 @@ def _decoded(records: list[Record], dirs, report: AuditReport) -> list[tuple]:
             messages.append((r, None))
             continue
         try:
-            messages.append((r, with_body(decode(body_of(r.frame)), r, dirs)))
+            messages.append((r, with_body(decode(body_of(r.frame)), r, dirs, bodies)))
         except TranscriptError as exc:
             report.violations.append(f"record {r.seq}: {r.kind} body unreadable: {exc}")
             messages.append((r, None))

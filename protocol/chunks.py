@@ -253,11 +253,14 @@ async def receive_body(recv: Callable[[float], Awaitable[bytes]], head: Dataset,
     return reassembly.dataset()
 
 
-def with_body(message: object, record: Record, dirs: list[Path]) -> object:
+def with_body(message: object, record: Record, dirs: list[Path],
+              bodies: dict | None = None) -> object:
     """`message` (decoded from `record`) with its chunked body read back from the blob
     its record names (read into memory and hashed as it is read: it is served only if it
     hashes to the digest the Dataset announced); any other message unchanged.
-    TranscriptError for a missing, corrupt or mismatched body."""
+    TranscriptError for a missing, corrupt or mismatched body. `bodies` (digest -> Z,
+    read-only) keeps each body read once for a caller that meets it again (an audit of a
+    session resumed k times: one copy, not k)."""
     if not (isinstance(message, Dataset) and message.rows):
         return message
     try:
@@ -268,6 +271,9 @@ def with_body(message: object, record: Record, dirs: list[Path]) -> object:
         raise TranscriptError(f"record {record.seq}: the dataset announces body "
                               f"{message.digest[:16]}..., the record names "
                               f"{record.body[:16] or 'none'}...")
+    if bodies is not None and message.digest in bodies:
+        return dataclasses.replace(message, release=dataclasses.replace(
+            message.release, Z=bodies[message.digest]))
     for folder in dirs:
         path = folder / message.digest
         if path.is_file():  # (not a map checked first: it could change under the reader)
@@ -278,6 +284,8 @@ def with_body(message: object, record: Record, dirs: list[Path]) -> object:
                 raise TranscriptError(f"record {record.seq}: the dataset body {path} is "
                                       "corrupt (its size or SHA-256 differs)")
             Z.flags.writeable = False
+            if bodies is not None:
+                bodies[message.digest] = Z
             return dataclasses.replace(message, release=dataclasses.replace(message.release,
                                                                             Z=Z))
     raise TranscriptError(f"record {record.seq}: the dataset body {message.digest} is "

@@ -434,3 +434,29 @@ def test_a_body_read_back_is_what_was_checked_even_if_its_file_changes_after(tmp
     blob.write_bytes(whole)
     assert np.array_equal(resume_state(tmp_path / "modeler.transcript").Z,
                           release.Z)
+
+
+def test_an_audit_reads_each_dataset_body_once_however_many_records_name_it(tmp_path):
+    """Read into memory (not mapped) a body costs its size: an audit of a session
+    resumed k times, k Dataset records naming one body, holds one copy of it, not k (a
+    review's concern)."""
+    from types import SimpleNamespace
+
+    from pobo.protocol.chunks import with_body
+
+    release = _release()
+    _deliver(tmp_path, release)
+    record = next(r for r in read_transcript(tmp_path / "modeler.transcript")
+                  if r.kind == "dataset")
+    from pobo.protocol.codec import decode
+    from pobo.protocol.signing import body_of
+
+    head = decode(body_of(record.frame))
+    assert isinstance(head, Dataset) and head.rows and head.digest == record.body
+    bodies: dict = {}
+    first = with_body(head, SimpleNamespace(body=record.body, seq=1), [tmp_path / "blobs"],
+                      bodies)
+    next((tmp_path / "blobs").iterdir()).unlink()  # read once: the second needs no file
+    again = with_body(head, SimpleNamespace(body=record.body, seq=5), [tmp_path / "blobs"],
+                      bodies)
+    assert again.release.Z is first.release.Z and np.array_equal(first.release.Z, release.Z)
