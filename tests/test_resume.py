@@ -2,6 +2,7 @@
 evaluations and the same ledger as an uninterrupted run (curator journal + modeler
 --resume). Processes are killed in a finally; waits are bounded."""
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -177,6 +178,12 @@ def test_a_resume_over_a_damaged_curator_transcript_is_refused_typed(tmp_path, s
         _steps(modeler, 5)
         modeler.kill()
         modeler.wait(10)
+        deadline = time.monotonic() + 30  # the old connection's last write done: it times
+        while time.monotonic() < deadline:  # out (interrupted) before the file is damaged,
+            with contextlib.closing(sqlite3.connect(tmp_path / "journal.db")) as db:
+                if db.execute("SELECT status FROM sessions").fetchall() == [("interrupted",)]:
+                    break  # (damaged under a live writer, the session would fail: another
+            time.sleep(0.1)  # writer's edit, which is not what this test is about)
         [transcript] = (tmp_path / "c").glob("*/curator.transcript")
         data = bytearray(transcript.read_bytes())
         data[len(data) // 2] ^= 1  # one bit, in the middle
