@@ -479,6 +479,15 @@ class CuratorService:
             statement = json.loads(json.dumps(self.statement))  # the caller's own copy
             unit["dataset"].update(statement, epsilon=self.settings.epsilon + self.test_epsilon,
                                    delta=self.settings.delta + self.test_delta)
+            if self.test_epsilon and statement["dp"]:  # the claim is the whole release's
+                unit["dataset"]["claim"] = (
+                    f"({self.settings.epsilon + self.test_epsilon:.4g}, "
+                    f"{self.settings.delta + self.test_delta:.3g})-DP for "
+                    f"{self.problem.row_unit} moved by at most 1 preprocessed unit: the "
+                    f"projection ({self.settings.epsilon:.4g}, {self.settings.delta:.3g}) and "
+                    f"the private lift test ({self.test_epsilon:.4g}, {self.test_delta:.3g}), "
+                    "composed; the figures by distance are the projection's alone (the test "
+                    "is not analysed past a move of 1)")
             unit["epsilon_whole_row"] = statement["epsilon_whole_row"]
             unit["epsilon_by_distance"] = statement["epsilon_by_distance"]
         if self.objective is not None:

@@ -68,6 +68,7 @@ def release_statement(release: ProjectedDataset, problem: Problem, seeded: bool,
     return {"dp": dp, "claim": claim, "mechanism": release.mechanism,
             "epsilon": release.epsilon, "delta": release.delta, "noise_std": release.noise_std,
             "row": problem.row_unit, "epsilon_by_distance": by_distance,
+            "distance_delta": release.delta,  # the delta the figures by distance are at
             "epsilon_whole_row": by_distance[-1]["epsilon"],
             "preprocessing": ({"public": True, **problem.domain.to_dict()} if problem.domain
                               else {"public": False, "how": problem.preparation or
@@ -95,7 +96,8 @@ def statement_lines(statement: dict) -> list[str]:
     for item in statement["epsilon_by_distance"]:
         eps = item["epsilon"]
         shown = epsilon_text(eps)
-        lines.append(f"  eps at delta {statement['delta']:.3g} for a move of "
+        lines.append(f"  eps at delta {statement.get('distance_delta', statement['delta']):.3g}"
+                     f" for a move of "
                      f"{item['distance']:.3g}: {shown}  ({item['what']})")
     if not statement["preprocessing"]["public"]:
         lines.append("  preprocessing is data-dependent: " + statement["preprocessing"]["how"]

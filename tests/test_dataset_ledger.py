@@ -322,6 +322,14 @@ def test_the_private_lift_test_decides_and_is_charged_once(scale, lifted, tmp_pa
         assert ("lift-test", pytest.approx(0.3), 1e-5) in [
             (m.name, m.epsilon, m.delta) for m in service.params.mechanisms]
         assert service.privacy_unit()["dataset"]["epsilon"] == pytest.approx(3.3)
+        # the claim is the whole release's, the test included (a review found the
+        # projection's alone), and the figures by distance say which delta they are at
+        from pobo.parties.statement import privacy_lines
+        unit = service.privacy_unit()
+        assert unit["dataset"]["claim"].startswith("(3.3, 2e-05)-DP for ")
+        assert "lift test (0.3, 1e-05), composed" in unit["dataset"]["claim"]
+        moves = [line for line in privacy_lines(unit) if "for a move of" in line]
+        assert moves and all("eps at delta 1e-05 for a move of" in line for line in moves)
         journal.close()
 
 
