@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+_ULP = 2.0 ** -52  # float64's epsilon: the rounding unit of gaussian_delta's bound
 SKETCH_CELLS = 8000  # cells of the upper Riemann sum (it overstates delta by < 1 %)
 EPS_MAX = 1e4  # a larger epsilon is reported as inf: "> 1e+04", no useful guarantee
 
@@ -82,9 +83,6 @@ def gaussian_delta(epsilon: float, mu: float, upper: bool = False) -> float:
     if upper:
         delta += phi_a * (16.0 * (1.0 + abs(log_b)) * _ULP + (2e-13 if b < -30.0 else 0.0))
     return delta
-
-
-_ULP = 2.0 ** -52  # (float64's epsilon)
 
 
 def gaussian_epsilon(delta: float, mu: float) -> float:

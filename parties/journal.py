@@ -326,10 +326,9 @@ class Journal:
             raise Superseded(session)
         now = time.time() if entries else 0.0
         for e in entries:
-            # (an unbounded budget would take it, and every later check refuse the journal)
             why = entry_fault(e.epsilon, e.delta, e.scope, e.row)
-            if why is not None:
-                raise ValueError(f"not a ledger charge: {why}")
+            if why is not None:  # (a budget without bound would take it; every later
+                raise ValueError(f"not a ledger charge: {why}")  # start would refuse it)
             if budget is not None:
                 why = budget.refusal(e, self._spent(cur, e),
                                      lambda e=e: self._parts(cur, e.scope, e.row))
@@ -471,9 +470,10 @@ class Journal:
         return None if row is None else row[0]
 
     def note_head_file(self, path: Path) -> None:
-        """Note (once a head is first written there) the file the curator keeps this
-        journal's ledger heads in: from then on a start or `pobo ledger` that finds no
-        head file refuses to take the journal as it stands (checkpoints.check_head_kept)."""
+        """Note the file the curator keeps this journal's ledger heads in (at every head
+        written: a file moved is noted anew; a write only when it changed): from then on
+        a start or `pobo ledger` that finds no head file refuses to take the journal as it
+        stands (checkpoints.check_head_kept)."""
         where = str(Path(path).absolute())
         if self.meta(HEAD_FILE_KEY) != where:
             self.set_meta(HEAD_FILE_KEY, where)
@@ -1054,6 +1054,8 @@ class Journal:
         out: list[str] = []
         for session, welcome in self._db.execute("SELECT id, welcome FROM sessions "
                                                  "ORDER BY ordinal").fetchall():
+            if isinstance(welcome, bytes) and LDP_REWARD.encode() not in welcome:
+                continue  # no LDP mechanism named in it: not decoded (a service's many)
             try:
                 ldp = any(m.name == LDP_REWARD for m in decode(welcome).params.mechanisms)
             except (ProtocolError, AttributeError, ValueError) as exc:
@@ -1171,8 +1173,6 @@ def _empty_schema() -> bytes:
         return db.serialize()
     finally:
         db.close()
-
-
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -64,9 +64,10 @@ class NoiseSource:
     from a POOL_BYTES pool refilled by one os.urandom call. The pool is behind a lock
     (no two draws share a byte) and is dropped in a forked child, with the lock, as the
     fork returns in it, before any of its threads draws (a parent and its child never
-    draw the same bytes, and two threads of a child never race to drop them). Exactness is unchanged: `randbelow` is rejection
-    sampling on whole random bytes, and `uniform` returns k / 2^53 for k exactly uniform
-    on 1..2^53 - 1 (53 uniform bits, zeros redrawn).
+    draw the same bytes, and two threads of a child never race to drop them). Exactness
+    is unchanged: `randbelow` is rejection sampling on whole random bytes, and `uniform`
+    returns k / 2^53 for k exactly uniform on 1..2^53 - 1 (53 uniform bits, zeros
+    redrawn).
     """
 
     def __init__(self, rng: np.random.Generator | None = None) -> None:
@@ -99,7 +100,6 @@ class NoiseSource:
         (held in the child if another thread held it at the fork)."""
         self._pool, self._at = b"", 0
         self._lock = threading.Lock()
-
 
     def randbelow(self, n: int) -> int:
         """A uniform integer in [0, n), exactly, for any positive Python int n."""

@@ -93,12 +93,10 @@ def epsilon_text(eps: float | None, digits: int = 3) -> str:
 def statement_lines(statement: dict) -> list[str]:
     """The statement as a few plain lines, for the curator's start and the run summary."""
     lines = [f"privacy: {statement['mechanism']}: {statement['claim']}"]
+    at = statement.get("distance_delta", statement["delta"])  # (older records: delta)
     for item in statement["epsilon_by_distance"]:
-        eps = item["epsilon"]
-        shown = epsilon_text(eps)
-        lines.append(f"  eps at delta {statement.get('distance_delta', statement['delta']):.3g}"
-                     f" for a move of "
-                     f"{item['distance']:.3g}: {shown}  ({item['what']})")
+        lines.append(f"  eps at delta {at:.3g} for a move of {item['distance']:.3g}: "
+                     f"{epsilon_text(item['epsilon'])}  ({item['what']})")
     if not statement["preprocessing"]["public"]:
         lines.append("  preprocessing is data-dependent: " + statement["preprocessing"]["how"]
                      + " (not covered)")

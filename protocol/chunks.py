@@ -271,12 +271,21 @@ def with_body(message: object, record: Record, dirs: list[Path],
         raise TranscriptError(f"record {record.seq}: the dataset announces body "
                               f"{message.digest[:16]}..., the record names "
                               f"{record.body[:16] or 'none'}...")
-    if bodies is not None and message.digest in bodies:
-        return dataclasses.replace(message, release=dataclasses.replace(
-            message.release, Z=bodies[message.digest]))
+    bodies = {} if bodies is None else bodies
+    if message.digest not in bodies:
+        bodies[message.digest] = _read_body(message, record, dirs, rows, cols, dtype)
+    return dataclasses.replace(message, release=dataclasses.replace(
+        message.release, Z=bodies[message.digest]))
+
+
+def _read_body(message: Dataset, record: Record, dirs: list[Path], rows: int, cols: int,
+               dtype: np.dtype) -> np.ndarray:
+    """The body `message` announces, from the first of `dirs` that holds its blob: read
+    into memory and hashed as it is read (not a map checked first: it could change
+    under the reader), read-only; TranscriptError if missing or not that body."""
     for folder in dirs:
         path = folder / message.digest
-        if path.is_file():  # (not a map checked first: it could change under the reader)
+        if path.is_file():
             Z, hasher = np.empty((rows, cols), dtype=dtype), hashlib.sha256()
             with open(path, "rb") as f:
                 whole = read_hashing(f, memoryview(Z.reshape(-1)).cast("B"), hasher)
@@ -284,10 +293,7 @@ def with_body(message: object, record: Record, dirs: list[Path],
                 raise TranscriptError(f"record {record.seq}: the dataset body {path} is "
                                       "corrupt (its size or SHA-256 differs)")
             Z.flags.writeable = False
-            if bodies is not None:
-                bodies[message.digest] = Z
-            return dataclasses.replace(message, release=dataclasses.replace(message.release,
-                                                                            Z=Z))
+            return Z
     raise TranscriptError(f"record {record.seq}: the dataset body {message.digest} is "
                           f"missing (looked in {', '.join(str(d) for d in dirs)})")
 

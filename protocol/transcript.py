@@ -439,18 +439,17 @@ def _lock(fd: int) -> None:
     """Take the advisory lock every writer of a transcript takes around an append (flock:
     held by the open file, so two writers in one process exclude each other too); on a
     file system without such locks, none."""
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as exc:
-            if exc.errno not in _NO_LOCKS:
-                raise
+    _flock(fd, "LOCK_EX")
 
 
 def _unlock(fd: int) -> None:
+    _flock(fd, "LOCK_UN")
+
+
+def _flock(fd: int, operation: str) -> None:
     if fcntl is not None:
         try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(fd, getattr(fcntl, operation))
         except OSError as exc:
             if exc.errno not in _NO_LOCKS:
                 raise

@@ -29,6 +29,13 @@ from pobo.transport.sockets import DealerPipe, RouterHub
 async def _session(tmp_path, authenticated: bool):
     """A signed in-process session whose curator pipe is (or not) authenticated; the
     modeler's channel past the opening, the curator's task and where things are."""
+    service, session, _, mod, task = await _opened(tmp_path, authenticated)
+    return service, session, mod, task
+
+
+async def _opened(tmp_path, authenticated: bool):
+    """`_session`, with the curator's channel too: (service, session, curator's channel,
+    modeler's channel, the curator's task)."""
     service = prepare_service(RunConfig("synthetic", T=20, seed=1, options={"grid": 8}),
                               journal=Journal(tmp_path / "j.db", durability="normal"))
     session = service.new_session()
@@ -42,7 +49,7 @@ async def _session(tmp_path, authenticated: bool):
     await mod.send(Hello(PROTOCOL_VERSION, "late", sign_key=mod.sign_key))
     await mod.recv()
     await mod.recv()
-    return service, session, mod, task
+    return service, session, cur, mod, task
 
 
 async def _forged(mod, seq: int, row: int) -> None:
@@ -79,20 +86,9 @@ async def test_over_an_authenticated_pipe_a_forged_query_ends_the_session_after_
 async def test_a_late_signature_stays_raised_every_later_call_but_an_error(tmp_path):
     """Once a frame acted on is found forged the session cannot go on: the channel raises
     LateSignature again at every later recv and every send but an Error or an End that
-    gives up (which tell the peer why); a review found the failure forgotten once raised, so that a retried query
-    went out and was answered over the same channel."""
-    service = prepare_service(RunConfig("synthetic", T=20, seed=1, options={"grid": 8}),
-                              journal=Journal(tmp_path / "j.db", durability="normal"))
-    session = service.new_session()
-    cpipe, mpipe = pipe_pair()
-    cpipe.authenticated = True
-    cur = open_channel(cpipe, CURATOR, False, tmp_path / "c", 5, signer=Signer.generate())
-    mod = open_channel(mpipe, MODELER, False, tmp_path / "m", 5, signer=Signer.generate())
-    task = asyncio.ensure_future(curate(cur, session, tmp_path / "c", verbose=False,
-                                        raise_errors=False))
-    await mod.send(Hello(PROTOCOL_VERSION, "late", sign_key=mod.sign_key))
-    await mod.recv()
-    await mod.recv()
+    gives up (which tell the peer why); a review found the failure forgotten once
+    raised, so that a retried query went out and was answered over the same channel."""
+    _, _, cur, mod, task = await _opened(tmp_path, authenticated=True)
     await _forged(mod, 1, 5)
     assert isinstance(await mod.recv(), Reward)  # acted on, then found at the next recv
     assert isinstance(await mod.recv(), Error)
