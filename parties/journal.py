@@ -25,7 +25,12 @@ Answers and reservations made from a running event loop are group-committed (on 
 in memory, where a COMMIT has no fsync to share, each commits at once): each in a
 savepoint of the loop turn's one transaction, committed once at the end of the turn
 (`committed()` waits for it; a reward is sent only after). sqlite3 from the standard
-library: no hand-rolled file format for state that must survive a crash.
+library for all of this state, with one exception: at "normal", an answer with no
+ledger entry (no charge) is a 48-byte record appended to its session's answer log
+(`<journal>.answers/`, `parties.answer_log`) instead of a SQLite transaction (4 against
+44 us: the largest piece of a round trip), fenced by the log's lock and length as the
+transaction is by the session's generation, and folded into the table when the session
+is claimed again or ends; every reader merges the two.
 """
 from __future__ import annotations
 
@@ -46,6 +51,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pobo.parties import answer_log
+from pobo.parties.answer_log import LogDamaged, LogWriter, NoLocks
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
 from pobo.protocol.accounting import part_of, parts_counter
 from pobo.protocol.ledger import (
@@ -186,6 +193,7 @@ class Journal:
         self.path = str(path)
         self._real_path = self.path if self.path == ":memory:" else os.path.realpath(self.path)
         self.durability = durability
+        self.busy_timeout = busy_timeout  # how long a write waits for another process
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
@@ -207,6 +215,12 @@ class Journal:
         self.group_commit = (self.path != ":memory:" and durability == "full"
                              if group_commit is None else group_commit)
         self._group: asyncio.Future | None = None  # the open group transaction's commit
+        # a file at durability normal: the answers with no charge go to an append-only log
+        # per session (parties.answer_log) instead of a SQLite transaction each; the
+        # sessions this object appends to, by id (a session opened or claimed here)
+        self.logging = self.path != ":memory:" and durability == "normal" \
+            and not self.group_commit
+        self._logs: dict[str, LogWriter] = {}
         self.commits = 0  # transactions committed (COMMITs: fsyncs at durability full)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None,
@@ -676,7 +690,89 @@ class Journal:
                                           projection, f_digest, time.time(), owner))])
             if self._generations is not None:
                 self._generations[session] = 1
+            if self.logging:
+                self._start_log(session, 1, set())
             return ordinal
+
+    # -- answer logs (a file journal at durability normal) --------------------------------
+
+    @property
+    def answer_dir(self) -> Path:
+        """Where a file journal keeps its sessions' answer logs: `<journal>.answers/`."""
+        return Path(self._real_path + ".answers")
+
+    def _log_path(self, session: str) -> Path:
+        return answer_log.log_path(self.answer_dir, session)
+
+    def _start_log(self, session: str, generation: int, seqs: set[int],
+                   fd: int | None = None) -> None:
+        """Append this session's answers to its log from now on (`fd`: the log, open and
+        locked, as a claim holds it; else created now). Where no log can be kept (a file
+        system without flock, an unwritable folder) the session answers through SQLite."""
+        old = self._logs.pop(session, None)
+        if old is not None:
+            os.close(old.fd)  # (the older connection's next answer is Superseded first)
+        try:
+            if fd is None:
+                self.answer_dir.mkdir(exist_ok=True)
+                fd = answer_log.open_locked(self._log_path(session), session, create=True)
+            size = os.lseek(fd, 0, os.SEEK_END)
+            answer_log.unlock(fd)
+        except (OSError, NoLocks) as exc:
+            if fd is not None:
+                os.close(fd)
+            log.warning("journal %s: session %s answers through SQLite: no answer log (%s)",
+                        self.path, session[:12], exc)
+            return
+        self._logs[session] = LogWriter(fd, size, generation, seqs)
+
+    def _locked_log(self, session: str, create: bool) -> int | None:
+        """The session's log, open and locked (exclusive), or None: an in-memory journal,
+        no log (and not `create`), or a file system without locks. JournalFault when
+        the file cannot be opened or made."""
+        if self.path == ":memory:":
+            return None
+        try:
+            if create:
+                self.answer_dir.mkdir(exist_ok=True)
+            return answer_log.open_locked(self._log_path(session), session, create)
+        except NoLocks:
+            return None
+        except OSError as exc:
+            raise JournalError(f"cannot open the answer log of session {session[:12]}... "
+                               f"in {self.answer_dir}: {exc.strerror or exc}") from exc
+
+    def _logged_answers(self, session: str, data: bytes | None = None) -> list[tuple]:
+        """The answers in a session's log (`data`: its bytes, read already): JournalError
+        for a damaged log."""
+        if self.path == ":memory:":
+            return []
+        if data is None:
+            data = answer_log.read_locked(self._log_path(session), session)
+        try:
+            return answer_log.answers_in(data, session)
+        except LogDamaged as exc:
+            raise JournalError(str(exc)) from None
+
+    def _fold(self, session: str, fd: int) -> list[tuple[str, tuple]]:
+        """The statements that put a locked log's answers in the table (those not there
+        already: a log is folded again after a crash between its fold and its removal)."""
+        logged = self._logged_answers(session, answer_log.read_from(fd))
+        return [("INSERT INTO answers VALUES (?, ?, ?, ?, ?) ON CONFLICT (session, seq) "
+                 "DO NOTHING", (session, *a)) for a in logged]
+
+    def _mark_claimed(self, fd: int, generation: int) -> int:
+        """Append a CLAIM record (every older writer's next check fails); the log's new
+        length. A failure here is the journal's fault (sticky): the claim is committed,
+        and an older writer in another process must not go on answering."""
+        try:
+            answer_log.write_all(fd, answer_log.record(answer_log.CLAIM, generation, -1, -1,
+                                                       0.0, 0.0))
+            return os.lseek(fd, 0, os.SEEK_END)
+        except OSError as exc:
+            self.fault = self.fault or f"answer log: {exc.strerror or exc}"
+            log.error("journal %s: %s", self.path, self.fault)
+            raise JournalFault(self.fault) from exc
 
     def claimable(self, session: str, owner: str) -> int:
         """The generation of a session `owner` may take over now (changing nothing); the
@@ -707,12 +803,25 @@ class Journal:
             generation = self.claimable(session, owner)
             claimed.append(generation + 1)
             return [("UPDATE sessions SET generation = ?, status = 'open' WHERE id = ?",
-                     (generation + 1, session))]
+                     (generation + 1, session))] + (self._fold(session, fd) if fd else [])
 
         with self._lock:  # no answer between the commit and the kept generation
-            self._transaction(take)
-            if self._generations is not None:
-                self._generations[session] = claimed[0]
+            self.claimable(session, owner)  # (a refused claim touches no log)
+            fd = self._locked_log(session, create=True)  # every claim of a file journal
+            try:  # takes the log's lock: claims and appends are serialized by it
+                self._transaction(take)
+                if self._generations is not None:
+                    self._generations[session] = claimed[0]
+                if fd is not None:
+                    self._mark_claimed(fd, claimed[0])
+                    if self.logging:
+                        seqs = {r[0] for r in self._db.execute(
+                            "SELECT seq FROM answers WHERE session = ?", (session,))}
+                        self._start_log(session, claimed[0], seqs, fd)
+                        fd = None  # (kept, unlocked)
+            finally:
+                if fd is not None:
+                    os.close(fd)
         return claimed[0]
 
     def current(self, session: str, generation: int) -> bool:
@@ -730,6 +839,10 @@ class Journal:
         if not entries and not self.group_commit and self._generations is not None \
                 and session in self._generations:
             return self._answer_in_memory(session, generation, seq, row, evaluate)
+        writer = self._logs.get(session)  # (a newer generation than this object's writer
+        if writer is not None and not entries and (  # was claimed elsewhere: SQLite fences it)
+                generation is None or generation <= writer.generation):
+            return self._answer_logged(writer, session, generation, seq, row, evaluate)
         done: list[tuple[float, float]] = []
 
         def insert() -> list[tuple[str, tuple]]:
@@ -737,9 +850,84 @@ class Journal:
             return [(_INSERT_ANSWER, (session, seq, row, *done[0]))]
 
         self._transaction(insert, session, entries, budget, generation, grouped=True)
+        self._answered(session, seq)
+        return done[0]
+
+    def _answered(self, session: str, seq: int) -> None:
+        """Note an answer committed to the table, as a duplicate's refusal needs it."""
         if self._generations is not None:
             self._answer_keys.add((session, seq))
-        return done[0]
+        writer = self._logs.get(session)
+        if writer is not None:
+            writer.seqs.add(seq)
+
+    def _answer_logged(self, writer: LogWriter, session: str, generation: int | None,
+                       seq: int, row: int,
+                       evaluate: Callable[[], tuple[float, float]]) -> tuple[float, float]:
+        """`record_answer` of a file journal at durability normal with no ledger entry to
+        charge: one record appended to the session's log (`parties.answer_log`) instead of
+        a SQLite transaction, as durable against a killed process. Under the log's lock,
+        before f is evaluated: the generation (this process's newer connection) and the
+        log's length (another process's claim appended to it) fence a superseded
+        connection, and a seq answered already is refused as the table refuses it. An
+        answer the table would refuse or convert (a NaN, an integer value) goes to the
+        table, which raises or keeps it as the transaction would."""
+        with self._lock:
+            if self.fault is not None:
+                raise JournalFault(self.fault)
+            if generation is not None and generation != writer.generation \
+                    or self._logs.get(session) is not writer:
+                raise Superseded(session)
+            if seq in writer.seqs:
+                raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
+                                             "answers.seq")
+            fd = writer.fd
+            try:
+                locked = answer_log.flock(fd, timeout=self.busy_timeout)
+            except (OSError, NoLocks) as exc:
+                return self._log_failed(exc)
+            if not locked:  # another process claims the session now: as SQLite's BUSY
+                raise ProtocolError("the curator's journal is busy (another connection "
+                                    "claims this session): try again", ErrorCode.BUSY)
+            try:
+                if os.lseek(fd, 0, os.SEEK_END) != writer.size:  # a claim appended
+                    raise Superseded(session)
+                done = evaluate()
+                answer = (session, seq, row, *done)
+                if _storable(answer) and all(type(v) is float for v in done):
+                    data = answer_log.record(answer_log.ANSWER, writer.generation, seq, row,
+                                             *done)
+                    try:
+                        answer_log.write_all(fd, data)
+                    except OSError as exc:
+                        self._cut_back(fd, writer.size)
+                        return self._log_failed(exc)
+                    writer.size += len(data)
+                else:  # the table raises what it raised, or stores it converted
+                    try:
+                        self._db.execute(_INSERT_ANSWER, answer)
+                    except sqlite3.Error as exc:
+                        self._raise_failed(exc)
+            finally:
+                answer_log.unlock(fd)
+            writer.seqs.add(seq)
+            self.commits += 1
+        return done
+
+    @staticmethod
+    def _cut_back(fd: int, size: int) -> None:
+        """Cut a log back to its last whole record after a failed append (a short write
+        on a full disk leaves part of one)."""
+        try:
+            os.ftruncate(fd, size)
+        except OSError:
+            pass  # the log then reads as damaged: every later reader says so
+
+    def _log_failed(self, exc: Exception):
+        """A failed append is the journal's fault (sticky), as a failed COMMIT is."""
+        self.fault = self.fault or f"answer log: {getattr(exc, 'strerror', None) or exc}"
+        log.error("journal %s: write failed: %s", self.path, self.fault)
+        raise JournalFault(self.fault) from exc
 
     def _answer_in_memory(self, session: str, generation: int | None, seq: int, row: int,
                           evaluate: Callable[[], tuple[float, float]]) -> tuple[float, float]:
@@ -887,7 +1075,8 @@ class Journal:
                                    "session = ? AND seq = ?", (session, seq)).fetchone()
             if row is None:
                 answered = self._db.execute("SELECT 1 FROM answers WHERE session = ? AND seq = ?",
-                                            (session, seq)).fetchone()
+                                            (session, seq)).fetchone() or any(
+                    a[0] == seq for a in self._logged_answers(session))
                 raise ProtocolError(f"query {seq} of session {session[:12]}... is "
                                     + ("already answered" if answered else "not pending"),
                                     ErrorCode.SEQUENCE)
@@ -934,8 +1123,7 @@ class Journal:
                             (session, seq, row, measured, value)),
                            ("DELETE FROM pending WHERE session = ? AND seq = ?",
                             (session, seq))], session, generation=generation, grouped=True)
-        if self._generations is not None:
-            self._answer_keys.add((session, seq))
+        self._answered(session, seq)
 
     def pending(self, session: str | None = None, live: bool = False) -> list[PendingEvaluation]:
         """Pending evaluations, oldest first: all, or one session's; with `live`, only
@@ -981,9 +1169,35 @@ class Journal:
                             (json.dumps(release), session))], session, generation=generation)
 
     def set_status(self, session: str, generation: int, status: str) -> None:
-        """Mark a session 'ok', 'failed', 'interrupted' or 'open' (its current connection only)."""
-        self._transaction([("UPDATE sessions SET status = ? WHERE id = ?", (status, session))],
-                          session, generation=generation)
+        """Mark a session 'ok', 'failed', 'interrupted' or 'open' (its current connection
+        only). A finished session's answer log is folded into the table in the same
+        transaction, then removed."""
+        update = [("UPDATE sessions SET status = ? WHERE id = ?", (status, session))]
+        if status not in FINISHED:
+            self._transaction(update, session, generation=generation)
+            if status != "open":  # (its connection ends: a resume opens the log again)
+                self._drop_writer(session, generation)
+            return
+        with self._lock:
+            fd = self._locked_log(session, create=False)
+            try:
+                self._transaction(update + (self._fold(session, fd) if fd else []),
+                                  session, generation=generation)
+                self._drop_writer(session, generation)
+                if fd is not None:
+                    self._mark_claimed(fd, generation)  # (an older writer elsewhere stops)
+                    _unlink_quietly(self._log_path(session))
+            finally:
+                if fd is not None:
+                    os.close(fd)
+
+    def _drop_writer(self, session: str, generation: int) -> None:
+        """Close the session's log as its connection (of `generation`) ends: a service
+        keeps no open file per session that ended."""
+        writer = self._logs.get(session)
+        if writer is not None and writer.generation == generation:
+            del self._logs[session]
+            os.close(writer.fd)
 
     def load(self, session: str) -> JournaledSession | None:
         """A journaled session, or None."""
@@ -992,8 +1206,11 @@ class Journal:
                                (session,)).fetchone()
         if row is None:
             return None
+        logged = self._logged_answers(session)  # read before the table: a fold between
         answers = self._db.execute("SELECT seq, row, measured, value FROM answers WHERE "
                                    "session = ? ORDER BY rowid", (session,)).fetchall()
+        held = {a[0] for a in answers}  # the two moves them from the log, never loses them
+        answers += [a for a in logged if a[0] not in held]
         return JournaledSession(session, row[0], json.loads(row[1]), row[2], row[3], row[4],
                                 row[5], row[6], row[7], [tuple(a) for a in answers],
                                 self.entries(session), json.loads(row[8]) if row[8] else None,
@@ -1160,6 +1377,9 @@ class Journal:
         with self._lock:
             self._commit_group()
             self._db.close()
+            for writer in self._logs.values():
+                os.close(writer.fd)
+            self._logs.clear()
 
 
 @functools.lru_cache(maxsize=1)

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from pobo.parties.journal import Journal
 from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Query, Reward
 from pobo.protocol.policy import MODELER
 from pobo.remote import LISTENING
@@ -21,12 +22,16 @@ from tests.curator_process import ROOT, free_port
 
 
 @pytest.mark.parametrize("durability", ["normal", "full"])
-def test_kill_9_right_after_a_reward_keeps_its_answer_in_the_journal(tmp_path, durability):
+@pytest.mark.parametrize("ldp", [["--ldp-eps", "2"], []], ids=["ldp", "no-ldp"])
+def test_kill_9_right_after_a_reward_keeps_its_answer_in_the_journal(tmp_path, durability,
+                                                                     ldp):
+    """With LDP every answer is a SQLite transaction with its charge; without, at normal,
+    a record in the session's answer log (which a reader merges, and a resume folds)."""
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     journal = tmp_path / "journal.db"
     curator = subprocess.Popen(
         [sys.executable, "-m", "pobo", "curator", "synthetic", "--grid", "8", "--T", "20",
-         "--ldp-eps", "2", "--bind", endpoint, "--journal", str(journal), "--durability",
+         *ldp, "--bind", endpoint, "--journal", str(journal), "--durability",
          durability, "--timeout", "10", "--accept-timeout", "30", "--out", str(tmp_path / "c")],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, text=True)
@@ -58,5 +63,12 @@ def test_kill_9_right_after_a_reward_keeps_its_answer_in_the_journal(tmp_path, d
     assert [r.seq for r in received] == [1, 2, 3, 4, 5]
     with sqlite3.connect(journal) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        kept = dict(db.execute("SELECT seq, value FROM answers"))
+        tabled = dict(db.execute("SELECT seq, value FROM answers"))
+    reader = Journal(journal)
+    try:
+        ((sid, _),) = reader.sessions()
+        kept = {seq: value for seq, _, _, value in reader.load(sid).answers}
+    finally:
+        reader.close()
     assert {r.seq: r.value for r in received} == kept
+    assert tabled == ({} if durability == "normal" and not ldp else kept)  # the log's, else

@@ -110,35 +110,46 @@ def test_an_answer_is_fenced_by_generation_before_f_is_evaluated(tmp_path, path)
     assert journal.commits >= 2
 
 
-def test_an_answer_superseded_by_another_process_is_never_evaluated(tmp_path):
-    """At durability normal (each answer its own commit) another process (a resumed
-    curator) that claims the session between two answers makes the old connection's
-    next answer Superseded, with f never called, nothing written, and no fault; while that
-    process holds the write lock the answer waits, then is refused as BUSY (typed), f
-    still not called; a retry once the lock is free is fenced the same way."""
+# another process's claim, stopped while it holds the session (the answer log's lock and
+# SQLite's write lock) until a line comes on its stdin
+HOLDING_CLAIM = """
+import sys
+from pobo.parties.journal import Journal
+journal = Journal(sys.argv[1], durability=sys.argv[2])
+apply = journal._apply  # (inside BEGIN IMMEDIATE, under the log's lock)
+def held(*args, **kwargs):
+    print("held", flush=True)
+    sys.stdin.readline()
+    return apply(*args, **kwargs)
+journal._apply = held
+journal.claim("s1", "me")
+print("committed", flush=True)
+"""
+
+
+@pytest.mark.parametrize("entries", [[], LDP], ids=["answer-log", "sqlite"])
+def test_an_answer_superseded_by_another_process_is_never_evaluated(tmp_path, entries):
+    """At durability normal (each answer its own commit, or its own record in the
+    session's answer log) another process (a resumed curator) that claims the session
+    between two answers makes the old connection's next answer Superseded, with f never
+    called, nothing written, and no fault; while that process's claim holds the session
+    the answer waits, then is refused as BUSY (typed), f still not called; a retry once
+    the claim is done is fenced the same way."""
     path = tmp_path / "j.db"
-    journal = _journal_with_session(path, "normal")
-    journal._db.execute("PRAGMA busy_timeout = 200")
+    journal = Journal(path, durability="normal", busy_timeout=0.2)
+    journal.open_session("s1", {}, b"w", "p", "d", "me")
     evaluated = []
 
     def evaluate(value):
         return lambda: (evaluated.append(value) or (value, value))
 
-    journal.record_answer("s1", 1, 1, 3, [], Budget(), evaluate(1.0))
-    holder = subprocess.Popen(
-        [PY, "-c", "import sqlite3, sys, time\n"
-         f"db = sqlite3.connect({str(path)!r}, isolation_level=None)\n"
-         "db.execute('BEGIN IMMEDIATE')\n"
-         "db.execute(\"UPDATE sessions SET generation = generation + 1 WHERE id = 's1'\")\n"
-         "print('held', flush=True)\n"
-         "sys.stdin.readline()\n"
-         "db.execute('COMMIT')\n"
-         "print('committed', flush=True)\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    journal.record_answer("s1", 1, 1, 3, entries, Budget(), evaluate(1.0))
+    holder = subprocess.Popen([PY, "-c", HOLDING_CLAIM, str(path), "normal"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ProtocolError) as busy:
-            journal.record_answer("s1", 1, 2, 4, [], Budget(), evaluate(2.0))
+            journal.record_answer("s1", 1, 2, 4, entries, Budget(), evaluate(2.0))
         assert busy.value.code is ErrorCode.BUSY and evaluated == [1.0]
         holder.stdin.write("\n")
         holder.stdin.flush()

@@ -1,0 +1,341 @@
+"""The answer log of a file journal at durability normal (parties.answer_log): an answer
+with no charge is one record appended to its session's log instead of a SQLite
+transaction. Each test attacks one guarantee the transaction gave: durable before the
+reward (kill -9), fenced against a superseded connection (in this process and in
+another), never evaluated twice, refused as the table refuses, a full disk, a damaged
+file, a racing claim, and folded into the table when a session is resumed or ends."""
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from pobo.parties import answer_log
+from pobo.parties.journal import Journal, JournalError, JournalFault, Superseded
+from pobo.protocol.errors import ErrorCode, ProtocolError
+from pobo.protocol.ledger import Budget
+from tests.curator_process import ROOT
+
+SID = "a" * 32
+OWNER = "key-1"
+
+
+def _opened(path, session: str = SID) -> Journal:
+    journal = Journal(path, durability="normal")
+    journal.open_session(session, {}, b"welcome", "p", "d", OWNER)
+    return journal
+
+
+def _answer(journal: Journal, seq: int, generation: int | None = 1, calls: list | None = None,
+            value: float | None = None, session: str = SID):
+    def evaluate():
+        if calls is not None:
+            calls.append(seq)
+        return (0.25 * seq, 0.5 * seq if value is None else value)
+    return journal.record_answer(session, generation, seq, seq % 7, [], Budget(), evaluate)
+
+
+def _table(path, session: str = SID) -> dict[int, float]:
+    with sqlite3.connect(path) as db:
+        return dict(db.execute("SELECT seq, value FROM answers WHERE session = ?", (session,)))
+
+
+def _log(journal: Journal, session: str = SID):
+    return answer_log.log_path(journal.answer_dir, session)
+
+
+def test_an_answer_goes_to_the_log_then_to_the_table_when_the_session_ends(tmp_path):
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    for seq in range(1, 6):
+        assert _answer(journal, seq) == (0.25 * seq, 0.5 * seq)
+    assert _table(path) == {} and _log(journal).exists()  # no transaction per answer
+    reader = Journal(path)  # another connection merges the log with the table
+    assert [a[0] for a in reader.load(SID).answers] == [1, 2, 3, 4, 5]
+    journal.set_status(SID, 1, "ok")
+    assert _table(path) == {seq: 0.5 * seq for seq in range(1, 6)}
+    assert not _log(journal).exists()  # folded, then removed
+    assert reader.load(SID).answers == [(s, s % 7, 0.25 * s, 0.5 * s) for s in range(1, 6)]
+    reader.close()
+    journal.close()
+
+
+def test_a_full_durability_or_an_in_memory_journal_keeps_no_log(tmp_path):
+    full = Journal(tmp_path / "f.db", durability="full")
+    full.open_session(SID, {}, b"w", "p", "d", OWNER)
+    assert not full.logging and not full.answer_dir.exists()
+    memory = Journal()
+    assert not memory.logging
+    full.close()
+    memory.close()
+
+
+def test_a_claim_in_this_process_fences_the_older_connection_before_f(tmp_path):
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    assert journal.claim(SID, OWNER) == 2
+    calls: list[int] = []
+    with pytest.raises(Superseded):
+        _answer(journal, 2, generation=1, calls=calls)
+    assert calls == []  # f never evaluated by the superseded connection
+    assert _table(path) == {1: 0.5}  # the claim folded the log's answers into the table
+    _answer(journal, 2, generation=2)
+    assert [a[0] for a in journal.load(SID).answers] == [1, 2]
+    journal.close()
+
+
+def test_a_claim_by_another_process_fences_the_writer_through_the_file(tmp_path):
+    """Two Journal objects on one file hold two open files, as two processes do: the
+    claim's CLAIM record is what the older writer's length check sees."""
+    path = tmp_path / "j.db"
+    old = _opened(path)
+    _answer(old, 1)
+    new = Journal(path, durability="normal")
+    assert new.claim(SID, OWNER) == 2
+    calls: list[int] = []
+    with pytest.raises(Superseded):
+        _answer(old, 2, generation=1, calls=calls)
+    with pytest.raises(Superseded):  # and again: it never answers after
+        _answer(old, 3, generation=1, calls=calls)
+    assert calls == []
+    _answer(new, 2, generation=2)
+    assert [a[0] for a in Journal(path).load(SID).answers] == [1, 2]
+    old.close()
+    new.close()
+
+
+def test_a_refused_claim_supersedes_nobody(tmp_path):
+    """Another key's claim (or an unknown session's) is refused before the log is
+    touched: the owner's connection goes on answering."""
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    hostile = Journal(path, durability="normal")
+    with pytest.raises(ProtocolError) as caught:
+        hostile.claim(SID, "key-2")
+    assert caught.value.code == ErrorCode.NOT_OWNER
+    with pytest.raises(ProtocolError):
+        hostile.claim("b" * 32, OWNER)
+    _answer(journal, 2)  # not superseded
+    assert not answer_log.log_path(journal.answer_dir, "b" * 32).exists()
+    hostile.close()
+    journal.close()
+
+
+def test_a_duplicate_seq_is_refused_as_the_table_refuses_it_and_f_is_not_evaluated(tmp_path):
+    journal = _opened(tmp_path / "j.db")
+    _answer(journal, 1)
+    calls: list[int] = []
+    with pytest.raises(sqlite3.IntegrityError):
+        _answer(journal, 1, calls=calls)
+    assert calls == []
+    journal.claim(SID, OWNER)  # a resumed connection knows the folded answers too
+    with pytest.raises(sqlite3.IntegrityError):
+        _answer(journal, 1, generation=2, calls=calls)
+    assert calls == []
+    journal.close()
+
+
+def test_a_value_the_table_would_refuse_goes_to_the_table_and_is_refused(tmp_path):
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    with pytest.raises(sqlite3.IntegrityError):
+        _answer(journal, 1, value=float("nan"))  # stored as NULL: NOT NULL refuses it
+    assert journal.fault is None and journal.load(SID).answers == []
+    _answer(journal, 1, value=3)  # an int: the table keeps it (as its REAL column does)
+    assert _table(path) == {1: 3.0}
+    journal.close()
+
+
+def test_a_full_disk_is_a_sticky_fault_and_the_log_stays_whole(tmp_path, monkeypatch):
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    real_write = os.write
+
+    def short(fd, data):  # the disk fills half way through the record
+        return real_write(fd, data[:len(data) // 2])
+
+    monkeypatch.setattr(answer_log.os, "write", short)
+    with pytest.raises(JournalFault):
+        _answer(journal, 2)
+    monkeypatch.setattr(answer_log.os, "write", real_write)
+    with pytest.raises(JournalFault):  # sticky: nothing more is answered
+        _answer(journal, 3)
+    assert [a[0] for a in Journal(path).load(SID).answers] == [1]  # cut back, readable
+
+
+def test_a_damaged_log_is_a_typed_one_line_error_for_every_reader(tmp_path):
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    journal.close()
+    log = _log(journal)
+    intact = log.read_bytes()
+    for damaged in (intact + b"\x01\x02", intact[:-8] + b"\xff" * 8,
+                    answer_log.MAGIC + b"b" * 32 + intact[48:]):
+        log.write_bytes(damaged)
+        reader = Journal(path)
+        with pytest.raises(JournalError) as caught:
+            reader.load(SID)
+        assert "\n" not in str(caught.value) and "answer log" in str(caught.value)
+        with pytest.raises(JournalError):  # nor is it folded into the table by a claim
+            reader.claim(SID, OWNER)
+        reader.close()
+    assert _table(path) == {}
+
+
+def test_a_resume_after_kill_9_keeps_every_announced_answer(tmp_path):
+    """A writer process killed while appending: every answer it announced (after
+    record_answer returned, as a reward is sent after it) is in the journal, and a
+    claim folds them into the table."""
+    path = tmp_path / "j.db"
+    script = f"""
+import sys
+from pobo.parties.journal import Journal
+from pobo.protocol.ledger import Budget
+journal = Journal(sys.argv[1], durability="normal")
+journal.open_session({SID!r}, {{}}, b"w", "p", "d", {OWNER!r})
+for seq in range(1, 10_000_000):
+    journal.record_answer({SID!r}, 1, seq, seq % 7, [], Budget(), lambda: (0.25 * seq, 0.5 * seq))
+    print(seq, flush=True)
+"""
+    writer = subprocess.Popen([sys.executable, "-c", script, str(path)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        announced = [int(writer.stdout.readline()) for _ in range(300)]
+        writer.kill()
+        writer.wait(15)
+        announced += [int(line) for line in writer.stdout.read().split()]
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait(15)
+    journal = Journal(path, durability="normal")
+    assert journal.claim(SID, OWNER) == 2
+    kept = _table(path)
+    assert set(announced) <= set(kept) and all(kept[s] == 0.5 * s for s in kept)
+    assert sorted(kept) == list(range(1, len(kept) + 1))  # nothing half, nothing skipped
+    journal.close()
+
+
+RACER = f"""
+import sys
+from pobo.parties.journal import Journal, Superseded
+from pobo.protocol.ledger import Budget
+journal = Journal(sys.argv[1], durability="normal")
+journal.open_session({SID!r}, {{}}, b"w", "p", "d", {OWNER!r})
+print("open", flush=True)
+evaluated = []
+def evaluate(seq):
+    evaluated.append(seq)
+    return 0.25 * seq, 0.5 * seq
+try:
+    for seq in range(1, 10_000_000):
+        journal.record_answer({SID!r}, 1, seq, seq % 7, [], Budget(), lambda: evaluate(seq))
+except Superseded:
+    print("superseded", evaluated[-1] if evaluated else 0, flush=True)
+"""
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_a_claim_racing_a_writer_in_another_process_loses_nothing_and_stops_it(tmp_path,
+                                                                              trial):
+    """The writer appends as fast as it can while this process claims the session: the
+    writer stops with Superseded, every answer it evaluated is in the journal, and no
+    record of the old generation follows the claim's."""
+    path = tmp_path / "j.db"
+    writer = subprocess.Popen([sys.executable, "-c", RACER, str(path)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "open"
+        claimer = Journal(path, durability="normal")
+        assert claimer.claim(SID, OWNER) == 2
+        out = writer.communicate(timeout=30)[0].split()
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait(15)
+    assert out[0] == "superseded"
+    last = int(out[1])
+    answers = claimer.load(SID).answers
+    assert [a[0] for a in answers] == list(range(1, last + 1))  # all it evaluated, in order
+    assert set(_table(path)) == set(range(1, last + 1))  # folded by the claim
+    records = list(answer_log.RECORD.iter_unpack(_log(claimer).read_bytes()[48:]))
+    claim_at = next(i for i, r in enumerate(records) if r[0] == answer_log.CLAIM and r[2] == 2)
+    assert all(r[2] == 2 for r in records[claim_at:])  # nothing of generation 1 after it
+    claimer.close()
+
+
+def test_an_older_writer_of_a_finished_session_is_fenced(tmp_path):
+    """The session ends (its log folded and removed) while an older connection in
+    another process still holds the removed file open: its next answer is refused."""
+    path = tmp_path / "j.db"
+    old = _opened(path)
+    _answer(old, 1)
+    new = Journal(path, durability="normal")
+    new.claim(SID, OWNER)
+    _answer(new, 2, generation=2)
+    new.set_status(SID, 2, "ok")
+    assert not _log(new).exists() and _table(path) == {1: 0.5, 2: 1.0}
+    with pytest.raises(Superseded):
+        _answer(old, 3, generation=1)
+    with pytest.raises(ProtocolError) as caught:  # and no claim reopens it
+        new.claim(SID, OWNER)
+    assert caught.value.code == ErrorCode.SESSION_CLOSED and not _log(new).exists()
+    old.close()
+    new.close()
+
+
+def test_without_flock_a_session_answers_through_sqlite(tmp_path, monkeypatch):
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(answer_log.fcntl, "flock", no_locks)
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    assert _table(path) == {1: 0.5}  # a transaction, as before the log
+    journal.close()
+
+
+def test_a_superseded_connection_cannot_finish_the_session(tmp_path):
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    other = Journal(path, durability="normal")
+    other.claim(SID, OWNER)
+    with pytest.raises(Superseded):
+        journal.set_status(SID, 1, "ok")
+    assert _log(journal).exists()  # still the new connection's
+    _answer(other, 2, generation=2)
+    other.set_status(SID, 2, "ok")
+    assert _table(path) == {1: 0.5, 2: 1.0}
+    journal.close()
+    other.close()
+
+
+def test_a_service_keeps_no_open_log_for_a_session_that_ended(tmp_path):
+    """Sessions whose peer vanished (interrupted) or that finished close their logs: a
+    long-lived curator does not run out of file descriptors."""
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="normal")
+    before = len(os.listdir("/proc/self/fd"))
+    for k in range(300):
+        sid = f"{k:032x}"
+        journal.open_session(sid, {}, b"w", "p", "d", OWNER)
+        _answer(journal, 1, session=sid)
+        journal.set_status(sid, 1, "interrupted" if k % 2 else "ok")
+    assert len(os.listdir("/proc/self/fd")) - before < 5
+    assert len(list(journal.answer_dir.iterdir())) == 150  # the interrupted ones' logs
+    reader = Journal(path)
+    assert reader.load(f"{1:032x}").answers == [(1, 1, 0.25, 0.5)]
+    assert journal.claim(f"{1:032x}", OWNER) == 2  # resumable: it answers again
+    _answer(journal, 2, generation=2, session=f"{1:032x}")
+    reader.close()
+    journal.close()
