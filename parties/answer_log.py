@@ -10,16 +10,20 @@ log's answers into its SQLite table when the session is claimed by a new connect
 when it finishes (then the file goes); every reader merges the log with the table.
 
 The fence: every append takes `flock` on the file, checks that the file is as long as
-this writer last left it, and only then evaluates f and writes. A claim (a new
-connection's resume, in this process or another sharing the journal) and a session's
-end append a CLAIM record under the same lock, so every older writer's next check fails
-(Superseded) before f is evaluated. On a file system without `flock` no log is written:
-the journal keeps answering through SQLite.
+this writer last left it and still linked, and only then evaluates f and writes. A claim
+(a new connection's resume, in this process or another sharing the journal) and a
+session's end append a CLAIM record under the same lock before they commit, so every
+older writer's next check fails (Superseded) before f is evaluated. Readers take no
+lock: a record being appended reads as a torn tail, read again until it is whole. On a
+file system without `flock`, or for a session id that is not a plain name, no log is
+written: the journal answers through SQLite.
 """
 from __future__ import annotations
 
 import errno
 import os
+import re
+import stat
 import struct
 import time
 import zlib
@@ -33,19 +37,41 @@ except ImportError:  # (no flock: the journal answers through SQLite)
 
 from pobo.protocol.errors import PoboError
 
-MAGIC = b"pobo-answers\x00v1\x00"  # 16 bytes; then the session id, 32 ASCII hex digits
+MAGIC = b"pobo-answers\x00v1\x00"  # 16 bytes; then the session id, NUL-padded to 32
 HEADER_SIZE = 48
 RECORD = struct.Struct("<c3xIqqqdd")  # kind, CRC-32 of the next 40 bytes, gen, seq, row, m, v
 _KIND = struct.Struct("<c3xI")  # a record's first 8 bytes
 _BODY = struct.Struct("<qqqdd")  # and the 40 its CRC covers
 ANSWER, CLAIM = b"a", b"g"
+_NAME = re.compile(r"[0-9A-Za-z_-]{1,32}")  # a session id that names a file safely
 _NO_LOCKS = frozenset(getattr(errno, name) for name in ("ENOLCK", "EOPNOTSUPP", "ENOSYS",
                                                        "EINVAL") if hasattr(errno, name))
+_OPEN = os.O_NOFOLLOW | os.O_NONBLOCK  # never through a link, never waiting on a FIFO
 
 
 class LogDamaged(PoboError):
     """An answer log whose bytes are not records this module wrote (cut, edited, another
-    session's)."""
+    session's), or a path that is not a regular file."""
+
+
+class LogTorn(LogDamaged):
+    """A log whose last record is incomplete or fails its checksum: an append under way
+    (a reader reads again), or one a crash cut short."""
+
+    def __init__(self, message: str, whole: int, partial: bool) -> None:
+        super().__init__(message)
+        self.whole = whole  # the length of its whole records
+        self.partial = partial  # cut short (a crash), not a whole record that fails its CRC
+
+
+class LogUnmade(LogDamaged):
+    """A log shorter than its header: being made (a reader came between its creation and
+    its header's write), or cut (which the journal tells apart: a log it noted was made
+    whole)."""
+
+
+class LogBusy(Exception):
+    """Another connection held the log's lock longer than the wait allowed."""
 
 
 class NoLocks(Exception):
@@ -55,12 +81,19 @@ class NoLocks(Exception):
 @dataclass
 class LogWriter:
     """The state of the one connection that appends a session's answers: its open file,
-    the length it left it at (the fence), its generation and every seq answered."""
+    the length it left it at (the fence), its generation, every seq answered, and how
+    many of its records are not in the table yet."""
 
     fd: int
     size: int
     generation: int
     seqs: set[int] = field(default_factory=set)
+    unfolded: int = 0
+
+
+def loggable(session: str) -> bool:
+    """Whether a session id may name a log file (the service's are 32 hex digits)."""
+    return _NAME.fullmatch(session) is not None
 
 
 def log_path(folder: Path, session: str) -> Path:
@@ -69,10 +102,7 @@ def log_path(folder: Path, session: str) -> Path:
 
 
 def _header(session: str) -> bytes:
-    sid = session.encode("ascii")
-    if len(sid) > HEADER_SIZE - len(MAGIC):
-        raise ValueError(f"session id {session[:40]!r} is too long for an answer log")
-    return MAGIC + sid.ljust(HEADER_SIZE - len(MAGIC), b"\x00")
+    return MAGIC + session.encode("ascii").ljust(HEADER_SIZE - len(MAGIC), b"\x00")
 
 
 def record(kind: bytes, generation: int, seq: int, row: int, measured: float,
@@ -82,21 +112,21 @@ def record(kind: bytes, generation: int, seq: int, row: int, measured: float,
     return _KIND.pack(kind, zlib.crc32(body)) + body
 
 
-def flock(fd: int, exclusive: bool = True, timeout: float | None = None) -> bool:
+def flock(fd: int, exclusive: bool = True, timeout: float | None = None) -> None:
     """Lock `fd`'s file (held by the open file description), waiting up to `timeout`
-    seconds (None: as long as it takes) for another holder (a claim in progress) to let
-    go; False if it did not. NoLocks where the file system has no such locks."""
+    seconds (None: as long as it takes) for another holder to let go, else LogBusy.
+    NoLocks where the file system has no such locks."""
     operation = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     deadline = None if timeout is None else time.monotonic() + timeout
     pause = 0.0005
     while True:
         try:
             fcntl.flock(fd, operation if deadline is None else operation | fcntl.LOCK_NB)
-            return True
+            return
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                return False
-            time.sleep(pause)  # (as SQLite's busy handler: a claim holds it for ms)
+                raise LogBusy("another connection holds the session's answer log") from None
+            time.sleep(pause)  # (as SQLite's busy handler)
             pause = min(2 * pause, 0.02)
         except OSError as exc:
             if exc.errno in _NO_LOCKS:
@@ -112,31 +142,55 @@ def unlock(fd: int) -> None:
         pass
 
 
-def open_locked(path: Path, session: str, create: bool) -> int | None:
-    """`path` opened for appending and locked (exclusive): the file now at `path`, not
-    one removed while this waited for the lock; created with its header when `create`
-    and missing, else None when missing. OSError as the system says; NoLocks."""
+def _regular(fd: int, path: Path) -> os.stat_result:
+    held = os.fstat(fd)
+    if not stat.S_ISREG(held.st_mode):
+        raise LogDamaged(f"the answer log {path.name} is not a regular file")
+    return held
+
+
+def open_locked(path: Path, session: str, create: bool,
+                timeout: float | None = None) -> tuple[int, bool] | None:
+    """(`path` opened for appending and locked exclusively, whether this call created
+    it): the file now at `path`, not one removed while this waited for the lock; with
+    `create` a missing file is made with its header (a header cut short by a crash is
+    written again), else None. OSError as the system says; LogDamaged for a link or a
+    file that is not regular; LogBusy; NoLocks."""
     if fcntl is None:
         raise NoLocks("this platform has no flock")
-    flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
+    flags = os.O_RDWR | os.O_APPEND | _OPEN | (os.O_CREAT if create else 0)
     while True:
         try:
             fd = os.open(path, flags, 0o600)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LogDamaged(f"the answer log {path.name} is a symbolic link") from None
+            raise
         try:
-            flock(fd)
+            _regular(fd, path)
+            flock(fd, timeout=timeout)
             held = os.fstat(fd)
             try:
-                current = os.stat(path)
+                current = os.stat(path, follow_symlinks=False)
             except FileNotFoundError:
                 current = None
             if current is None or (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
                 os.close(fd)  # finished and removed while this waited: look again
                 continue
-            if held.st_size == 0:
-                write_all(fd, _header(session))
-            return fd
+            created = held.st_size < HEADER_SIZE
+            if created:  # new, or its header cut short by a crash: (re)written whole
+                if held.st_size and not _header(session).startswith(read_from(fd)):
+                    raise LogDamaged(f"the answer log of session {session[:12]}... has a "
+                                     "foreign header (not this session's log)")
+                os.ftruncate(fd, 0)
+                try:
+                    write_all(fd, _header(session))
+                except OSError:
+                    os.ftruncate(fd, 0)
+                    raise
+            return fd, created
         except BaseException:
             os.close(fd)
             raise
@@ -148,56 +202,74 @@ def write_all(fd: int, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "short write: no room left on the device")
 
 
-def read_locked(path: Path, session: str) -> bytes:
-    """The bytes of a session's log (b"" when it has none), read under a shared lock, so
-    that no append is half read."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return b""
-    try:
+def read_log(path: Path, session: str,
+             timeout: float = 0.1) -> list[tuple[int, int, float, float]] | None:
+    """The answers in a session's log (None: it has none), read without a lock: a torn
+    last record (an append under way, where the system shows one) is read again, up to
+    `timeout` seconds, before it is LogDamaged (a crash cut it short: a claim cuts it
+    off)."""
+    deadline = time.monotonic() + timeout
+    while True:
         try:
-            if fcntl is not None:
-                flock(fd, exclusive=False)
-        except NoLocks:
-            pass
-        return read_from(fd)
-    finally:
-        os.close(fd)  # (closing releases the lock)
+            fd = os.open(path, os.O_RDONLY | _OPEN)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise LogDamaged(f"the answer log {path.name} is a symbolic link") from None
+            raise LogDamaged(f"the answer log {path.name} cannot be read: "
+                             f"{exc.strerror or exc}") from None
+        try:
+            _regular(fd, path)
+            data = read_from(fd)
+        finally:
+            os.close(fd)
+        try:
+            return answers_in(data, session)
+        except LogTorn:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.001)
 
 
 def read_from(fd: int) -> bytes:
     """All of an open file's bytes, from its start."""
-    size, chunks, offset = os.fstat(fd).st_size, [], 0
-    while offset < size:
-        chunk = os.pread(fd, size - offset, offset)
+    chunks, offset = [], 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
         if not chunk:
-            break
+            return b"".join(chunks)
         chunks.append(chunk)
         offset += len(chunk)
-    return b"".join(chunks)
 
 
 def answers_in(data: bytes, session: str) -> list[tuple[int, int, float, float]]:
     """The answers a log's bytes hold, in the order they were written: (seq, row,
-    measured, value). LogDamaged unless every byte is this session's header and whole
-    records whose checksums hold."""
-    if not data:
-        return []
-    if data[:HEADER_SIZE] != _header(session):
+    measured, value). LogTorn for a torn last record; LogDamaged unless every other
+    byte is this session's header and whole records whose checksums hold; LogUnmade for
+    a beginning of the header only."""
+    header = _header(session)
+    if len(data) < HEADER_SIZE and header.startswith(data):
+        raise LogUnmade(f"the answer log of session {session[:12]}... is cut short inside "
+                        "its header")
+    if data[:HEADER_SIZE] != header:
         raise LogDamaged(f"the answer log of session {session[:12]}... has a foreign "
                          "header (not this session's log)")
     body = memoryview(data)[HEADER_SIZE:]
-    if len(body) % RECORD.size:
-        raise LogDamaged(f"the answer log of session {session[:12]}... ends in a partial "
-                         f"record ({len(body) % RECORD.size} bytes)")
-    answers = []
-    for i, (kind, crc, generation, seq, row, measured, value) in enumerate(
-            RECORD.iter_unpack(body)):
-        at = i * RECORD.size + 8
-        if zlib.crc32(body[at:at + RECORD.size - 8]) != crc or kind not in (ANSWER, CLAIM):
+    whole = len(body) - len(body) % RECORD.size
+    answers, count = [], whole // RECORD.size
+    for i, (kind, crc, _, seq, row, measured, value) in enumerate(
+            RECORD.iter_unpack(body[:whole])):
+        at = i * RECORD.size + _KIND.size
+        if zlib.crc32(body[at:at + _BODY.size]) != crc or kind not in (ANSWER, CLAIM):
+            if i == count - 1 and whole == len(body):
+                raise LogTorn(f"the answer log of session {session[:12]}... ends in a torn "
+                              "record", HEADER_SIZE + i * RECORD.size, False)
             raise LogDamaged(f"the answer log of session {session[:12]}... is corrupt at "
                              f"record {i}")
         if kind == ANSWER:
             answers.append((seq, row, measured, value))
+    if whole != len(body):
+        raise LogTorn(f"the answer log of session {session[:12]}... ends in a partial "
+                      f"record ({len(body) - whole} bytes)", HEADER_SIZE + whole, True)
     return answers

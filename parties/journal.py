@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -95,6 +96,7 @@ from pobo.parties.choices import DEFAULT_DURABILITY, DURABILITY  # noqa: E402,F4
 NPY_REF = b"pobo-npy-ref\x00"  # a projections.frame naming a .npy file (then JSON) instead of Z
 _DIGEST = re.compile(r"[0-9a-f]{64}")  # a projection file's name: the SHA-256 of its bytes
 HEAD_FILE_KEY = "ledger_head_file"  # meta: where the curator keeps this journal's heads
+_LOG_KEY = "answer_log:"  # meta, + a session id: that session keeps an answer log
 RESUMABLE = ("open", "interrupted")  # a live or crashed session, or one whose peer vanished
 FINISHED = ("ok", "failed")
 
@@ -607,6 +609,32 @@ class Journal:
                         self.path, removed)
         return removed
 
+    def sweep_answer_logs(self) -> int:
+        """Remove the answer logs of finished sessions; the number removed. A curator
+        killed between a session's end (its log folded into the table in the same
+        transaction) and the file's removal leaves one behind. A log another connection
+        holds locked is left for a later start."""
+        if self.path == ":memory:" or not self.answer_dir.is_dir():
+            return 0
+        removed = 0
+        for entry in os.scandir(self.answer_dir):
+            session = entry.name.removesuffix(".log")
+            if session == entry.name or not answer_log.loggable(session):
+                continue
+            row = self._db.execute("SELECT status FROM sessions WHERE id = ?",
+                                   (session,)).fetchone()
+            if row is None or row[0] not in FINISHED:
+                continue
+            try:
+                opened = answer_log.open_locked(Path(entry.path), session, False, 0.0)
+            except (OSError, LogDamaged, answer_log.LogBusy, NoLocks):
+                continue
+            if opened is not None:
+                _unlink_quietly(Path(entry.path))
+                os.close(opened[0])
+                removed += 1
+        return removed
+
     def _unnamed_npy_removed(self, digests: set[str] | None) -> int:
         """Under the write lock, remove the `<digest>.npy` files of `digests` (None: every
         one in the folder) that no projection row names; the number removed."""
@@ -682,97 +710,178 @@ class Journal:
 
     def open_session(self, session: str, config: dict, welcome: bytes, projection: str,
                      f_digest: str, owner: str) -> int:
-        """Record a new session of `owner` at generation 1; returns its ordinal."""
+        """Record a new session of `owner` at generation 1; returns its ordinal. At
+        durability normal its answer log is made first (locked until the row is
+        committed, so that no claim finds the row without the log)."""
         with self._lock:
-            (ordinal,) = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()
-            self._transaction([("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, 'open', NULL, ?, "
-                                "?, 1)", (session, ordinal, json.dumps(config), welcome,
-                                          projection, f_digest, time.time(), owner))])
-            if self._generations is not None:
-                self._generations[session] = 1
-            if self.logging:
-                self._start_log(session, 1, set())
+            opened = self._open_log(session, create=True, quiet=True) if self.logging else None
+            try:
+                (ordinal,) = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()
+                self._transaction(
+                    [("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, 'open', NULL, ?, ?, 1)",
+                      (session, ordinal, json.dumps(config), welcome, projection, f_digest,
+                       time.time(), owner))]
+                    + ([self._log_noted(session)] if opened else []))
+                if self._generations is not None:
+                    self._generations[session] = 1
+                if opened:
+                    self._start_log(session, 1, set(), opened[0])
+                    opened = None
+            finally:
+                if opened:
+                    os.close(opened[0])
             return ordinal
 
-    # -- answer logs (a file journal at durability normal) --------------------------------
+    # -- answer logs (a file journal at durability normal: parties.answer_log) -------------
 
     @property
     def answer_dir(self) -> Path:
         """Where a file journal keeps its sessions' answer logs: `<journal>.answers/`."""
         return Path(self._real_path + ".answers")
 
-    def _log_path(self, session: str) -> Path:
+    def _log_path(self, session: str) -> Path | None:
+        """A session's log file; None where it can have none (in memory, an id that is
+        not a plain name)."""
+        if self.path == ":memory:" or not answer_log.loggable(session):
+            return None
         return answer_log.log_path(self.answer_dir, session)
 
-    def _start_log(self, session: str, generation: int, seqs: set[int],
-                   fd: int | None = None) -> None:
-        """Append this session's answers to its log from now on (`fd`: the log, open and
-        locked, as a claim holds it; else created now). Where no log can be kept (a file
-        system without flock, an unwritable folder) the session answers through SQLite."""
-        old = self._logs.pop(session, None)
-        if old is not None:
-            os.close(old.fd)  # (the older connection's next answer is Superseded first)
-        try:
-            if fd is None:
-                self.answer_dir.mkdir(exist_ok=True)
-                fd = answer_log.open_locked(self._log_path(session), session, create=True)
-            size = os.lseek(fd, 0, os.SEEK_END)
-            answer_log.unlock(fd)
-        except (OSError, NoLocks) as exc:
-            if fd is not None:
-                os.close(fd)
-            log.warning("journal %s: session %s answers through SQLite: no answer log (%s)",
-                        self.path, session[:12], exc)
-            return
-        self._logs[session] = LogWriter(fd, size, generation, seqs)
+    @staticmethod
+    def _log_noted(session: str) -> tuple[str, tuple]:
+        """The statement noting that a session keeps a log (a copy of the journal without
+        its `.answers/` folder is then refused, not read as holding no answers)."""
+        return ("INSERT OR IGNORE INTO meta VALUES (?, '1')", (_LOG_KEY + session,))
 
-    def _locked_log(self, session: str, create: bool) -> int | None:
-        """The session's log, open and locked (exclusive), or None: an in-memory journal,
-        no log (and not `create`), or a file system without locks. JournalFault when
-        the file cannot be opened or made."""
-        if self.path == ":memory:":
+    def _log_expected(self, session: str) -> bool:
+        return self._db.execute("SELECT 1 FROM meta WHERE key = ?",
+                                (_LOG_KEY + session,)).fetchone() is not None
+
+    def _open_log(self, session: str, create: bool,
+                  quiet: bool = False) -> tuple[int, bool] | None:
+        """(the session's log, open and locked exclusively, whether this made it), or None:
+        no log, none possible here, or (`quiet`, for a new session, which then answers
+        through SQLite) one that cannot be made. Typed errors: BUSY past `busy_timeout`,
+        JournalError for a damaged log or one the system refuses."""
+        path = self._log_path(session)
+        if path is None:
             return None
         try:
             if create:
                 self.answer_dir.mkdir(exist_ok=True)
-            return answer_log.open_locked(self._log_path(session), session, create)
+            return answer_log.open_locked(path, session, create, self.busy_timeout)
         except NoLocks:
             return None
-        except OSError as exc:
-            raise JournalError(f"cannot open the answer log of session {session[:12]}... "
-                               f"in {self.answer_dir}: {exc.strerror or exc}") from exc
+        except answer_log.LogBusy:
+            raise ProtocolError("the curator's journal is busy (another connection holds "
+                                "this session's answer log): try again", ErrorCode.BUSY) from None
+        except (OSError, LogDamaged) as exc:
+            if quiet:
+                log.warning("journal %s: session %s answers through SQLite: no answer log "
+                            "(%s)", self.path, session[:12], exc)
+                return None
+            raise JournalError(f"cannot open the answer log of session {session[:12]}... in "
+                               f"{self.answer_dir}: {getattr(exc, 'strerror', None) or exc}"
+                               ) from None
 
-    def _logged_answers(self, session: str, data: bytes | None = None) -> list[tuple]:
-        """The answers in a session's log (`data`: its bytes, read already): JournalError
-        for a damaged log."""
-        if self.path == ":memory:":
-            return []
-        if data is None:
-            data = answer_log.read_locked(self._log_path(session), session)
+    def _start_log(self, session: str, generation: int, seqs: set[int], fd: int) -> None:
+        """Append this session's answers to the log `fd` (open and locked) from now on."""
+        self._drop_writer(session)
+        size = os.lseek(fd, 0, os.SEEK_END)
+        answer_log.unlock(fd)
+        self._logs[session] = LogWriter(fd, size, generation, seqs)
+
+    def _drop_writer(self, session: str, generation: int | None = None) -> None:
+        """Close this object's log of a session (of `generation` only, if given): its
+        connection ended or was superseded. A service keeps no open file per session
+        that ended."""
+        writer = self._logs.get(session)
+        if writer is not None and generation in (None, writer.generation):
+            del self._logs[session]
+            os.close(writer.fd)
+
+    def _logged_answers(self, session: str) -> list[tuple] | None:
+        """The answers in a session's log, read without a lock (None: no log file, or one
+        not made yet); JournalError for a damaged log."""
+        path = self._log_path(session)
+        if path is None:
+            return None
         try:
-            return answer_log.answers_in(data, session)
+            return answer_log.read_log(path, session, min(self.busy_timeout, 0.1))
+        except answer_log.LogUnmade:
+            return None  # (a log noted as made and now this short is missing its answers)
         except LogDamaged as exc:
             raise JournalError(str(exc)) from None
 
     def _fold(self, session: str, fd: int) -> list[tuple[str, tuple]]:
-        """The statements that put a locked log's answers in the table (those not there
-        already: a log is folded again after a crash between its fold and its removal)."""
-        logged = self._logged_answers(session, answer_log.read_from(fd))
-        return [("INSERT INTO answers VALUES (?, ?, ?, ?, ?) ON CONFLICT (session, seq) "
-                 "DO NOTHING", (session, *a)) for a in logged]
+        """The statements that put a locked log's answers in the table, those not there
+        already (a log is read again after a crash between its fold and its removal); a
+        last record cut short (a crash of the machine in its write: a killed process
+        never leaves one, and no reward went out for it) is cut off, with a warning.
+        JournalError for any other damage, and where the log and the table disagree."""
+        data = answer_log.read_from(fd)
+        try:
+            logged = answer_log.answers_in(data, session)
+        except answer_log.LogUnmade:
+            logged = []  # (made again by `open_locked`: a noted log is refused before)
+        except answer_log.LogTorn as exc:
+            if not exc.partial:
+                raise JournalError(str(exc)) from None
+            log.warning("journal %s: session %s: %s, cut off", self.path, session[:12], exc)
+            os.ftruncate(fd, exc.whole)
+            logged = answer_log.answers_in(data[:exc.whole], session)
+        except LogDamaged as exc:
+            raise JournalError(str(exc)) from None
+        held = {seq: rest for seq, *rest in self._db.execute(
+            "SELECT seq, row, measured, value FROM answers WHERE session = ?", (session,))}
+        statements = []
+        for seq, *rest in logged:
+            if seq not in held:
+                statements.append((_INSERT_ANSWER, (session, seq, *rest)))
+            elif held[seq] != rest:
+                raise JournalError(f"session {session[:12]}...: query {seq} has one answer "
+                                   "in the journal and another in its answer log")
+        return statements
 
-    def _mark_claimed(self, fd: int, generation: int) -> int:
-        """Append a CLAIM record (every older writer's next check fails); the log's new
-        length. A failure here is the journal's fault (sticky): the claim is committed,
-        and an older writer in another process must not go on answering."""
+    def _mark_claimed(self, fd: int, generation: int) -> None:
+        """Append a CLAIM record under the log's lock: every older writer's next check
+        fails. Called inside the transaction it fences, before its COMMIT: a failed
+        append rolls the claim back (JournalFault, sticky: the disk refused a write)."""
+        size = os.lseek(fd, 0, os.SEEK_END)
         try:
             answer_log.write_all(fd, answer_log.record(answer_log.CLAIM, generation, -1, -1,
                                                        0.0, 0.0))
-            return os.lseek(fd, 0, os.SEEK_END)
         except OSError as exc:
-            self.fault = self.fault or f"answer log: {exc.strerror or exc}"
-            log.error("journal %s: %s", self.path, self.fault)
-            raise JournalFault(self.fault) from exc
+            self._cut_back(fd, size)
+            self._log_failed(exc)
+
+    def _fold_writer(self, session: str, writer: LogWriter) -> None:
+        """Fold this connection's logged answers into the table before it writes one
+        there (an answer with a charge, a reservation): the table keeps the order they
+        were answered in."""
+        try:
+            answer_log.flock(writer.fd, timeout=self.busy_timeout)
+        except answer_log.LogBusy:
+            raise ProtocolError("the curator's journal is busy (another connection claims "
+                                "this session): try again", ErrorCode.BUSY) from None
+        try:
+            self._check_writer(session, writer)
+            self._transaction(self._fold(session, writer.fd), session,
+                              generation=writer.generation)
+            writer.unfolded = 0
+        finally:
+            answer_log.unlock(writer.fd)
+
+    def _check_writer(self, session: str, writer: LogWriter) -> None:
+        """Under the log's lock: Superseded (the writer dropped) unless the log is as this
+        writer left it; JournalFault if the file was removed under it (its answers are
+        then read by nobody)."""
+        if os.lseek(writer.fd, 0, os.SEEK_END) != writer.size:  # a claim appended
+            answer_log.unlock(writer.fd)
+            self._drop_writer(session)
+            raise Superseded(session)
+        if os.fstat(writer.fd).st_nlink == 0:
+            self._log_failed(FileNotFoundError(errno.ENOENT, "the answer log of session "
+                                               f"{session[:12]}... was removed"))
 
     def claimable(self, session: str, owner: str) -> int:
         """The generation of a session `owner` may take over now (changing nothing); the
@@ -796,37 +905,56 @@ class Journal:
         goes up by one, so that every write of an older connection is refused. Raises a
         typed ProtocolError for an unknown session, another owner or a finished one. The
         check and the increment are one transaction: two processes sharing the journal
-        cannot both claim the same generation."""
+        cannot both claim the same generation. Every claim of a file journal holds the
+        session's answer log locked (made if missing: the lock serializes claims and
+        appends), folds it into the table and appends its CLAIM record before it commits."""
         claimed: list[int] = []
 
-        def take() -> list[tuple[str, tuple]]:
+        def take() -> list[tuple[str, tuple]]:  # (inside the transaction, its checks passed)
             generation = self.claimable(session, owner)
             claimed.append(generation + 1)
-            return [("UPDATE sessions SET generation = ?, status = 'open' WHERE id = ?",
-                     (generation + 1, session))] + (self._fold(session, fd) if fd else [])
+            statements = [("UPDATE sessions SET generation = ?, status = 'open' WHERE id = ?",
+                           (generation + 1, session))]
+            if fd is not None:
+                statements += self._fold(session, fd)
+                if self.logging:
+                    statements.append(self._log_noted(session))
+                self._mark_claimed(fd, generation + 1)
+            return statements
 
         with self._lock:  # no answer between the commit and the kept generation
             self.claimable(session, owner)  # (a refused claim touches no log)
-            fd = self._locked_log(session, create=True)  # every claim of a file journal
-            try:  # takes the log's lock: claims and appends are serialized by it
-                self._transaction(take)
+            opened = self._open_log(session, create=True)
+            fd = opened[0] if opened else None
+            try:
+                if opened and opened[1] and self._log_expected(session):
+                    _unlink_quietly(self._log_path(session))
+                    raise JournalError(self._missing(session))
+                try:
+                    self._transaction(take)
+                except ProtocolError as exc:
+                    if fd is not None and exc.code == ErrorCode.SESSION_CLOSED:
+                        _unlink_quietly(self._log_path(session))  # finished meanwhile: folded
+                    raise
                 if self._generations is not None:
                     self._generations[session] = claimed[0]
-                if fd is not None:
-                    self._mark_claimed(fd, claimed[0])
-                    if self.logging:
-                        seqs = {r[0] for r in self._db.execute(
-                            "SELECT seq FROM answers WHERE session = ?", (session,))}
-                        self._start_log(session, claimed[0], seqs, fd)
-                        fd = None  # (kept, unlocked)
+                if fd is not None and self.logging:
+                    seqs = {r[0] for r in self._db.execute(
+                        "SELECT seq FROM answers WHERE session = ?", (session,))}
+                    self._start_log(session, claimed[0], seqs, fd)
+                    fd = None  # (kept, unlocked)
             finally:
                 if fd is not None:
                     os.close(fd)
         return claimed[0]
 
     def current(self, session: str, generation: int) -> bool:
-        """Whether `generation` still owns the session (a fencing check before work)."""
-        return self._generation(self._db.cursor(), session) == generation
+        """Whether `generation` still owns the session (a fencing check before work); a
+        superseded connection's log is closed."""
+        if self._generation(self._db.cursor(), session) == generation:
+            return True
+        self._drop_writer(session, generation)
+        return False
 
     def record_answer(self, session: str, generation: int | None, seq: int, row: int,
                       entries: list[Entry], budget: Budget,
@@ -839,11 +967,12 @@ class Journal:
         if not entries and not self.group_commit and self._generations is not None \
                 and session in self._generations:
             return self._answer_in_memory(session, generation, seq, row, evaluate)
-        writer = self._logs.get(session)  # (a newer generation than this object's writer
-        if writer is not None and not entries and (  # was claimed elsewhere: SQLite fences it)
-                generation is None or generation <= writer.generation):
-            return self._answer_logged(writer, session, generation, seq, row, evaluate)
-        done: list[tuple[float, float]] = []
+        writer = self._logs.get(session)
+        if writer is not None:
+            if not entries and (generation is None or generation <= writer.generation):
+                return self._answer_logged(writer, session, generation, seq, row, evaluate)
+            self._before_table(session, writer, seq)  # (a newer generation claimed elsewhere
+        done: list[tuple[float, float]] = []          # than this writer's: SQLite fences it)
 
         def insert() -> list[tuple[str, tuple]]:
             done.append(evaluate())
@@ -860,6 +989,45 @@ class Journal:
         writer = self._logs.get(session)
         if writer is not None:
             writer.seqs.add(seq)
+
+    def _before_table(self, session: str, writer: LogWriter, seq: int) -> None:
+        """Before a session with a log writes query `seq` to the table (an answer with a
+        charge, a reservation): refused as a duplicate if its log answered it, and the
+        log's answers folded in first, so that the table keeps the order of answering."""
+        if seq in writer.seqs:
+            raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
+                                         "answers.seq")
+        if writer.unfolded:
+            with self._lock, self._writing(session, writer):
+                self._transaction(self._fold(session, writer.fd), session,
+                                  generation=writer.generation)
+                writer.unfolded = 0
+
+    @contextlib.contextmanager
+    def _writing(self, session: str, writer: LogWriter):
+        """Hold the session's log locked for `writer`, as it was left: BUSY past
+        `busy_timeout` (a claim holds it), Superseded (the writer closed) once another
+        connection's record follows this writer's last, JournalFault once the file was
+        removed from under it (what it appends would be read by nobody)."""
+        try:
+            answer_log.flock(writer.fd, timeout=self.busy_timeout)
+        except answer_log.LogBusy:
+            raise ProtocolError("the curator's journal is busy (another connection claims "
+                                "this session): try again", ErrorCode.BUSY) from None
+        except (OSError, NoLocks) as exc:
+            self._log_failed(exc)
+        try:
+            if os.lseek(writer.fd, 0, os.SEEK_END) == writer.size:  # no claim appended
+                if os.fstat(writer.fd).st_nlink == 0:
+                    self._log_failed(FileNotFoundError(
+                        errno.ENOENT, f"the answer log of session {session[:12]}... was "
+                        "removed while its connection answered"))
+                yield
+                return
+        finally:
+            answer_log.unlock(writer.fd)
+        self._drop_writer(session)
+        raise Superseded(session)
 
     def _answer_logged(self, writer: LogWriter, session: str, generation: int | None,
                        seq: int, row: int,
@@ -881,35 +1049,27 @@ class Journal:
             if seq in writer.seqs:
                 raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
                                              "answers.seq")
-            fd = writer.fd
-            try:
-                locked = answer_log.flock(fd, timeout=self.busy_timeout)
-            except (OSError, NoLocks) as exc:
-                return self._log_failed(exc)
-            if not locked:  # another process claims the session now: as SQLite's BUSY
-                raise ProtocolError("the curator's journal is busy (another connection "
-                                    "claims this session): try again", ErrorCode.BUSY)
-            try:
-                if os.lseek(fd, 0, os.SEEK_END) != writer.size:  # a claim appended
-                    raise Superseded(session)
+            with self._writing(session, writer):
                 done = evaluate()
                 answer = (session, seq, row, *done)
                 if _storable(answer) and all(type(v) is float for v in done):
                     data = answer_log.record(answer_log.ANSWER, writer.generation, seq, row,
                                              *done)
                     try:
-                        answer_log.write_all(fd, data)
+                        answer_log.write_all(writer.fd, data)
                     except OSError as exc:
-                        self._cut_back(fd, writer.size)
-                        return self._log_failed(exc)
+                        self._cut_back(writer.fd, writer.size)
+                        self._log_failed(exc)
                     writer.size += len(data)
+                    writer.unfolded += 1
                 else:  # the table raises what it raised, or stores it converted
+                    if writer.unfolded:  # (after the log's answers, in order)
+                        self._transaction(self._fold(session, writer.fd), session)
+                        writer.unfolded = 0
                     try:
                         self._db.execute(_INSERT_ANSWER, answer)
                     except sqlite3.Error as exc:
                         self._raise_failed(exc)
-            finally:
-                answer_log.unlock(fd)
             writer.seqs.add(seq)
             self.commits += 1
         return done
@@ -1039,6 +1199,9 @@ class Journal:
             if generation is not None and not self.current(session, generation):
                 raise Superseded(session)
             return self._held(seq, row, *held)
+        writer = self._logs.get(session)
+        if writer is not None:
+            self._before_table(session, writer, seq)  # (never charged for a logged answer)
 
         def insert() -> list[tuple[str, tuple]]:
             held = self._db.execute("SELECT row, requested FROM pending WHERE session = ? AND "
@@ -1076,7 +1239,7 @@ class Journal:
             if row is None:
                 answered = self._db.execute("SELECT 1 FROM answers WHERE session = ? AND seq = ?",
                                             (session, seq)).fetchone() or any(
-                    a[0] == seq for a in self._logged_answers(session))
+                    a[0] == seq for a in self._logged_answers(session) or ())
                 raise ProtocolError(f"query {seq} of session {session[:12]}... is "
                                     + ("already answered" if answered else "not pending"),
                                     ErrorCode.SEQUENCE)
@@ -1119,6 +1282,9 @@ class Journal:
         """Answer a reserved evaluation: the answer is committed and the reservation
         dropped in one transaction, by the session's current connection only (its
         ledger entries were charged when it was reserved)."""
+        writer = self._logs.get(session)
+        if writer is not None:
+            self._before_table(session, writer, seq)
         self._transaction([(_INSERT_ANSWER,
                             (session, seq, row, measured, value)),
                            ("DELETE FROM pending WHERE session = ? AND seq = ?",
@@ -1170,51 +1336,65 @@ class Journal:
 
     def set_status(self, session: str, generation: int, status: str) -> None:
         """Mark a session 'ok', 'failed', 'interrupted' or 'open' (its current connection
-        only). A finished session's answer log is folded into the table in the same
-        transaction, then removed."""
+        only; a superseded one's log is closed). A finished session's answer log is
+        folded into the table in the same transaction (a CLAIM record appended first,
+        so that no older writer goes on), then removed."""
         update = [("UPDATE sessions SET status = ? WHERE id = ?", (status, session))]
-        if status not in FINISHED:
-            self._transaction(update, session, generation=generation)
-            if status != "open":  # (its connection ends: a resume opens the log again)
-                self._drop_writer(session, generation)
-            return
         with self._lock:
-            fd = self._locked_log(session, create=False)
-            try:
-                self._transaction(update + (self._fold(session, fd) if fd else []),
-                                  session, generation=generation)
-                self._drop_writer(session, generation)
+            if status not in FINISHED:
+                try:
+                    self._transaction(update, session, generation=generation)
+                finally:
+                    if status != "open" or not self.current(session, generation):
+                        self._drop_writer(session, generation)  # (its connection ended)
+                return
+            opened = self._open_log(session, create=False)
+            fd = opened[0] if opened else None
+
+            def finish() -> list[tuple[str, tuple]]:
+                statements = update + [("DELETE FROM meta WHERE key = ?", (_LOG_KEY + session,))]
                 if fd is not None:
-                    self._mark_claimed(fd, generation)  # (an older writer elsewhere stops)
+                    statements += self._fold(session, fd)
+                    self._mark_claimed(fd, generation)
+                return statements
+
+            try:
+                if (fd is None or opened[1]) and self._log_expected(session):
+                    raise JournalError(self._missing(session))
+                try:
+                    self._transaction(finish, session, generation=generation)
+                finally:
+                    self._drop_writer(session, generation)
+                if fd is not None:
                     _unlink_quietly(self._log_path(session))
             finally:
                 if fd is not None:
                     os.close(fd)
 
-    def _drop_writer(self, session: str, generation: int) -> None:
-        """Close the session's log as its connection (of `generation`) ends: a service
-        keeps no open file per session that ended."""
-        writer = self._logs.get(session)
-        if writer is not None and writer.generation == generation:
-            del self._logs[session]
-            os.close(writer.fd)
+    def _missing(self, session: str) -> str:
+        return (f"the answer log of session {session[:12]}... is missing from "
+                f"{self.answer_dir} (a journal copied without its .answers folder?)")
 
     def load(self, session: str) -> JournaledSession | None:
-        """A journaled session, or None."""
-        row = self._db.execute("SELECT ordinal, config, welcome, projection, f_digest, status, "
-                               "owner, generation, release FROM sessions WHERE id = ?",
-                               (session,)).fetchone()
+        """A journaled session, or None. Its answers are the table's and its log's (read
+        first: a fold in between moves answers into the table, never out of sight)."""
+        logged = self._logged_answers(session)  # (every read after it sees a state as new)
+        row = self._db.execute("SELECT ordinal, config, welcome, projection, f_digest, "
+                               "status, owner, generation, release FROM sessions WHERE "
+                               "id = ?", (session,)).fetchone()
         if row is None:
             return None
-        logged = self._logged_answers(session)  # read before the table: a fold between
+        if logged is None and row[5] not in FINISHED and self._log_expected(session):
+            raise JournalError(self._missing(session))
         answers = self._db.execute("SELECT seq, row, measured, value FROM answers WHERE "
                                    "session = ? ORDER BY rowid", (session,)).fetchall()
-        held = {a[0] for a in answers}  # the two moves them from the log, never loses them
-        answers += [a for a in logged if a[0] not in held]
+        entries, pending = self.entries(session), self.pending(session)
+        held = {a[0] for a in answers}
+        answers += [a for a in logged or () if a[0] not in held]
         return JournaledSession(session, row[0], json.loads(row[1]), row[2], row[3], row[4],
                                 row[5], row[6], row[7], [tuple(a) for a in answers],
-                                self.entries(session), json.loads(row[8]) if row[8] else None,
-                                {p.seq: (p.row, p.requested) for p in self.pending(session)})
+                                entries, json.loads(row[8]) if row[8] else None,
+                                {p.seq: (p.row, p.requested) for p in pending})
 
     def sessions(self) -> list[tuple[str, str]]:
         """(id, status) of every journaled session, oldest first."""

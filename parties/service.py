@@ -300,6 +300,7 @@ class CuratorService:
         if uncharged:
             raise LedgerBehind(f"{uncharged[0]}; refusing to start on it")
         self.journal.sweep_projections()  # files of stores killed before their commit
+        self.journal.sweep_answer_logs()  # logs of sessions killed as they finished
         _warn_if_raised(self.journal, settings.budget)
         self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))
         self.ledger = DatasetLedger(self.journal, settings.budget)

@@ -177,7 +177,7 @@ def test_a_damaged_log_is_a_typed_one_line_error_for_every_reader(tmp_path):
     journal.close()
     log = _log(journal)
     intact = log.read_bytes()
-    for damaged in (intact + b"\x01\x02", intact[:-8] + b"\xff" * 8,
+    for damaged in (intact[:-8] + b"\xff" * 8, intact[:60] + bytes([intact[60] ^ 0xFF]) + intact[61:],
                     answer_log.MAGIC + b"b" * 32 + intact[48:]):
         log.write_bytes(damaged)
         reader = Journal(path)
@@ -188,6 +188,25 @@ def test_a_damaged_log_is_a_typed_one_line_error_for_every_reader(tmp_path):
             reader.claim(SID, OWNER)
         reader.close()
     assert _table(path) == {}
+
+
+def test_a_record_cut_short_is_cut_off_by_the_next_claim(tmp_path, caplog):
+    """A machine crash inside an append leaves part of a record (a killed process never
+    does: its write is whole or not at all). Readers refuse the log, typed; the next
+    claim cuts the part off (with a warning) and keeps every whole answer."""
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    journal.close()
+    log = _log(journal)
+    log.write_bytes(log.read_bytes() + answer_log.record(answer_log.ANSWER, 1, 2, 2, 0.5,
+                                                         1.0)[:20])
+    reader = Journal(path)
+    with pytest.raises(JournalError, match="partial record"):
+        reader.load(SID)
+    assert reader.claim(SID, OWNER) == 2 and "cut off" in caplog.text
+    assert [a[0] for a in reader.load(SID).answers] == [1] and _table(path) == {1: 0.5}
+    reader.close()
 
 
 def test_a_resume_after_kill_9_keeps_every_announced_answer(tmp_path):
@@ -338,4 +357,218 @@ def test_a_service_keeps_no_open_log_for_a_session_that_ended(tmp_path):
     assert journal.claim(f"{1:032x}", OWNER) == 2  # resumable: it answers again
     _answer(journal, 2, generation=2, session=f"{1:032x}")
     reader.close()
+    journal.close()
+
+
+# -- what a review of the log found (each fails on the log's first version) -------------
+
+def test_a_claim_whose_claim_record_cannot_be_written_is_not_committed(tmp_path, monkeypatch):
+    """The CLAIM record goes in before the claim commits: if the disk refuses it, the
+    claim is rolled back, so no older writer goes on answering a session SQLite says
+    another connection owns."""
+    path = tmp_path / "j.db"
+    old = _opened(path)
+    _answer(old, 1)
+    claimer = Journal(path, durability="normal")
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(answer_log.os, "write", full)
+    with pytest.raises(JournalFault):
+        claimer.claim(SID, OWNER)
+    monkeypatch.undo()
+    assert old.current(SID, 1)  # the claim left no trace: generation 1 still answers
+    _answer(old, 2)
+    old.close()
+
+
+def test_a_connection_superseded_by_another_process_closes_its_log(tmp_path):
+    path = tmp_path / "j.db"
+    a, b = Journal(path, durability="normal"), Journal(path, durability="normal")
+    before = len(os.listdir("/proc/self/fd"))
+    for k in range(100):
+        sid = f"{k:032x}"
+        a.open_session(sid, {}, b"w", "p", "d", OWNER)
+        _answer(a, 1, session=sid)
+        b.claim(sid, OWNER)
+        b.set_status(sid, 2, "ok")
+        assert not a.current(sid, 1)  # what the curator asks before it records a status
+    assert a._logs == {} and len(os.listdir("/proc/self/fd")) - before < 5
+    a.close()
+    b.close()
+
+
+def test_a_claim_waits_busy_timeout_for_a_slow_answer_and_a_reader_not_at_all(tmp_path):
+    import threading
+    import time
+
+    path = tmp_path / "j.db"
+    writer = _opened(path)
+    started = threading.Event()
+
+    def slow():
+        started.set()
+        time.sleep(1.0)
+        return 1.0, 1.0
+
+    answering = threading.Thread(target=writer.record_answer,
+                                 args=(SID, 1, 1, 1, [], Budget(), slow))
+    answering.start()
+    try:
+        assert started.wait(5)
+        other = Journal(path, durability="normal", busy_timeout=0.2)
+        t0 = time.monotonic()
+        assert other.load(SID).answers == []  # a reader takes no lock
+        assert time.monotonic() - t0 < 0.5
+        t0 = time.monotonic()
+        with pytest.raises(ProtocolError) as busy:
+            other.claim(SID, OWNER)
+        assert busy.value.code is ErrorCode.BUSY and time.monotonic() - t0 < 0.9
+    finally:
+        answering.join(10)
+    assert other.claim(SID, OWNER) == 2 and _table(path) == {1: 1.0}
+    other.close()
+    writer.close()
+
+
+def test_a_logged_seq_is_refused_by_the_table_paths_before_any_charge(tmp_path):
+    from pobo.protocol.ledger import LOCAL, Entry
+
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    charge = [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 1)]
+    calls: list[int] = []
+    with pytest.raises(sqlite3.IntegrityError):
+        journal.record_answer(SID, 1, 1, 1, charge, Budget(), lambda: calls.append(1))
+    with pytest.raises(sqlite3.IntegrityError):
+        journal.reserve(SID, 1, 1, 1, charge, Budget())
+    assert calls == [] and journal.entries() == []
+    journal.close()
+
+
+def test_a_session_mixing_the_two_paths_keeps_the_order_of_answering(tmp_path):
+    from pobo.protocol.ledger import LOCAL, Entry
+
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    for seq in range(1, 6):
+        entries = [Entry("ctl-laplace", 0.5, 0.0, LOCAL, seq)] if seq % 2 == 0 else []
+        journal.record_answer(SID, 1, seq, seq, entries, Budget(), lambda: (1.0, 1.0))
+    assert [a[0] for a in journal.load(SID).answers] == [1, 2, 3, 4, 5]
+    journal.claim(SID, OWNER)
+    assert [a[0] for a in journal.load(SID).answers] == [1, 2, 3, 4, 5]
+    journal.close()
+
+
+def test_no_log_is_left_by_a_claim_refused_as_the_session_finishes(tmp_path, monkeypatch):
+    """A claim that finds the session finished between its first check and its
+    transaction removes the log it holds; a log a killed curator left behind at a
+    session's end is swept at the next start."""
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    claimer = Journal(path, durability="normal")
+    checks = iter([True])
+    real = claimer.claimable
+
+    def finishing_meanwhile(session, owner):
+        generation = real(session, owner)
+        if next(checks, False):  # after the first check, the owner's connection ends it
+            journal.set_status(SID, 1, "ok")
+        return generation
+
+    monkeypatch.setattr(claimer, "claimable", finishing_meanwhile)
+    with pytest.raises(ProtocolError) as closed:
+        claimer.claim(SID, OWNER)
+    assert closed.value.code == ErrorCode.SESSION_CLOSED and not _log(journal).exists()
+    _log(journal).write_bytes(answer_log.MAGIC + SID.encode())  # as a kill -9 leaves it
+    assert Journal(path).sweep_answer_logs() == 1 and not _log(journal).exists()
+    assert _table(path) == {1: 0.5}
+    journal.close()
+    claimer.close()
+
+
+def test_a_log_whose_header_could_not_be_written_leaves_the_session_whole(tmp_path,
+                                                                          monkeypatch):
+    real_write = os.write
+    monkeypatch.setattr(answer_log.os, "write", lambda fd, data: real_write(fd, data[:20]))
+    path = tmp_path / "j.db"
+    journal = _opened(path)  # no log: the session answers through SQLite
+    monkeypatch.undo()
+    _answer(journal, 1)
+    assert Journal(path).load(SID).answers == [(1, 1, 0.25, 0.5)]
+    assert journal.claim(SID, OWNER) == 2
+    journal.set_status(SID, 2, "ok")
+    assert _table(path) == {1: 0.5}
+    journal.close()
+
+
+@pytest.mark.parametrize("session", ["x" * 40, "a/b", "../../escaped", "é" * 4, ""])
+def test_an_id_that_names_no_file_safely_answers_through_sqlite(tmp_path, session):
+    path = tmp_path / "j.db"
+    journal = _opened(path, session)
+    _answer(journal, 1, session=session)
+    assert _table(path, session) == {1: 0.5}
+    assert journal.claim(session, OWNER) == 2
+    journal.set_status(session, 2, "ok")
+    assert not list(tmp_path.rglob("*.log"))
+    journal.close()
+
+
+def test_a_log_removed_under_its_writer_stops_the_journal_before_f(tmp_path):
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    _log(journal).unlink()
+    calls: list[int] = []
+    with pytest.raises(JournalFault):
+        _answer(journal, 2, calls=calls)
+    assert calls == []
+    with pytest.raises(JournalError, match="missing"):  # nor read as holding no answers
+        Journal(path).load(SID)
+    journal.close()
+
+
+@pytest.mark.parametrize("replace", ["fifo", "directory", "symlink"])
+def test_a_log_path_that_is_no_regular_file_is_typed_and_never_waits(tmp_path, replace):
+    import time
+
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    journal.close()
+    log = _log(journal)
+    log.unlink()
+    if replace == "fifo":
+        os.mkfifo(log)
+    elif replace == "directory":
+        log.mkdir()
+    else:
+        log.symlink_to("/dev/zero")
+    reader = Journal(path)
+    t0 = time.monotonic()
+    for call in (lambda: reader.load(SID), lambda: reader.claim(SID, OWNER)):
+        with pytest.raises(JournalError):
+            call()
+    assert time.monotonic() - t0 < 2
+    reader.close()
+
+
+def test_a_copy_of_the_journal_without_its_answers_folder_is_refused(tmp_path):
+    import shutil
+
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    copy = tmp_path / "copy.db"
+    with sqlite3.connect(path) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    copied = Journal(copy, durability="normal")
+    for call in (lambda: copied.load(SID), lambda: copied.claim(SID, OWNER)):
+        with pytest.raises(JournalError, match="missing"):
+            call()
+    shutil.copytree(journal.answer_dir, copied.answer_dir, dirs_exist_ok=True)  # with it: all
+    assert [a[0] for a in copied.load(SID).answers] == [1]
+    copied.close()
     journal.close()
