@@ -112,18 +112,33 @@ def record(kind: bytes, generation: int, seq: int, row: int, measured: float,
     return _KIND.pack(kind, zlib.crc32(body)) + body
 
 
+def answer_record(generation: int, seq: int, row: int, measured, value) -> bytes | None:
+    """An answer's record, or None for one the table would refuse or store converted
+    (NaN, a value that is no float, an integer past 64 bits): that one goes to the
+    table, which says what it says of it."""
+    if type(measured) is not float or type(value) is not float or measured != measured \
+            or value != value or type(seq) is not int or type(row) is not int:
+        return None
+    try:
+        return record(ANSWER, generation, seq, row, measured, value)
+    except struct.error:
+        return None
+
+
 def flock(fd: int, exclusive: bool = True, timeout: float | None = None) -> None:
     """Lock `fd`'s file (held by the open file description), waiting up to `timeout`
     seconds (None: as long as it takes) for another holder to let go, else LogBusy.
     NoLocks where the file system has no such locks."""
     operation = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-    deadline = None if timeout is None else time.monotonic() + timeout
-    pause = 0.0005
+    if timeout is not None:
+        operation |= fcntl.LOCK_NB
+    deadline, pause = None, 0.0005
     while True:
         try:
-            fcntl.flock(fd, operation if deadline is None else operation | fcntl.LOCK_NB)
+            fcntl.flock(fd, operation)
             return
         except BlockingIOError:
+            deadline = deadline or time.monotonic() + timeout
             if time.monotonic() >= deadline:
                 raise LogBusy("another connection holds the session's answer log") from None
             time.sleep(pause)  # (as SQLite's busy handler)

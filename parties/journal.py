@@ -998,34 +998,37 @@ class Journal:
             raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
                                          "answers.seq")
         if writer.unfolded:
-            with self._lock, self._writing(session, writer):
-                self._transaction(self._fold(session, writer.fd), session,
-                                  generation=writer.generation)
-                writer.unfolded = 0
+            with self._lock:
+                self._hold(session, writer)
+                try:
+                    self._transaction(self._fold(session, writer.fd), session,
+                                      generation=writer.generation)
+                    writer.unfolded = 0
+                finally:
+                    answer_log.unlock(writer.fd)
 
-    @contextlib.contextmanager
-    def _writing(self, session: str, writer: LogWriter):
-        """Hold the session's log locked for `writer`, as it was left: BUSY past
-        `busy_timeout` (a claim holds it), Superseded (the writer closed) once another
-        connection's record follows this writer's last, JournalFault once the file was
-        removed from under it (what it appends would be read by nobody)."""
+    def _hold(self, session: str, writer: LogWriter) -> None:
+        """Lock the session's log for `writer`, as it was left (the caller unlocks):
+        BUSY past `busy_timeout` (a claim holds it), Superseded (the writer closed) once
+        another connection's record follows this writer's last, JournalFault once the
+        file was removed from under it (what it appends would be read by nobody). On
+        any of these the lock is not held."""
+        fd = writer.fd
         try:
-            answer_log.flock(writer.fd, timeout=self.busy_timeout)
+            answer_log.flock(fd, timeout=self.busy_timeout)
         except answer_log.LogBusy:
             raise ProtocolError("the curator's journal is busy (another connection claims "
                                 "this session): try again", ErrorCode.BUSY) from None
         except (OSError, NoLocks) as exc:
             self._log_failed(exc)
-        try:
-            if os.lseek(writer.fd, 0, os.SEEK_END) == writer.size:  # no claim appended
-                if os.fstat(writer.fd).st_nlink == 0:
-                    self._log_failed(FileNotFoundError(
-                        errno.ENOENT, f"the answer log of session {session[:12]}... was "
-                        "removed while its connection answered"))
-                yield
-                return
-        finally:
-            answer_log.unlock(writer.fd)
+        as_left = os.lseek(fd, 0, os.SEEK_END) == writer.size  # no claim appended
+        if as_left and os.fstat(fd).st_nlink:
+            return
+        answer_log.unlock(fd)
+        if as_left:
+            self._log_failed(FileNotFoundError(errno.ENOENT, "the answer log of session "
+                                               f"{session[:12]}... was removed while its "
+                                               "connection answered"))
         self._drop_writer(session)
         raise Superseded(session)
 
@@ -1049,12 +1052,11 @@ class Journal:
             if seq in writer.seqs:
                 raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
                                              "answers.seq")
-            with self._writing(session, writer):
+            self._hold(session, writer)
+            try:
                 done = evaluate()
-                answer = (session, seq, row, *done)
-                if _storable(answer) and all(type(v) is float for v in done):
-                    data = answer_log.record(answer_log.ANSWER, writer.generation, seq, row,
-                                             *done)
+                data = answer_log.answer_record(writer.generation, seq, row, *done)
+                if data is not None:
                     try:
                         answer_log.write_all(writer.fd, data)
                     except OSError as exc:
@@ -1067,9 +1069,11 @@ class Journal:
                         self._transaction(self._fold(session, writer.fd), session)
                         writer.unfolded = 0
                     try:
-                        self._db.execute(_INSERT_ANSWER, answer)
+                        self._db.execute(_INSERT_ANSWER, (session, seq, row, *done))
                     except sqlite3.Error as exc:
                         self._raise_failed(exc)
+            finally:
+                answer_log.unlock(writer.fd)
             writer.seqs.add(seq)
             self.commits += 1
         return done
