@@ -164,13 +164,12 @@ def _regular(fd: int, path: Path) -> os.stat_result:
     return held
 
 
-def open_locked(path: Path, session: str, create: bool,
-                timeout: float | None = None) -> tuple[int, bool] | None:
-    """(`path` opened for appending and locked exclusively, whether this call created
-    it): the file now at `path`, not one removed while this waited for the lock; with
-    `create` a missing file is made with its header (a header cut short by a crash is
-    written again), else None. OSError as the system says; LogDamaged for a link or a
-    file that is not regular; LogBusy; NoLocks."""
+def open_locked(path: Path, create: bool,
+                timeout: float | None = None) -> tuple[int, int] | None:
+    """(`path` opened for appending and locked exclusively, its length): the file now at
+    `path`, not one removed while this waited for the lock; with `create` a missing file
+    is made (empty: `make_header` writes its header), else None. OSError as the system
+    says; LogDamaged for a link or a file that is not regular; LogBusy; NoLocks."""
     if fcntl is None:
         raise NoLocks("this platform has no flock")
     flags = os.O_RDWR | os.O_APPEND | _OPEN | (os.O_CREAT if create else 0)
@@ -194,21 +193,27 @@ def open_locked(path: Path, session: str, create: bool,
             if current is None or (current.st_dev, current.st_ino) != (held.st_dev, held.st_ino):
                 os.close(fd)  # finished and removed while this waited: look again
                 continue
-            created = held.st_size < HEADER_SIZE
-            if created:  # new, or its header cut short by a crash: (re)written whole
-                if held.st_size and not _header(session).startswith(read_from(fd)):
-                    raise LogDamaged(f"the answer log of session {session[:12]}... has a "
-                                     "foreign header (not this session's log)")
-                os.ftruncate(fd, 0)
-                try:
-                    write_all(fd, _header(session))
-                except OSError:
-                    os.ftruncate(fd, 0)
-                    raise
-            return fd, created
+            return fd, held.st_size
         except BaseException:
             os.close(fd)
             raise
+
+
+def make_header(fd: int, session: str) -> int:
+    """Write a locked log's header over whatever beginning of it is there (a log being
+    made, or one whose making a crash cut short); its length. The file is left empty if
+    the write fails (OSError)."""
+    data = read_from(fd)
+    if not _header(session).startswith(data):
+        raise LogDamaged(f"the answer log of session {session[:12]}... has a foreign "
+                         "header (not this session's log)")
+    os.ftruncate(fd, 0)
+    try:
+        write_all(fd, _header(session))
+    except OSError:
+        os.ftruncate(fd, 0)
+        raise
+    return HEADER_SIZE
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -218,8 +223,9 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def read_log(path: Path, session: str,
-             timeout: float = 0.1) -> list[tuple[int, int, float, float]] | None:
-    """The answers in a session's log (None: it has none), read without a lock: a torn
+             timeout: float = 0.1) -> tuple[list[tuple[int, int, float, float]], int] | None:
+    """(the answers in a session's log, its length in bytes); None: it has none. Read
+    without a lock: a torn
     last record (an append under way, where the system shows one) is read again, up to
     `timeout` seconds, before it is LogDamaged (a crash cut it short: a claim cuts it
     off)."""
@@ -240,7 +246,7 @@ def read_log(path: Path, session: str,
         finally:
             os.close(fd)
         try:
-            return answers_in(data, session)
+            return answers_in(data, session), len(data)
         except LogTorn:
             if time.monotonic() >= deadline:
                 raise

@@ -610,29 +610,36 @@ class Journal:
         return removed
 
     def sweep_answer_logs(self) -> int:
-        """Remove the answer logs of finished sessions; the number removed. A curator
-        killed between a session's end (its log folded into the table in the same
-        transaction) and the file's removal leaves one behind. A log another connection
-        holds locked is left for a later start."""
+        """Remove the answer logs that no live session will read; the number removed: a
+        finished session's (a curator killed between its end, which folded the log into
+        the table, and the file's removal) and a session's that was never recorded (a
+        curator killed, or its INSERT refused, while it opened the session). Each is
+        checked again under the log's lock, taken without waiting: a log another
+        connection holds is left for a later start."""
         if self.path == ":memory:" or not self.answer_dir.is_dir():
             return 0
+
+        def gone(session: str) -> bool:
+            row = self._db.execute("SELECT status FROM sessions WHERE id = ?",
+                                   (session,)).fetchone()
+            return row is None or row[0] in FINISHED
+
         removed = 0
         for entry in os.scandir(self.answer_dir):
             session = entry.name.removesuffix(".log")
-            if session == entry.name or not answer_log.loggable(session):
-                continue
-            row = self._db.execute("SELECT status FROM sessions WHERE id = ?",
-                                   (session,)).fetchone()
-            if row is None or row[0] not in FINISHED:
+            if session == entry.name or not answer_log.loggable(session) or not gone(session):
                 continue
             try:
-                opened = answer_log.open_locked(Path(entry.path), session, False, 0.0)
+                opened = answer_log.open_locked(Path(entry.path), False, 0.0)
             except (OSError, LogDamaged, answer_log.LogBusy, NoLocks):
                 continue
             if opened is not None:
-                _unlink_quietly(Path(entry.path))
-                os.close(opened[0])
-                removed += 1
+                try:
+                    if gone(session):  # (again, under the lock: an opener holds it until
+                        _unlink_quietly(Path(entry.path))  # its row is committed)
+                        removed += 1
+                finally:
+                    os.close(opened[0])
         return removed
 
     def _unnamed_npy_removed(self, digests: set[str] | None) -> int:
@@ -711,25 +718,27 @@ class Journal:
     def open_session(self, session: str, config: dict, welcome: bytes, projection: str,
                      f_digest: str, owner: str) -> int:
         """Record a new session of `owner` at generation 1; returns its ordinal. At
-        durability normal its answer log is made first (locked until the row is
-        committed, so that no claim finds the row without the log)."""
+        durability normal its answer log is made first and held locked until the row is
+        committed (no claim finds the row without its log); removed if the row is not."""
         with self._lock:
-            opened = self._open_log(session, create=True, quiet=True) if self.logging else None
+            self._commit_group()  # (SQLite's lock is never held while the log's is taken)
+            fd = self._open_log(session, create=True, quiet=True) if self.logging else None
             try:
                 (ordinal,) = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()
                 self._transaction(
                     [("INSERT INTO sessions VALUES (?, ?, ?, ?, ?, ?, 'open', NULL, ?, ?, 1)",
                       (session, ordinal, json.dumps(config), welcome, projection, f_digest,
                        time.time(), owner))]
-                    + ([self._log_noted(session)] if opened else []))
+                    + ([self._log_noted(session, fd)] if fd is not None else []))
                 if self._generations is not None:
                     self._generations[session] = 1
-                if opened:
-                    self._start_log(session, 1, set(), opened[0])
-                    opened = None
+                if fd is not None:
+                    self._start_log(session, 1, set(), fd)
+                    fd = None
             finally:
-                if opened:
-                    os.close(opened[0])
+                if fd is not None:  # the row is not there: nor is its log
+                    _unlink_quietly(self._log_path(session))
+                    os.close(fd)
             return ordinal
 
     # -- answer logs (a file journal at durability normal: parties.answer_log) -------------
@@ -747,41 +756,83 @@ class Journal:
         return answer_log.log_path(self.answer_dir, session)
 
     @staticmethod
-    def _log_noted(session: str) -> tuple[str, tuple]:
-        """The statement noting that a session keeps a log (a copy of the journal without
-        its `.answers/` folder is then refused, not read as holding no answers)."""
-        return ("INSERT OR IGNORE INTO meta VALUES (?, '1')", (_LOG_KEY + session,))
+    def _log_noted(session: str, fd: int) -> tuple[str, tuple]:
+        """The statement noting that a session keeps a log at least as long as `fd`'s is
+        now (a copy of the journal without its `.answers/` folder, or with an older or
+        cut log, is then refused, not read as holding fewer answers)."""
+        return ("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                (_LOG_KEY + session, str(os.lseek(fd, 0, os.SEEK_END))))
 
-    def _log_expected(self, session: str) -> bool:
-        return self._db.execute("SELECT 1 FROM meta WHERE key = ?",
-                                (_LOG_KEY + session,)).fetchone() is not None
+    def _noted_length(self, session: str) -> int | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key = ?",
+                               (_LOG_KEY + session,)).fetchone()
+        return None if row is None else int(row[0])
 
-    def _open_log(self, session: str, create: bool,
-                  quiet: bool = False) -> tuple[int, bool] | None:
-        """(the session's log, open and locked exclusively, whether this made it), or None:
-        no log, none possible here, or (`quiet`, for a new session, which then answers
-        through SQLite) one that cannot be made. Typed errors: BUSY past `busy_timeout`,
-        JournalError for a damaged log or one the system refuses."""
+    def _busy(self, what: str = "another connection holds this session's answer log"):
+        return ProtocolError(f"the curator's journal is busy ({what}): try again",
+                             ErrorCode.BUSY)
+
+    def _open_log(self, session: str, create: bool, quiet: bool = False,
+                  deadline: float | None = None) -> int | None:
+        """The session's log, open and locked exclusively (made, with `create`, if
+        missing), or None: none possible here, none there, or (`quiet`: a new session,
+        which then answers through SQLite) one that cannot be made. JournalError for a
+        log the journal noted that is missing, shorter than noted or damaged; BUSY past
+        `deadline` (default: `busy_timeout` from now)."""
         path = self._log_path(session)
         if path is None:
             return None
+        wait = self.busy_timeout if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             if create:
                 self.answer_dir.mkdir(exist_ok=True)
-            return answer_log.open_locked(path, session, create, self.busy_timeout)
+            opened = answer_log.open_locked(path, create, wait)
         except NoLocks:
             return None
         except answer_log.LogBusy:
-            raise ProtocolError("the curator's journal is busy (another connection holds "
-                                "this session's answer log): try again", ErrorCode.BUSY) from None
+            raise self._busy() from None
         except (OSError, LogDamaged) as exc:
             if quiet:
-                log.warning("journal %s: session %s answers through SQLite: no answer log "
-                            "(%s)", self.path, session[:12], exc)
-                return None
-            raise JournalError(f"cannot open the answer log of session {session[:12]}... in "
-                               f"{self.answer_dir}: {getattr(exc, 'strerror', None) or exc}"
-                               ) from None
+                return self._no_log(session, exc)
+            raise self._log_error(session, exc) from None
+        noted = self._noted_length(session)  # (read under the lock: every note is made so)
+        if opened is None:
+            if noted is not None:
+                raise JournalError(self._missing(session))
+            return None
+        fd, size = opened
+        try:
+            if noted is not None and size < noted:
+                if size == 0:
+                    _unlink_quietly(path)  # (made by this call)
+                    raise JournalError(self._missing(session))
+                raise JournalError(f"the answer log of session {session[:12]}... holds {size} "
+                                   f"bytes, the journal noted {noted}: cut, or an older copy")
+            if size < answer_log.HEADER_SIZE:  # being made, or its making cut short
+                answer_log.make_header(fd, session)
+            return fd
+        except (OSError, LogDamaged) as exc:
+            os.close(fd)
+            if quiet:
+                return self._no_log(session, exc)
+            raise self._log_error(session, exc) from None
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _no_log(self, session: str, exc: Exception) -> None:
+        log.warning("journal %s: session %s answers through SQLite: no answer log (%s)",
+                    self.path, session[:12], getattr(exc, "strerror", None) or exc)
+        _unlink_quietly(self._log_path(session))  # (a header it could not write whole)
+        return None
+
+    def _log_error(self, session: str, exc: Exception) -> JournalError:
+        return JournalError(f"cannot open the answer log of session {session[:12]}... in "
+                            f"{self.answer_dir}: {getattr(exc, 'strerror', None) or exc}")
+
+    def _missing(self, session: str) -> str:
+        return (f"the answer log of session {session[:12]}... is missing from "
+                f"{self.answer_dir} (a journal copied without its .answers folder?)")
 
     def _start_log(self, session: str, generation: int, seqs: set[int], fd: int) -> None:
         """Append this session's answers to the log `fd` (open and locked) from now on."""
@@ -799,18 +850,45 @@ class Journal:
             del self._logs[session]
             os.close(writer.fd)
 
-    def _logged_answers(self, session: str) -> list[tuple] | None:
-        """The answers in a session's log, read without a lock (None: no log file, or one
-        not made yet); JournalError for a damaged log."""
+    def _logged_answers(self, session: str) -> tuple[list[tuple], int] | None:
+        """(the answers in a session's log, its length), read without a lock; None: no
+        log file, or one not made yet. JournalError for a damaged log."""
         path = self._log_path(session)
         if path is None:
             return None
         try:
             return answer_log.read_log(path, session, min(self.busy_timeout, 0.1))
         except answer_log.LogUnmade:
-            return None  # (a log noted as made and now this short is missing its answers)
+            return None  # (the journal notes a log only once it is made: see `load`)
         except LogDamaged as exc:
             raise JournalError(str(exc)) from None
+
+    def _session_answers(self, session: str) -> tuple[tuple, list[tuple]] | None:
+        """(the session's row, its answers: the table's, then its log's not in the
+        table), or None: no such session. The log is read first, so that a fold in
+        between moves answers into the table, never out of sight; read again when it
+        is shorter than the journal notes (a claim appended meanwhile); JournalError
+        when it stays so, or is missing while the session lives."""
+        for _ in range(3):
+            logged = self._logged_answers(session)
+            row = self._db.execute("SELECT ordinal, config, welcome, projection, f_digest, "
+                                   "status, owner, generation, release FROM sessions WHERE "
+                                   "id = ?", (session,)).fetchone()
+            if row is None:
+                return None
+            noted = self._noted_length(session) if row[5] not in FINISHED else None
+            if noted is None or logged is not None and logged[1] >= noted:
+                break
+        else:
+            if logged is None:
+                raise JournalError(self._missing(session))
+            raise JournalError(f"the answer log of session {session[:12]}... holds "
+                               f"{logged[1]} bytes, the journal noted {noted}: cut, or an "
+                               "older copy")
+        answers = self._db.execute("SELECT seq, row, measured, value FROM answers WHERE "
+                                   "session = ? ORDER BY rowid", (session,)).fetchall()
+        held = {a[0] for a in answers}
+        return row, answers + [a for a in (logged[0] if logged else ()) if a[0] not in held]
 
     def _fold(self, session: str, fd: int) -> list[tuple[str, tuple]]:
         """The statements that put a locked log's answers in the table, those not there
@@ -821,8 +899,6 @@ class Journal:
         data = answer_log.read_from(fd)
         try:
             logged = answer_log.answers_in(data, session)
-        except answer_log.LogUnmade:
-            logged = []  # (made again by `open_locked`: a noted log is refused before)
         except answer_log.LogTorn as exc:
             if not exc.partial:
                 raise JournalError(str(exc)) from None
@@ -831,6 +907,8 @@ class Journal:
             logged = answer_log.answers_in(data[:exc.whole], session)
         except LogDamaged as exc:
             raise JournalError(str(exc)) from None
+        if not logged:
+            return []
         held = {seq: rest for seq, *rest in self._db.execute(
             "SELECT seq, row, measured, value FROM answers WHERE session = ?", (session,))}
         statements = []
@@ -845,7 +923,7 @@ class Journal:
     def _mark_claimed(self, fd: int, generation: int) -> None:
         """Append a CLAIM record under the log's lock: every older writer's next check
         fails. Called inside the transaction it fences, before its COMMIT: a failed
-        append rolls the claim back (JournalFault, sticky: the disk refused a write)."""
+        append rolls it back (JournalFault, sticky: the disk refused a write)."""
         size = os.lseek(fd, 0, os.SEEK_END)
         try:
             answer_log.write_all(fd, answer_log.record(answer_log.CLAIM, generation, -1, -1,
@@ -854,34 +932,37 @@ class Journal:
             self._cut_back(fd, size)
             self._log_failed(exc)
 
-    def _fold_writer(self, session: str, writer: LogWriter) -> None:
-        """Fold this connection's logged answers into the table before it writes one
-        there (an answer with a charge, a reservation): the table keeps the order they
-        were answered in."""
+    @contextlib.contextmanager
+    def _waiting_until(self, deadline: float):
+        """SQLite's busy wait cut to what is left until `deadline` (a claim waited for
+        the log's lock already: one busy_timeout in all, not two)."""
+        left = max(0.0, deadline - time.monotonic())
+        self._db.execute(f"PRAGMA busy_timeout = {int(left * 1000)}")
         try:
-            answer_log.flock(writer.fd, timeout=self.busy_timeout)
-        except answer_log.LogBusy:
-            raise ProtocolError("the curator's journal is busy (another connection claims "
-                                "this session): try again", ErrorCode.BUSY) from None
-        try:
-            self._check_writer(session, writer)
-            self._transaction(self._fold(session, writer.fd), session,
-                              generation=writer.generation)
-            writer.unfolded = 0
+            yield
         finally:
-            answer_log.unlock(writer.fd)
+            self._db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
 
-    def _check_writer(self, session: str, writer: LogWriter) -> None:
-        """Under the log's lock: Superseded (the writer dropped) unless the log is as this
-        writer left it; JournalFault if the file was removed under it (its answers are
-        then read by nobody)."""
-        if os.lseek(writer.fd, 0, os.SEEK_END) != writer.size:  # a claim appended
-            answer_log.unlock(writer.fd)
-            self._drop_writer(session)
-            raise Superseded(session)
-        if os.fstat(writer.fd).st_nlink == 0:
-            self._log_failed(FileNotFoundError(errno.ENOENT, "the answer log of session "
-                                               f"{session[:12]}... was removed"))
+    def _fold_unwritten(self, session: str) -> None:
+        """Before a table write of a session this object keeps no log of (a writer
+        dropped, another process's log): fold its log in first, so that the table
+        refuses a seq answered there and keeps the order of answering."""
+        path = self._log_path(session)
+        if path is None or not os.path.lexists(path):
+            return
+        with self._lock:
+            self._commit_group()
+            deadline = time.monotonic() + self.busy_timeout
+            fd = self._open_log(session, create=False, deadline=deadline)
+            if fd is None:
+                return
+            try:
+                statements = self._fold(session, fd)
+                if statements:
+                    with self._waiting_until(deadline):
+                        self._transaction(statements, session)
+            finally:
+                os.close(fd)
 
     def claimable(self, session: str, owner: str) -> int:
         """The generation of a session `owner` may take over now (changing nothing); the
@@ -907,7 +988,8 @@ class Journal:
         check and the increment are one transaction: two processes sharing the journal
         cannot both claim the same generation. Every claim of a file journal holds the
         session's answer log locked (made if missing: the lock serializes claims and
-        appends), folds it into the table and appends its CLAIM record before it commits."""
+        appends), folds it into the table and appends its CLAIM record before it commits;
+        one busy_timeout bounds the wait for both locks."""
         claimed: list[int] = []
 
         def take() -> list[tuple[str, tuple]]:  # (inside the transaction, its checks passed)
@@ -917,21 +999,19 @@ class Journal:
                            (generation + 1, session))]
             if fd is not None:
                 statements += self._fold(session, fd)
-                if self.logging:
-                    statements.append(self._log_noted(session))
                 self._mark_claimed(fd, generation + 1)
+                statements.append(self._log_noted(session, fd))
             return statements
 
         with self._lock:  # no answer between the commit and the kept generation
             self.claimable(session, owner)  # (a refused claim touches no log)
-            opened = self._open_log(session, create=True)
-            fd = opened[0] if opened else None
+            self._commit_group()  # (SQLite's lock is never held while the log's is taken)
+            deadline = time.monotonic() + self.busy_timeout
+            fd = self._open_log(session, create=True, deadline=deadline)
             try:
-                if opened and opened[1] and self._log_expected(session):
-                    _unlink_quietly(self._log_path(session))
-                    raise JournalError(self._missing(session))
                 try:
-                    self._transaction(take)
+                    with self._waiting_until(deadline):
+                        self._transaction(take)
                 except ProtocolError as exc:
                     if fd is not None and exc.code == ErrorCode.SESSION_CLOSED:
                         _unlink_quietly(self._log_path(session))  # finished meanwhile: folded
@@ -968,11 +1048,11 @@ class Journal:
                 and session in self._generations:
             return self._answer_in_memory(session, generation, seq, row, evaluate)
         writer = self._logs.get(session)
-        if writer is not None:
-            if not entries and (generation is None or generation <= writer.generation):
-                return self._answer_logged(writer, session, generation, seq, row, evaluate)
-            self._before_table(session, writer, seq)  # (a newer generation claimed elsewhere
-        done: list[tuple[float, float]] = []          # than this writer's: SQLite fences it)
+        if writer is not None and not entries and (
+                generation is None or generation <= writer.generation):
+            return self._answer_logged(writer, session, generation, seq, row, evaluate)
+        self._before_table(session, seq)  # (a newer generation than this object's writer
+        done: list[tuple[float, float]] = []  # was claimed elsewhere: SQLite fences it)
 
         def insert() -> list[tuple[str, tuple]]:
             done.append(evaluate())
@@ -990,10 +1070,17 @@ class Journal:
         if writer is not None:
             writer.seqs.add(seq)
 
-    def _before_table(self, session: str, writer: LogWriter, seq: int) -> None:
-        """Before a session with a log writes query `seq` to the table (an answer with a
-        charge, a reservation): refused as a duplicate if its log answered it, and the
-        log's answers folded in first, so that the table keeps the order of answering."""
+    def _before_table(self, session: str, seq: int) -> None:
+        """Before query `seq` of a session goes to the table (an answer with a charge, a
+        reservation, a deferred answer): refused as a duplicate if its log answered it,
+        and the log's answers folded in first, so that the table keeps the order of
+        answering; a log this object does not write (its writer dropped, another
+        process's) is folded in first too."""
+        writer = self._logs.get(session)
+        if writer is None:
+            if self.path != ":memory:":
+                self._fold_unwritten(session)
+            return
         if seq in writer.seqs:
             raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
                                          "answers.seq")
@@ -1021,14 +1108,20 @@ class Journal:
                                 "this session): try again", ErrorCode.BUSY) from None
         except (OSError, NoLocks) as exc:
             self._log_failed(exc)
-        as_left = os.lseek(fd, 0, os.SEEK_END) == writer.size  # no claim appended
-        if as_left and os.fstat(fd).st_nlink:
+        size, linked = os.lseek(fd, 0, os.SEEK_END), os.fstat(fd).st_nlink
+        if size == writer.size and linked:  # as left: no claim appended
+            return
+        owned = self._db.execute("SELECT 1 FROM sessions WHERE id = ? AND generation = ? AND "
+                                 "status IN (?, ?)", (session, writer.generation, *RESUMABLE)
+                                 ).fetchone() is not None
+        if owned and size > writer.size and linked:
+            writer.size = size  # a claim that appended its record, then failed: go on
             return
         answer_log.unlock(fd)
-        if as_left:
+        if owned:  # nobody took it over, yet the file changed under its writer
             self._log_failed(FileNotFoundError(errno.ENOENT, "the answer log of session "
-                                               f"{session[:12]}... was removed while its "
-                                               "connection answered"))
+                                               f"{session[:12]}... was cut or removed while "
+                                               "its connection answered"))
         self._drop_writer(session)
         raise Superseded(session)
 
@@ -1203,9 +1296,7 @@ class Journal:
             if generation is not None and not self.current(session, generation):
                 raise Superseded(session)
             return self._held(seq, row, *held)
-        writer = self._logs.get(session)
-        if writer is not None:
-            self._before_table(session, writer, seq)  # (never charged for a logged answer)
+        self._before_table(session, seq)  # (never charged for a logged answer)
 
         def insert() -> list[tuple[str, tuple]]:
             held = self._db.execute("SELECT row, requested FROM pending WHERE session = ? AND "
@@ -1243,7 +1334,7 @@ class Journal:
             if row is None:
                 answered = self._db.execute("SELECT 1 FROM answers WHERE session = ? AND seq = ?",
                                             (session, seq)).fetchone() or any(
-                    a[0] == seq for a in self._logged_answers(session) or ())
+                    a[0] == seq for a in (self._session_answers(session) or ((), ()))[1])
                 raise ProtocolError(f"query {seq} of session {session[:12]}... is "
                                     + ("already answered" if answered else "not pending"),
                                     ErrorCode.SEQUENCE)
@@ -1286,9 +1377,7 @@ class Journal:
         """Answer a reserved evaluation: the answer is committed and the reservation
         dropped in one transaction, by the session's current connection only (its
         ledger entries were charged when it was reserved)."""
-        writer = self._logs.get(session)
-        if writer is not None:
-            self._before_table(session, writer, seq)
+        self._before_table(session, seq)
         self._transaction([(_INSERT_ANSWER,
                             (session, seq, row, measured, value)),
                            ("DELETE FROM pending WHERE session = ? AND seq = ?",
@@ -1340,20 +1429,24 @@ class Journal:
 
     def set_status(self, session: str, generation: int, status: str) -> None:
         """Mark a session 'ok', 'failed', 'interrupted' or 'open' (its current connection
-        only; a superseded one's log is closed). A finished session's answer log is
-        folded into the table in the same transaction (a CLAIM record appended first,
-        so that no older writer goes on), then removed."""
+        only). Its log is closed once its connection ends or is superseded. A finished
+        session's answer log is folded into the table in the same transaction (a CLAIM
+        record appended first, so that no older writer goes on; the COMMIT made durable
+        even at normal), then removed."""
         update = [("UPDATE sessions SET status = ? WHERE id = ?", (status, session))]
         with self._lock:
             if status not in FINISHED:
                 try:
                     self._transaction(update, session, generation=generation)
-                finally:
-                    if status != "open" or not self.current(session, generation):
-                        self._drop_writer(session, generation)  # (its connection ended)
+                except Superseded:
+                    self._drop_writer(session, generation)
+                    raise
+                if status != "open":  # (its connection ends: a resume opens the log again)
+                    self._drop_writer(session, generation)
                 return
-            opened = self._open_log(session, create=False)
-            fd = opened[0] if opened else None
+            self._commit_group()  # (SQLite's lock is never held while the log's is taken)
+            deadline = time.monotonic() + self.busy_timeout
+            fd = self._open_log(session, create=False, deadline=deadline)
 
             def finish() -> list[tuple[str, tuple]]:
                 statements = update + [("DELETE FROM meta WHERE key = ?", (_LOG_KEY + session,))]
@@ -1363,38 +1456,40 @@ class Journal:
                 return statements
 
             try:
-                if (fd is None or opened[1]) and self._log_expected(session):
-                    raise JournalError(self._missing(session))
                 try:
-                    self._transaction(finish, session, generation=generation)
-                finally:
+                    with self._waiting_until(deadline), self._durable(fd is not None):
+                        self._transaction(finish, session, generation=generation)
+                except Superseded:
                     self._drop_writer(session, generation)
-                if fd is not None:
+                    raise
+                self._drop_writer(session, generation)
+                if fd is not None:  # (the fold is durable: the log may go)
                     _unlink_quietly(self._log_path(session))
             finally:
                 if fd is not None:
                     os.close(fd)
 
-    def _missing(self, session: str) -> str:
-        return (f"the answer log of session {session[:12]}... is missing from "
-                f"{self.answer_dir} (a journal copied without its .answers folder?)")
+    @contextlib.contextmanager
+    def _durable(self, needed: bool):
+        """Commit with an fsync even at durability normal (a finished session's fold, before
+        its log is removed: a power loss must not keep the removal and lose the fold)."""
+        if not needed or self.durability == "full":
+            yield
+            return
+        self._db.execute("PRAGMA synchronous=FULL")
+        try:
+            yield
+        finally:
+            self._db.execute(f"PRAGMA synchronous={DURABILITY[self.durability]}")
 
     def load(self, session: str) -> JournaledSession | None:
         """A journaled session, or None. Its answers are the table's and its log's (read
         first: a fold in between moves answers into the table, never out of sight)."""
-        logged = self._logged_answers(session)  # (every read after it sees a state as new)
-        row = self._db.execute("SELECT ordinal, config, welcome, projection, f_digest, "
-                               "status, owner, generation, release FROM sessions WHERE "
-                               "id = ?", (session,)).fetchone()
-        if row is None:
+        found = self._session_answers(session)
+        if found is None:
             return None
-        if logged is None and row[5] not in FINISHED and self._log_expected(session):
-            raise JournalError(self._missing(session))
-        answers = self._db.execute("SELECT seq, row, measured, value FROM answers WHERE "
-                                   "session = ? ORDER BY rowid", (session,)).fetchall()
+        row, answers = found
         entries, pending = self.entries(session), self.pending(session)
-        held = {a[0] for a in answers}
-        answers += [a for a in logged or () if a[0] not in held]
         return JournaledSession(session, row[0], json.loads(row[1]), row[2], row[3], row[4],
                                 row[5], row[6], row[7], [tuple(a) for a in answers],
                                 entries, json.loads(row[8]) if row[8] else None,

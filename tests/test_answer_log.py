@@ -572,3 +572,194 @@ def test_a_copy_of_the_journal_without_its_answers_folder_is_refused(tmp_path):
     assert [a[0] for a in copied.load(SID).answers] == [1]
     copied.close()
     journal.close()
+
+
+# -- a second review, of the fixes (each fails on 524cb35) ---------------------------------
+
+def test_a_claim_that_fails_after_its_record_leaves_the_old_writer_answering(tmp_path,
+                                                                             monkeypatch):
+    """The claim appended its CLAIM record, then its transaction failed (here: refused
+    after it; a kill -9 before the COMMIT is the same): the session is still generation
+    1's, whose writer takes the record as a failed claim's and goes on, refusing a
+    duplicate as before."""
+    path = tmp_path / "j.db"
+    old = _opened(path)
+    _answer(old, 1)
+    claimer = Journal(path, durability="normal")
+
+    def refused(session, fd):
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(claimer, "_log_noted", refused)
+    with pytest.raises(JournalFault):
+        claimer.claim(SID, OWNER)
+    assert _log(old).stat().st_size == 48 * 3  # header, answer 1, the failed claim's record
+    _answer(old, 2)
+    with pytest.raises(sqlite3.IntegrityError):
+        _answer(old, 1)
+    assert [a[0] for a in Journal(path).load(SID).answers] == [1, 2]
+    old.close()
+
+
+def _holding_sqlite(path):
+    """Another connection holding SQLite's write lock (closed by the caller)."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+def test_an_end_refused_busy_keeps_the_log_and_a_table_write_never_repeats_a_logged_seq(
+        tmp_path):
+    from pobo.protocol.ledger import LOCAL, Entry
+
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="normal", busy_timeout=0.2)
+    journal.open_session(SID, {}, b"w", "p", "d", OWNER)
+    _answer(journal, 1)
+    holder = _holding_sqlite(path)
+    with pytest.raises(ProtocolError) as busy:
+        journal.set_status(SID, 1, "ok")
+    holder.rollback()
+    holder.close()
+    assert busy.value.code is ErrorCode.BUSY
+    with pytest.raises(sqlite3.IntegrityError):  # the log still answers for seq 1
+        _answer(journal, 1)
+    journal.set_status(SID, 1, "interrupted")  # the connection ends: its log is closed
+    charge = [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 1)]
+    with pytest.raises(sqlite3.IntegrityError):  # through the table: folded in first
+        journal.record_answer(SID, 1, 1, 1, charge, Budget(), lambda: (9.0, 9.0))
+    assert journal.entries() == [] and _table(path) == {1: 0.5}
+    journal.close()
+
+
+def test_a_session_whose_row_is_refused_leaves_no_log_and_strays_are_swept(tmp_path):
+    path = tmp_path / "j.db"
+    journal = Journal(path, durability="normal", busy_timeout=0.2)
+    holder = _holding_sqlite(path)
+    with pytest.raises(ProtocolError):
+        journal.open_session(SID, {}, b"w", "p", "d", OWNER)
+    holder.rollback()
+    holder.close()
+    assert not _log(journal).exists()
+    stray = answer_log.log_path(journal.answer_dir, "b" * 32)  # a killed opener's
+    stray.write_bytes(answer_log.MAGIC + b"b" * 32)
+    assert journal.sweep_answer_logs() == 1 and not stray.exists()
+    journal.close()
+
+
+def test_a_claim_waits_one_busy_timeout_for_both_locks(tmp_path):
+    import threading
+    import time
+
+    path = tmp_path / "j.db"
+    writer = _opened(path)
+    started = threading.Event()
+
+    def slow():
+        started.set()
+        time.sleep(0.6)  # holds the log's lock
+        return 1.0, 1.0
+
+    answering = threading.Thread(target=writer.record_answer,
+                                 args=(SID, 1, 1, 1, [], Budget(), slow))
+    holder = sqlite3.connect(path, isolation_level=None)
+    claimer = Journal(path, durability="normal", busy_timeout=0.8)
+    answering.start()
+    try:
+        assert started.wait(5)
+        holder.execute("BEGIN IMMEDIATE")  # and SQLite's, longer
+        t0 = time.monotonic()
+        with pytest.raises(ProtocolError) as busy:
+            claimer.claim(SID, OWNER)
+        waited = time.monotonic() - t0
+    finally:
+        answering.join(10)
+        holder.rollback()
+        holder.close()
+    assert busy.value.code is ErrorCode.BUSY and waited < 1.15  # not 0.6 + 0.8
+    claimer.close()
+    writer.close()
+
+
+@pytest.mark.parametrize("damage", ["cut to a record", "an older copy", "header cut"])
+def test_a_log_shorter_than_the_journal_noted_is_refused_never_repaired(tmp_path, damage):
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    older = _log(journal).read_bytes()
+    journal.claim(SID, OWNER)  # notes the log's length, its record included
+    _answer(journal, 2, generation=2)
+    journal.close()
+    log = _log(journal)
+    if damage == "cut to a record":
+        log.write_bytes(log.read_bytes()[:48 * 2])
+    elif damage == "an older copy":
+        log.write_bytes(older)
+    else:
+        log.write_bytes(log.read_bytes()[:20])
+    size = log.stat().st_size
+    reader = Journal(path, durability="normal")
+    for call in (lambda: reader.load(SID), lambda: reader.claim(SID, OWNER),
+                 lambda: reader.set_status(SID, 2, "ok")):
+        with pytest.raises(JournalError):
+            call()
+    assert log.stat().st_size == size  # left as found: never made empty again
+    reader.close()
+
+
+def test_a_claim_from_a_full_journal_in_a_group_does_not_wait_on_the_log(tmp_path):
+    """A full journal's group transaction holds SQLite's lock; its claim commits the
+    group before it takes a log's lock, so a normal connection folding its log (which
+    takes the log's lock, then SQLite's) is not held up."""
+    import asyncio
+    import threading
+    import time
+
+    from pobo.protocol.ledger import LOCAL, Entry
+
+    path = tmp_path / "j.db"
+    normal = Journal(path, durability="normal", busy_timeout=2.0)
+    normal.open_session(SID, {}, b"w", "p", "d", OWNER)
+    _answer(normal, 1)
+    full = Journal(path, durability="full", busy_timeout=2.0)
+    full.open_session("c" * 32, {}, b"w", "p", "d", OWNER)
+    staged, took = threading.Event(), {}
+
+    def charged():
+        staged.wait(10)
+        t0 = time.monotonic()
+        normal.record_answer(SID, 1, 2, 2, [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 2)],
+                             Budget(), lambda: (1.0, 1.0))
+        took["normal"] = time.monotonic() - t0
+
+    async def grouped():
+        full.record_answer("c" * 32, 1, 1, 1, [], Budget(), lambda: (1.0, 1.0))
+        staged.set()
+        time.sleep(0.3)  # the normal side takes the log's lock meanwhile
+        t0 = time.monotonic()
+        full.claim(SID, OWNER)
+        took["claim"] = time.monotonic() - t0
+        await full.committed()
+
+    side = threading.Thread(target=charged)
+    side.start()
+    asyncio.run(asyncio.wait_for(grouped(), 30))
+    side.join(30)
+    assert took["normal"] < 1.0 and took["claim"] < 1.0
+    normal.close()
+    full.close()
+
+
+def test_a_finished_sessions_fold_is_fsynced_before_its_log_is_removed(tmp_path):
+    """At normal a COMMIT is not fsynced: a power loss could keep the log's removal and
+    lose the fold. The finishing transaction commits at synchronous=FULL."""
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    said: list[str] = []
+    journal._conn.set_trace_callback(said.append)
+    journal.set_status(SID, 1, "ok")
+    journal._conn.set_trace_callback(None)
+    full, commit = said.index("PRAGMA synchronous=FULL"), said.index("COMMIT")
+    assert full < commit < said.index("PRAGMA synchronous=NORMAL")
+    journal.close()
