@@ -399,22 +399,31 @@ def test_a_connection_superseded_by_another_process_closes_its_log(tmp_path):
     b.close()
 
 
-def test_a_claim_waits_busy_timeout_for_a_slow_answer_and_a_reader_not_at_all(tmp_path):
+def _slow_answer(writer: Journal, seconds: float):
+    """A thread answering seq 1 with an f that takes `seconds` (holding the log's lock
+    all along), started, and the event set once f has begun."""
     import threading
     import time
 
-    path = tmp_path / "j.db"
-    writer = _opened(path)
     started = threading.Event()
 
     def slow():
         started.set()
-        time.sleep(1.0)
+        time.sleep(seconds)
         return 1.0, 1.0
 
     answering = threading.Thread(target=writer.record_answer,
                                  args=(SID, 1, 1, 1, [], Budget(), slow))
     answering.start()
+    return answering, started
+
+
+def test_a_claim_waits_busy_timeout_for_a_slow_answer_and_a_reader_not_at_all(tmp_path):
+    import time
+
+    path = tmp_path / "j.db"
+    writer = _opened(path)
+    answering, started = _slow_answer(writer, 1.0)
     try:
         assert started.wait(5)
         other = Journal(path, durability="normal", busy_timeout=0.2)
@@ -648,23 +657,13 @@ def test_a_session_whose_row_is_refused_leaves_no_log_and_strays_are_swept(tmp_p
 
 
 def test_a_claim_waits_one_busy_timeout_for_both_locks(tmp_path):
-    import threading
     import time
 
     path = tmp_path / "j.db"
     writer = _opened(path)
-    started = threading.Event()
-
-    def slow():
-        started.set()
-        time.sleep(0.6)  # holds the log's lock
-        return 1.0, 1.0
-
-    answering = threading.Thread(target=writer.record_answer,
-                                 args=(SID, 1, 1, 1, [], Budget(), slow))
     holder = sqlite3.connect(path, isolation_level=None)
     claimer = Journal(path, durability="normal", busy_timeout=0.8)
-    answering.start()
+    answering, started = _slow_answer(writer, 0.6)  # holds the log's lock
     try:
         assert started.wait(5)
         holder.execute("BEGIN IMMEDIATE")  # and SQLite's, longer
