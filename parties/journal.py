@@ -223,6 +223,8 @@ class Journal:
         self.logging = self.path != ":memory:" and durability == "normal" \
             and not self.group_commit
         self._logs: dict[str, LogWriter] = {}
+        self._folded: dict[str, tuple[int, int]] = {}  # a log folded by `_fold_unwritten`:
+        # its (inode, length) then, so that the next table write of it costs a stat only
         self.commits = 0  # transactions committed (COMMITs: fsyncs at durability full)
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None,
@@ -722,7 +724,10 @@ class Journal:
         committed (no claim finds the row without its log); removed if the row is not."""
         with self._lock:
             self._commit_group()  # (SQLite's lock is never held while the log's is taken)
-            fd = self._open_log(session, create=True, quiet=True) if self.logging else None
+            fresh = self._db.execute("SELECT 1 FROM sessions WHERE id = ?",
+                                     (session,)).fetchone() is None
+            fd = self._open_log(session, create=True, quiet=True) \
+                if self.logging and fresh else None  # (a recorded id: its INSERT fails)
             try:
                 (ordinal,) = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()
                 self._transaction(
@@ -736,8 +741,10 @@ class Journal:
                     self._start_log(session, 1, set(), fd)
                     fd = None
             finally:
-                if fd is not None:  # the row is not there: nor is its log
-                    _unlink_quietly(self._log_path(session))
+                if fd is not None:  # the row is not there: nor is its log (unless another
+                    if self._db.execute("SELECT 1 FROM sessions WHERE id = ?",  # opener's)
+                                        (session,)).fetchone() is None:
+                        _unlink_quietly(self._log_path(session))
                     os.close(fd)
             return ordinal
 
@@ -795,13 +802,16 @@ class Journal:
             if quiet:
                 return self._no_log(session, exc)
             raise self._log_error(session, exc) from None
-        noted = self._noted_length(session)  # (read under the lock: every note is made so)
         if opened is None:
-            if noted is not None:
+            if self._noted_length(session) is not None:
                 raise JournalError(self._missing(session))
             return None
         fd, size = opened
         try:
+            try:
+                noted = self._noted_length(session)  # (under the lock: every note is so)
+            except sqlite3.Error as exc:
+                self._raise_failed(exc)
             if noted is not None and size < noted:
                 if size == 0:
                     _unlink_quietly(path)  # (made by this call)
@@ -823,8 +833,7 @@ class Journal:
     def _no_log(self, session: str, exc: Exception) -> None:
         log.warning("journal %s: session %s answers through SQLite: no answer log (%s)",
                     self.path, session[:12], getattr(exc, "strerror", None) or exc)
-        _unlink_quietly(self._log_path(session))  # (a header it could not write whole)
-        return None
+        return None  # (a header it could not write is cut to nothing: swept at a start)
 
     def _log_error(self, session: str, exc: Exception) -> JournalError:
         return JournalError(f"cannot open the answer log of session {session[:12]}... in "
@@ -845,6 +854,7 @@ class Journal:
         """Close this object's log of a session (of `generation` only, if given): its
         connection ended or was superseded. A service keeps no open file per session
         that ended."""
+        self._folded.pop(session, None)
         writer = self._logs.get(session)
         if writer is not None and generation in (None, writer.generation):
             del self._logs[session]
@@ -865,26 +875,26 @@ class Journal:
 
     def _session_answers(self, session: str) -> tuple[tuple, list[tuple]] | None:
         """(the session's row, its answers: the table's, then its log's not in the
-        table), or None: no such session. The log is read first, so that a fold in
-        between moves answers into the table, never out of sight; read again when it
-        is shorter than the journal notes (a claim appended meanwhile); JournalError
-        when it stays so, or is missing while the session lives."""
-        for _ in range(3):
-            logged = self._logged_answers(session)
-            row = self._db.execute("SELECT ordinal, config, welcome, projection, f_digest, "
-                                   "status, owner, generation, release FROM sessions WHERE "
-                                   "id = ?", (session,)).fetchone()
-            if row is None:
-                return None
-            noted = self._noted_length(session) if row[5] not in FINISHED else None
-            if noted is None or logged is not None and logged[1] >= noted:
-                break
-        else:
-            if logged is None:
-                raise JournalError(self._missing(session))
-            raise JournalError(f"the answer log of session {session[:12]}... holds "
-                               f"{logged[1]} bytes, the journal noted {noted}: cut, or an "
-                               "older copy")
+        table), or None: no such session. The row and the log's noted length are read
+        first, then the log, then the table: a claim appends to the log before it
+        commits a longer note, and an end folds the log into the table before it removes
+        it, so nothing moves out of sight in between. JournalError when the log is
+        missing or shorter than noted while the session lives."""
+        statement = ("SELECT ordinal, config, welcome, projection, f_digest, status, owner, "
+                     "generation, release FROM sessions WHERE id = ?")
+        row = self._db.execute(statement, (session,)).fetchone()
+        if row is None:
+            return None
+        noted = self._noted_length(session) if row[5] not in FINISHED else None
+        logged = self._logged_answers(session)
+        if noted is not None and (logged is None or logged[1] < noted):
+            row = self._db.execute(statement, (session,)).fetchone()
+            if row[5] not in FINISHED:  # (not an end that removed it meanwhile)
+                if logged is None:
+                    raise JournalError(self._missing(session))
+                raise JournalError(f"the answer log of session {session[:12]}... holds "
+                                   f"{logged[1]} bytes, the journal noted {noted}: cut, or "
+                                   "an older copy")
         answers = self._db.execute("SELECT seq, row, measured, value FROM answers WHERE "
                                    "session = ? ORDER BY rowid", (session,)).fetchall()
         held = {a[0] for a in answers}
@@ -933,9 +943,12 @@ class Journal:
             self._log_failed(exc)
 
     @contextlib.contextmanager
-    def _waiting_until(self, deadline: float):
+    def _waiting_until(self, deadline: float | None):
         """SQLite's busy wait cut to what is left until `deadline` (a claim waited for
-        the log's lock already: one busy_timeout in all, not two)."""
+        the log's lock already: one busy_timeout in all, not two); None: as it is."""
+        if deadline is None:
+            yield
+            return
         left = max(0.0, deadline - time.monotonic())
         self._db.execute(f"PRAGMA busy_timeout = {int(left * 1000)}")
         try:
@@ -943,26 +956,33 @@ class Journal:
         finally:
             self._db.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
 
-    def _fold_unwritten(self, session: str) -> None:
+    def _fold_unwritten(self, session: str) -> float | None:
         """Before a table write of a session this object keeps no log of (a writer
         dropped, another process's log): fold its log in first, so that the table
         refuses a seq answered there and keeps the order of answering."""
         path = self._log_path(session)
-        if path is None or not os.path.lexists(path):
-            return
+        try:
+            seen = os.stat(path, follow_symlinks=False) if path is not None else None
+        except FileNotFoundError:
+            seen = None
+        if seen is None or self._folded.get(session) == (seen.st_ino, seen.st_size):
+            return None  # no log, or none changed since this object folded it: O(1)
         with self._lock:
             self._commit_group()
             deadline = time.monotonic() + self.busy_timeout
             fd = self._open_log(session, create=False, deadline=deadline)
             if fd is None:
-                return
+                return deadline
             try:
                 statements = self._fold(session, fd)
                 if statements:
                     with self._waiting_until(deadline):
                         self._transaction(statements, session)
+                held = os.fstat(fd)
+                self._folded[session] = (held.st_ino, held.st_size)
             finally:
                 os.close(fd)
+        return deadline
 
     def claimable(self, session: str, owner: str) -> int:
         """The generation of a session `owner` may take over now (changing nothing); the
@@ -1023,6 +1043,9 @@ class Journal:
                         "SELECT seq FROM answers WHERE session = ?", (session,))}
                     self._start_log(session, claimed[0], seqs, fd)
                     fd = None  # (kept, unlocked)
+                elif fd is not None:  # (folded: its table writes need not read it again)
+                    held = os.fstat(fd)
+                    self._folded[session] = (held.st_ino, held.st_size)
             finally:
                 if fd is not None:
                     os.close(fd)
@@ -1051,14 +1074,18 @@ class Journal:
         if writer is not None and not entries and (
                 generation is None or generation <= writer.generation):
             return self._answer_logged(writer, session, generation, seq, row, evaluate)
-        self._before_table(session, seq)  # (a newer generation than this object's writer
-        done: list[tuple[float, float]] = []  # was claimed elsewhere: SQLite fences it)
+        deadline = self._before_table(session, seq)  # (a newer generation than this
+        done: list[tuple[float, float]] = []  # object's writer: SQLite fences it)
 
         def insert() -> list[tuple[str, tuple]]:
             done.append(evaluate())
             return [(_INSERT_ANSWER, (session, seq, row, *done[0]))]
 
-        self._transaction(insert, session, entries, budget, generation, grouped=True)
+        if deadline is None:  # (no context manager on an LDP answer's path)
+            self._transaction(insert, session, entries, budget, generation, grouped=True)
+        else:
+            with self._waiting_until(deadline):
+                self._transaction(insert, session, entries, budget, generation, grouped=True)
         self._answered(session, seq)
         return done[0]
 
@@ -1070,39 +1097,42 @@ class Journal:
         if writer is not None:
             writer.seqs.add(seq)
 
-    def _before_table(self, session: str, seq: int) -> None:
+    def _before_table(self, session: str, seq: int) -> float | None:
         """Before query `seq` of a session goes to the table (an answer with a charge, a
         reservation, a deferred answer): refused as a duplicate if its log answered it,
         and the log's answers folded in first, so that the table keeps the order of
         answering; a log this object does not write (its writer dropped, another
-        process's) is folded in first too."""
+        process's) is folded in first too. The deadline of the wait it began (the table
+        write waits what is left of one busy_timeout), or None."""
         writer = self._logs.get(session)
         if writer is None:
-            if self.path != ":memory:":
-                self._fold_unwritten(session)
-            return
+            return self._fold_unwritten(session) if self.path != ":memory:" else None
         if seq in writer.seqs:
             raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
                                          "answers.seq")
-        if writer.unfolded:
-            with self._lock:
-                self._hold(session, writer)
-                try:
+        if not writer.unfolded:
+            return None
+        deadline = time.monotonic() + self.busy_timeout
+        with self._lock:
+            self._hold(session, writer, deadline)
+            try:
+                with self._waiting_until(deadline):
                     self._transaction(self._fold(session, writer.fd), session,
                                       generation=writer.generation)
-                    writer.unfolded = 0
-                finally:
-                    answer_log.unlock(writer.fd)
+                writer.unfolded = 0
+            finally:
+                answer_log.unlock(writer.fd)
+        return deadline
 
-    def _hold(self, session: str, writer: LogWriter) -> None:
+    def _hold(self, session: str, writer: LogWriter, deadline: float) -> None:
         """Lock the session's log for `writer`, as it was left (the caller unlocks):
-        BUSY past `busy_timeout` (a claim holds it), Superseded (the writer closed) once
+        BUSY past `deadline` (a claim holds it), Superseded (the writer closed) once
         another connection's record follows this writer's last, JournalFault once the
         file was removed from under it (what it appends would be read by nobody). On
         any of these the lock is not held."""
         fd = writer.fd
         try:
-            answer_log.flock(fd, timeout=self.busy_timeout)
+            answer_log.flock(fd, timeout=max(0.0, deadline - time.monotonic()))
         except answer_log.LogBusy:
             raise ProtocolError("the curator's journal is busy (another connection claims "
                                 "this session): try again", ErrorCode.BUSY) from None
@@ -1145,7 +1175,8 @@ class Journal:
             if seq in writer.seqs:
                 raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
                                              "answers.seq")
-            self._hold(session, writer)
+            deadline = time.monotonic() + self.busy_timeout
+            self._hold(session, writer, deadline)
             try:
                 done = evaluate()
                 data = answer_log.answer_record(writer.generation, seq, row, *done)
@@ -1158,13 +1189,14 @@ class Journal:
                     writer.size += len(data)
                     writer.unfolded += 1
                 else:  # the table raises what it raised, or stores it converted
-                    if writer.unfolded:  # (after the log's answers, in order)
-                        self._transaction(self._fold(session, writer.fd), session)
-                        writer.unfolded = 0
-                    try:
-                        self._db.execute(_INSERT_ANSWER, (session, seq, row, *done))
-                    except sqlite3.Error as exc:
-                        self._raise_failed(exc)
+                    with self._waiting_until(deadline):
+                        if writer.unfolded:  # (after the log's answers, in order)
+                            self._transaction(self._fold(session, writer.fd), session)
+                            writer.unfolded = 0
+                        try:
+                            self._db.execute(_INSERT_ANSWER, (session, seq, row, *done))
+                        except sqlite3.Error as exc:
+                            self._raise_failed(exc)
             finally:
                 answer_log.unlock(writer.fd)
             writer.seqs.add(seq)
@@ -1296,19 +1328,24 @@ class Journal:
             if generation is not None and not self.current(session, generation):
                 raise Superseded(session)
             return self._held(seq, row, *held)
-        self._before_table(session, seq)  # (never charged for a logged answer)
+        deadline = self._before_table(session, seq)  # (never charged for a logged answer)
 
         def insert() -> list[tuple[str, tuple]]:
             held = self._db.execute("SELECT row, requested FROM pending WHERE session = ? AND "
                                     "seq = ?", (session, seq)).fetchone()
             if held is not None:
                 raise _Held(*held)
+            if self._db.execute("SELECT 1 FROM answers WHERE session = ? AND seq = ?",
+                                (session, seq)).fetchone() is not None:
+                raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
+                                             "answers.seq")  # (answered: nothing charged)
             when.append(time.time())
             return [("INSERT INTO pending VALUES (?, ?, ?, ?, NULL, NULL, 0)",
                      (session, seq, row, when[0]))]
 
         try:
-            self._transaction(insert, session, entries, budget, generation, grouped=True)
+            with self._waiting_until(deadline):
+                self._transaction(insert, session, entries, budget, generation, grouped=True)
         except _Held as found:  # reserved by a racing connection in between
             return self._held(seq, row, found.row, found.requested)
         return when[0]
@@ -1377,11 +1414,10 @@ class Journal:
         """Answer a reserved evaluation: the answer is committed and the reservation
         dropped in one transaction, by the session's current connection only (its
         ledger entries were charged when it was reserved)."""
-        self._before_table(session, seq)
-        self._transaction([(_INSERT_ANSWER,
-                            (session, seq, row, measured, value)),
-                           ("DELETE FROM pending WHERE session = ? AND seq = ?",
-                            (session, seq))], session, generation=generation, grouped=True)
+        with self._waiting_until(self._before_table(session, seq)):
+            self._transaction([(_INSERT_ANSWER, (session, seq, row, measured, value)),
+                               ("DELETE FROM pending WHERE session = ? AND seq = ?",
+                                (session, seq))], session, generation=generation, grouped=True)
         self._answered(session, seq)
 
     def pending(self, session: str | None = None, live: bool = False) -> list[PendingEvaluation]:

@@ -762,3 +762,151 @@ def test_a_finished_sessions_fold_is_fsynced_before_its_log_is_removed(tmp_path)
     full, commit = said.index("PRAGMA synchronous=FULL"), said.index("COMMIT")
     assert full < commit < said.index("PRAGMA synchronous=NORMAL")
     journal.close()
+
+
+# -- a third review, of the second round (each fails on 6480065) ----------------------------
+
+def test_a_resumed_sessions_table_writes_do_not_read_its_log_again(tmp_path, monkeypatch):
+    """At full a claim leaves a (folded) log; the session's later table writes cost a
+    stat each, not a read of the log and a SELECT of every answer, and group commit
+    still groups them."""
+    import asyncio
+
+    from pobo.protocol.ledger import LOCAL, Entry
+
+    path = tmp_path / "j.db"
+    opener = _opened(path)
+    for seq in range(1, 201):
+        _answer(opener, seq)
+    opener.close()
+    full = Journal(path, durability="full")
+    full.claim(SID, OWNER)
+    reads: list[int] = []
+    real = answer_log.read_from
+    monkeypatch.setattr(answer_log, "read_from", lambda fd: reads.append(fd) or real(fd))
+    before = full.commits
+
+    async def answers():
+        for seq in range(201, 241):
+            full.record_answer(SID, 2, seq, seq, [Entry("ctl-laplace", 0.1, 0.0, LOCAL, seq)],
+                               Budget(), lambda: (1.0, 1.0))
+            if seq % 8 == 0:
+                await full.committed()
+        await full.committed()
+
+    asyncio.run(answers())
+    assert reads == [] and full.commits - before <= 5  # grouped, 8 a turn
+    assert len(full.load(SID).answers) == 240
+    full.close()
+
+
+READER = """
+import sys, time
+from pobo.parties.journal import Journal, JournalError
+journal = Journal(sys.argv[1], durability="normal")
+errors, loads, end = [], 0, time.monotonic() + float(sys.argv[3])
+while time.monotonic() < end:
+    try:
+        journal.load(sys.argv[2])
+        loads += 1
+    except JournalError as exc:
+        errors.append(str(exc))
+print(loads, len(errors), errors[:1])
+"""
+
+
+def test_readers_never_call_a_healthy_log_cut_while_it_is_claimed(tmp_path):
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    readers = [subprocess.Popen([sys.executable, "-c", READER, str(path), SID, "2.0"],
+                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    try:
+        generation, seq = 1, 0
+        import time
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:  # claims and appends as fast as they go
+            generation = journal.claim(SID, OWNER)
+            for _ in range(3):
+                seq += 1
+                _answer(journal, seq, generation=generation)
+        outs = [r.communicate(timeout=30)[0].split(maxsplit=2) for r in readers]
+    finally:
+        for r in readers:
+            if r.poll() is None:
+                r.kill()
+                r.wait(10)
+    assert generation > 10 and all(int(loads) > 10 and errors == "0" for loads, errors, _ in outs)
+    journal.close()
+
+
+def test_opening_a_recorded_session_again_leaves_its_log_alone(tmp_path):
+    path = tmp_path / "j.db"
+    journal = _opened(path)
+    _answer(journal, 1)
+    with pytest.raises(sqlite3.IntegrityError):
+        Journal(path, durability="normal").open_session(SID, {}, b"w", "p", "d", OWNER)
+    assert _log(journal).exists() and [a[0] for a in journal.load(SID).answers] == [1]
+    _answer(journal, 2)
+    journal.close()
+
+
+def test_a_failed_read_of_the_note_leaves_the_log_unlocked(tmp_path, monkeypatch):
+    path = tmp_path / "j.db"
+    writer = _opened(path)
+    _answer(writer, 1)
+    claimer = Journal(path, durability="normal", busy_timeout=0.2)
+    failing = iter([True])
+    real = claimer._noted_length
+
+    def once(session):
+        if next(failing, False):
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(session)
+
+    monkeypatch.setattr(claimer, "_noted_length", once)
+    with pytest.raises(ProtocolError):  # typed (a JournalFault)
+        claimer.claim(SID, OWNER)
+    _answer(writer, 2)  # not BUSY: nothing holds the log's lock
+    writer.close()
+
+
+def test_a_table_write_waits_one_busy_timeout_for_both_locks(tmp_path):
+    import threading
+    import time
+
+    from pobo.protocol.ledger import LOCAL, Entry
+
+    path = tmp_path / "j.db"
+    writer = Journal(path, durability="normal", busy_timeout=0.8)
+    writer.open_session(SID, {}, b"w", "p", "d", OWNER)
+    _answer(writer, 1)  # unfolded: the charged answer below folds it first
+    held = answer_log.open_locked(_log(writer), False)[0]  # as a claim holds it
+    threading.Timer(0.6, os.close, (held,)).start()  # lets go after 0.6 s
+    holder = _holding_sqlite(path)  # and SQLite's lock, longer
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ProtocolError) as busy:
+            writer.record_answer(SID, 1, 2, 2, [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 2)],
+                                 Budget(), lambda: (1.0, 1.0))
+        waited = time.monotonic() - t0
+    finally:
+        holder.rollback()
+        holder.close()
+    assert busy.value.code is ErrorCode.BUSY and waited < 1.15  # not 0.6 + 0.8
+    writer.close()
+
+
+def test_a_reservation_of_an_answered_seq_is_refused_before_its_charge(tmp_path):
+    from pobo.protocol.ledger import LOCAL, Entry
+
+    path = tmp_path / "j.db"
+    opener = _opened(path)
+    _answer(opener, 1)
+    opener.close()
+    full = Journal(path, durability="full")
+    full.claim(SID, OWNER)  # no writer here: the log folded into the table
+    with pytest.raises(sqlite3.IntegrityError):
+        full.reserve(SID, 2, 1, 1, [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 1)], Budget())
+    assert full.entries() == [] and full.pending() == []
+    full.close()
