@@ -1066,7 +1066,9 @@ class Journal:
         by the session's current connection only: `evaluate` (the measurement and the
         released value) runs inside the write lock, after the generation and the budget
         were checked, so neither a superseded connection (even in another process sharing
-        the journal) nor a row past its budget ever evaluates f or draws noise."""
+        the journal) nor a row past its budget ever evaluates f or draws noise. Without
+        entries, in memory it waits for the next read (`_answer_in_memory`) and on disk at
+        normal it is appended to the session's answer log (`_answer_logged`), fenced alike."""
         if not entries and not self.group_commit and self._generations is not None \
                 and session in self._generations:
             return self._answer_in_memory(session, generation, seq, row, evaluate)
