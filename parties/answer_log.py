@@ -30,12 +30,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-try:
-    import fcntl
-except ImportError:  # (no flock: the journal answers through SQLite)
-    fcntl = None
-
 from pobo.protocol.errors import PoboError
+from pobo.protocol.filelock import lock
 
 MAGIC = b"pobo-answers\x00v1\x00"  # 16 bytes; then the session id, NUL-padded to 32
 HEADER_SIZE = 48
@@ -44,8 +40,6 @@ _KIND = struct.Struct("<c3xI")  # a record's first 8 bytes
 _BODY = struct.Struct("<qqqdd")  # and the 40 its CRC covers
 ANSWER, CLAIM = b"a", b"g"
 _NAME = re.compile(r"[0-9A-Za-z_-]{1,32}")  # a session id that names a file safely
-_NO_LOCKS = frozenset(getattr(errno, name) for name in ("ENOLCK", "EOPNOTSUPP", "ENOSYS",
-                                                       "EINVAL") if hasattr(errno, name))
 _OPEN = os.O_NOFOLLOW | os.O_NONBLOCK  # never through a link, never waiting on a FIFO
 
 
@@ -68,10 +62,6 @@ class LogUnmade(LogDamaged):
     """A log shorter than its header: being made (a reader came between its creation and
     its header's write), or cut (which the journal tells apart: a log it noted was made
     whole)."""
-
-
-class LogBusy(Exception):
-    """Another connection held the log's lock longer than the wait allowed."""
 
 
 class NoLocks(Exception):
@@ -125,36 +115,11 @@ def answer_record(generation: int, seq: int, row: int, measured, value) -> bytes
         return None
 
 
-def flock(fd: int, exclusive: bool = True, timeout: float | None = None) -> None:
-    """Lock `fd`'s file (held by the open file description), waiting up to `timeout`
-    seconds (None: as long as it takes) for another holder to let go, else LogBusy.
-    NoLocks where the file system has no such locks."""
-    operation = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-    if timeout is not None:
-        operation |= fcntl.LOCK_NB
-    deadline, pause = None, 0.0005
-    while True:
-        try:
-            fcntl.flock(fd, operation)
-            return
-        except BlockingIOError:
-            deadline = deadline or time.monotonic() + timeout
-            if time.monotonic() >= deadline:
-                raise LogBusy("another connection holds the session's answer log") from None
-            time.sleep(pause)  # (as SQLite's busy handler)
-            pause = min(2 * pause, 0.02)
-        except OSError as exc:
-            if exc.errno in _NO_LOCKS:
-                raise NoLocks(str(exc)) from None
-            raise
-
-
-def unlock(fd: int) -> None:
-    """Release `flock`'s lock (never raises on a file system without locks)."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    except OSError:
-        pass
+def flock(fd: int, timeout: float | None = None) -> None:
+    """`lock` the log exclusively (LockBusy past `timeout`); NoLocks where the file system
+    keeps no locks: no log can be fenced there."""
+    if not lock(fd, timeout=timeout):
+        raise NoLocks("this file system keeps no flock locks")
 
 
 def _regular(fd: int, path: Path) -> os.stat_result:
@@ -169,9 +134,7 @@ def open_locked(path: Path, create: bool,
     """(`path` opened for appending and locked exclusively, its length): the file now at
     `path`, not one removed while this waited for the lock; with `create` a missing file
     is made (empty: `make_header` writes its header), else None. OSError as the system
-    says; LogDamaged for a link or a file that is not regular; LogBusy; NoLocks."""
-    if fcntl is None:
-        raise NoLocks("this platform has no flock")
+    says; LogDamaged for a link or a file that is not regular; LockBusy; NoLocks."""
     flags = os.O_RDWR | os.O_APPEND | _OPEN | (os.O_CREAT if create else 0)
     while True:
         try:
@@ -208,18 +171,23 @@ def make_header(fd: int, session: str) -> int:
         raise LogDamaged(f"the answer log of session {session[:12]}... has a foreign "
                          "header (not this session's log)")
     os.ftruncate(fd, 0)
-    try:
-        write_all(fd, _header(session))
-    except OSError:
-        os.ftruncate(fd, 0)
-        raise
+    append(fd, _header(session), 0)
     return HEADER_SIZE
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """Append `data` in one write; OSError if the system wrote less (a full disk)."""
-    if os.write(fd, data) != len(data):
-        raise OSError(errno.ENOSPC, "short write: no room left on the device")
+def append(fd: int, data: bytes, size: int) -> None:
+    """Append `data` in one write to a log `size` bytes long; on a failed or short write
+    (a full disk) the log is cut back to `size`, its last whole record, and OSError
+    raised."""
+    try:
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.ENOSPC, "short write: no room left on the device")
+    except OSError:
+        try:
+            os.ftruncate(fd, size)
+        except OSError:
+            pass  # the log then reads as damaged: every later reader says so
+        raise
 
 
 def read_log(path: Path, session: str,

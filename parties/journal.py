@@ -55,6 +55,7 @@ from pathlib import Path
 from pobo.parties import answer_log
 from pobo.parties.answer_log import LogDamaged, LogWriter, NoLocks
 from pobo.protocol.errors import ErrorCode, PoboError, ProtocolError
+from pobo.protocol.filelock import LockBusy, unlock
 from pobo.protocol.accounting import part_of, parts_counter
 from pobo.protocol.ledger import (
     CENTRAL, LOCAL, Budget, Entry, ExactSum, PrivacyBudgetExceeded, local_summary,
@@ -170,6 +171,12 @@ class PendingEvaluation:
 
 
 _INSERT_ANSWER = "INSERT INTO answers VALUES (?, ?, ?, ?, ?)"
+
+
+def _duplicate() -> sqlite3.IntegrityError:
+    """What the answers table raises for a second answer of one (session, seq): raised
+    as it is where an answer log, not the table, holds the first."""
+    return sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, answers.seq")
 _INT64 = 1 << 63
 
 
@@ -633,7 +640,7 @@ class Journal:
                 continue
             try:
                 opened = answer_log.open_locked(Path(entry.path), False, 0.0)
-            except (OSError, LogDamaged, answer_log.LogBusy, NoLocks):
+            except (OSError, LogDamaged, LockBusy, NoLocks):
                 continue
             if opened is not None:
                 try:
@@ -724,10 +731,8 @@ class Journal:
         committed (no claim finds the row without its log); removed if the row is not."""
         with self._lock:
             self._commit_group()  # (SQLite's lock is never held while the log's is taken)
-            fresh = self._db.execute("SELECT 1 FROM sessions WHERE id = ?",
-                                     (session,)).fetchone() is None
-            fd = self._open_log(session, create=True, quiet=True) \
-                if self.logging and fresh else None  # (a recorded id: its INSERT fails)
+            fd = self._open_log(session, create=True, quiet=True) if self.logging and \
+                not self._recorded(session) else None  # (a recorded id: its INSERT fails)
             try:
                 (ordinal,) = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()
                 self._transaction(
@@ -742,11 +747,14 @@ class Journal:
                     fd = None
             finally:
                 if fd is not None:  # the row is not there: nor is its log (unless another
-                    if self._db.execute("SELECT 1 FROM sessions WHERE id = ?",  # opener's)
-                                        (session,)).fetchone() is None:
+                    if not self._recorded(session):  # opener's row took the id meanwhile)
                         _unlink_quietly(self._log_path(session))
                     os.close(fd)
             return ordinal
+
+    def _recorded(self, session: str) -> bool:
+        return self._db.execute("SELECT 1 FROM sessions WHERE id = ?",
+                                (session,)).fetchone() is not None
 
     # -- answer logs (a file journal at durability normal: parties.answer_log) -------------
 
@@ -796,7 +804,7 @@ class Journal:
             opened = answer_log.open_locked(path, create, wait)
         except NoLocks:
             return None
-        except answer_log.LogBusy:
+        except LockBusy:
             raise self._busy() from None
         except (OSError, LogDamaged) as exc:
             if quiet:
@@ -816,8 +824,7 @@ class Journal:
                 if size == 0:
                     _unlink_quietly(path)  # (made by this call)
                     raise JournalError(self._missing(session))
-                raise JournalError(f"the answer log of session {session[:12]}... holds {size} "
-                                   f"bytes, the journal noted {noted}: cut, or an older copy")
+                raise JournalError(self._shorter(session, size, noted))
             if size < answer_log.HEADER_SIZE:  # being made, or its making cut short
                 answer_log.make_header(fd, session)
             return fd
@@ -839,6 +846,11 @@ class Journal:
         return JournalError(f"cannot open the answer log of session {session[:12]}... in "
                             f"{self.answer_dir}: {getattr(exc, 'strerror', None) or exc}")
 
+    @staticmethod
+    def _shorter(session: str, size: int, noted: int) -> str:
+        return (f"the answer log of session {session[:12]}... holds {size} bytes, the "
+                f"journal noted {noted}: cut, or an older copy")
+
     def _missing(self, session: str) -> str:
         return (f"the answer log of session {session[:12]}... is missing from "
                 f"{self.answer_dir} (a journal copied without its .answers folder?)")
@@ -847,7 +859,7 @@ class Journal:
         """Append this session's answers to the log `fd` (open and locked) from now on."""
         self._drop_writer(session)
         size = os.lseek(fd, 0, os.SEEK_END)
-        answer_log.unlock(fd)
+        unlock(fd)
         self._logs[session] = LogWriter(fd, size, generation, seqs)
 
     def _drop_writer(self, session: str, generation: int | None = None) -> None:
@@ -892,9 +904,7 @@ class Journal:
             if row[5] not in FINISHED:  # (not an end that removed it meanwhile)
                 if logged is None:
                     raise JournalError(self._missing(session))
-                raise JournalError(f"the answer log of session {session[:12]}... holds "
-                                   f"{logged[1]} bytes, the journal noted {noted}: cut, or "
-                                   "an older copy")
+                raise JournalError(self._shorter(session, logged[1], noted))
         answers = self._db.execute("SELECT seq, row, measured, value FROM answers WHERE "
                                    "session = ? ORDER BY rowid", (session,)).fetchall()
         held = {a[0] for a in answers}
@@ -934,12 +944,15 @@ class Journal:
         """Append a CLAIM record under the log's lock: every older writer's next check
         fails. Called inside the transaction it fences, before its COMMIT: a failed
         append rolls it back (JournalFault, sticky: the disk refused a write)."""
-        size = os.lseek(fd, 0, os.SEEK_END)
+        self._append(fd, answer_log.record(answer_log.CLAIM, generation, -1, -1, 0.0, 0.0),
+                     os.lseek(fd, 0, os.SEEK_END))
+
+    def _append(self, fd: int, data: bytes, size: int) -> None:
+        """Append a record to a log `size` long; a failed write (cut back to `size`) is
+        the journal's fault (sticky), as a failed COMMIT is."""
         try:
-            answer_log.write_all(fd, answer_log.record(answer_log.CLAIM, generation, -1, -1,
-                                                       0.0, 0.0))
+            answer_log.append(fd, data, size)
         except OSError as exc:
-            self._cut_back(fd, size)
             self._log_failed(exc)
 
     @contextlib.contextmanager
@@ -978,11 +991,15 @@ class Journal:
                 if statements:
                     with self._waiting_until(deadline):
                         self._transaction(statements, session)
-                held = os.fstat(fd)
-                self._folded[session] = (held.st_ino, held.st_size)
+                self._note_folded(session, fd)
             finally:
                 os.close(fd)
         return deadline
+
+    def _note_folded(self, session: str, fd: int) -> None:
+        """Keep what the log `fd` was when this object folded it (`_fold_unwritten`)."""
+        held = os.fstat(fd)
+        self._folded[session] = (held.st_ino, held.st_size)
 
     def claimable(self, session: str, owner: str) -> int:
         """The generation of a session `owner` may take over now (changing nothing); the
@@ -1044,8 +1061,7 @@ class Journal:
                     self._start_log(session, claimed[0], seqs, fd)
                     fd = None  # (kept, unlocked)
                 elif fd is not None:  # (folded: its table writes need not read it again)
-                    held = os.fstat(fd)
-                    self._folded[session] = (held.st_ino, held.st_size)
+                    self._note_folded(session, fd)
             finally:
                 if fd is not None:
                     os.close(fd)
@@ -1110,8 +1126,7 @@ class Journal:
         if writer is None:
             return self._fold_unwritten(session) if self.path != ":memory:" else None
         if seq in writer.seqs:
-            raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
-                                         "answers.seq")
+            raise _duplicate()
         if not writer.unfolded:
             return None
         deadline = time.monotonic() + self.busy_timeout
@@ -1123,7 +1138,7 @@ class Journal:
                                       generation=writer.generation)
                 writer.unfolded = 0
             finally:
-                answer_log.unlock(writer.fd)
+                unlock(writer.fd)
         return deadline
 
     def _hold(self, session: str, writer: LogWriter, deadline: float) -> None:
@@ -1135,9 +1150,8 @@ class Journal:
         fd = writer.fd
         try:
             answer_log.flock(fd, timeout=max(0.0, deadline - time.monotonic()))
-        except answer_log.LogBusy:
-            raise ProtocolError("the curator's journal is busy (another connection claims "
-                                "this session): try again", ErrorCode.BUSY) from None
+        except LockBusy:
+            raise self._busy("another connection claims this session") from None
         except (OSError, NoLocks) as exc:
             self._log_failed(exc)
         size, linked = os.lseek(fd, 0, os.SEEK_END), os.fstat(fd).st_nlink
@@ -1149,7 +1163,7 @@ class Journal:
         if owned and size > writer.size and linked:
             writer.size = size  # a claim that appended its record, then failed: go on
             return
-        answer_log.unlock(fd)
+        unlock(fd)
         if owned:  # nobody took it over, yet the file changed under its writer
             self._log_failed(FileNotFoundError(errno.ENOENT, "the answer log of session "
                                                f"{session[:12]}... was cut or removed while "
@@ -1175,19 +1189,14 @@ class Journal:
                     or self._logs.get(session) is not writer:
                 raise Superseded(session)
             if seq in writer.seqs:
-                raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
-                                             "answers.seq")
+                raise _duplicate()
             deadline = time.monotonic() + self.busy_timeout
             self._hold(session, writer, deadline)
             try:
                 done = evaluate()
                 data = answer_log.answer_record(writer.generation, seq, row, *done)
                 if data is not None:
-                    try:
-                        answer_log.write_all(writer.fd, data)
-                    except OSError as exc:
-                        self._cut_back(writer.fd, writer.size)
-                        self._log_failed(exc)
+                    self._append(writer.fd, data, writer.size)
                     writer.size += len(data)
                     writer.unfolded += 1
                 else:  # the table raises what it raised, or stores it converted
@@ -1200,22 +1209,13 @@ class Journal:
                         except sqlite3.Error as exc:
                             self._raise_failed(exc)
             finally:
-                answer_log.unlock(writer.fd)
+                unlock(writer.fd)
             writer.seqs.add(seq)
             self.commits += 1
         return done
 
-    @staticmethod
-    def _cut_back(fd: int, size: int) -> None:
-        """Cut a log back to its last whole record after a failed append (a short write
-        on a full disk leaves part of one)."""
-        try:
-            os.ftruncate(fd, size)
-        except OSError:
-            pass  # the log then reads as damaged: every later reader says so
-
     def _log_failed(self, exc: Exception):
-        """A failed append is the journal's fault (sticky), as a failed COMMIT is."""
+        """A failed write of a log is the journal's fault (sticky), as a failed COMMIT is."""
         self.fault = self.fault or f"answer log: {getattr(exc, 'strerror', None) or exc}"
         log.error("journal %s: write failed: %s", self.path, self.fault)
         raise JournalFault(self.fault) from exc
@@ -1339,8 +1339,7 @@ class Journal:
                 raise _Held(*held)
             if self._db.execute("SELECT 1 FROM answers WHERE session = ? AND seq = ?",
                                 (session, seq)).fetchone() is not None:
-                raise sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, "
-                                             "answers.seq")  # (answered: nothing charged)
+                raise _duplicate()  # (answered: nothing charged)
             when.append(time.time())
             return [("INSERT INTO pending VALUES (?, ?, ?, ?, NULL, NULL, 0)",
                      (session, seq, row, when[0]))]
@@ -1371,9 +1370,8 @@ class Journal:
             row = self._db.execute("SELECT row, requested, measured FROM pending WHERE "
                                    "session = ? AND seq = ?", (session, seq)).fetchone()
             if row is None:
-                answered = self._db.execute("SELECT 1 FROM answers WHERE session = ? AND seq = ?",
-                                            (session, seq)).fetchone() or any(
-                    a[0] == seq for a in (self._session_answers(session) or ((), ()))[1])
+                answered = any(a[0] == seq  # (the table's answers and its log's)
+                               for a in (self._session_answers(session) or ((), ()))[1])
                 raise ProtocolError(f"query {seq} of session {session[:12]}... is "
                                     + ("already answered" if answered else "not pending"),
                                     ErrorCode.SEQUENCE)
@@ -1521,8 +1519,8 @@ class Journal:
             self._db.execute(f"PRAGMA synchronous={DURABILITY[self.durability]}")
 
     def load(self, session: str) -> JournaledSession | None:
-        """A journaled session, or None. Its answers are the table's and its log's (read
-        first: a fold in between moves answers into the table, never out of sight)."""
+        """A journaled session, or None; its answers are the table's and its answer log's
+        (`_session_answers`, which orders the reads so that a fold in between hides none)."""
         found = self._session_answers(session)
         if found is None:
             return None

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import hashlib
 import logging
 import os
@@ -46,11 +45,8 @@ from typing import BinaryIO
 
 import msgpack
 
-try:
-    import fcntl  # an advisory lock around each append (POSIX)
-except ImportError:  # pragma: no cover - Windows: the size check alone
-    fcntl = None  # type: ignore[assignment]
-
+from pobo.protocol.filelock import lock, unlock  # around each append (where the system
+# keeps no such locks, the size check alone guards the chain, as it did before the lock)
 from pobo.protocol.signing import SharedBody, rebuild, split_envelope
 
 GENESIS = "0" * 64
@@ -235,13 +231,13 @@ class Transcript:
         self._file: BinaryIO | None = open(self.path, "ab", buffering=0)  # a write per record
         fd = self._file.fileno()
         try:
-            _lock(fd)  # the size and the chain read together: no writer appends in between
+            lock(fd)  # the size and the chain read together: no writer appends in between
             try:
                 self._end = os.lseek(fd, 0, os.SEEK_END)
                 if self._end:  # a resumed party continues its own chain, checked first
                     self._seq, self._prev, self._refused = chain_end(self.path)
             finally:
-                _unlock(fd)
+                unlock(fd)
         except BaseException:  # (a damaged file, say: refused, and not left open)
             self._file.close()
             raise
@@ -403,7 +399,7 @@ class Transcript:
         assert self._file is not None
         raw = self._pack(item)
         fd = self._file.fileno()
-        _lock(fd)
+        lock(fd)
         try:
             # the file's size, as lseek to its end gives it: what fstat's st_size says,
             # without a stat object per record (the offset it sets is moot: O_APPEND)
@@ -423,36 +419,10 @@ class Transcript:
                     os.ftruncate(fd, self._end)
                 raise
         finally:
-            _unlock(fd)
+            unlock(fd)
         self._end += len(raw)
         self._seq += 1
         self._prev = hashlib.sha256(raw).digest()
-
-
-# what flock says on a file system that keeps no such locks (NFS without lockd, some FUSE
-# ones): there the size check alone guards the chain, as it did before the lock
-_NO_LOCKS = frozenset(getattr(errno, name) for name in ("ENOLCK", "EOPNOTSUPP", "ENOSYS",
-                                                       "EINVAL") if hasattr(errno, name))
-
-
-def _lock(fd: int) -> None:
-    """Take the advisory lock every writer of a transcript takes around an append (flock:
-    held by the open file, so two writers in one process exclude each other too); on a
-    file system without such locks, none."""
-    _flock(fd, "LOCK_EX")
-
-
-def _unlock(fd: int) -> None:
-    _flock(fd, "LOCK_UN")
-
-
-def _flock(fd: int, operation: str) -> None:
-    if fcntl is not None:
-        try:
-            fcntl.flock(fd, getattr(fcntl, operation))
-        except OSError as exc:
-            if exc.errno not in _NO_LOCKS:
-                raise
 
 
 def linked_records(data: bytes) -> Iterator[tuple[bytes, Record, list[str]]]:

@@ -15,9 +15,10 @@ import sys
 import pytest
 
 from pobo.parties import answer_log
+from pobo.protocol import filelock
 from pobo.parties.journal import Journal, JournalError, JournalFault, Superseded
 from pobo.protocol.errors import ErrorCode, ProtocolError
-from pobo.protocol.ledger import Budget
+from pobo.protocol.ledger import LOCAL, Budget, Entry
 from tests.curator_process import ROOT
 
 SID = "a" * 32
@@ -37,6 +38,11 @@ def _answer(journal: Journal, seq: int, generation: int | None = 1, calls: list 
             calls.append(seq)
         return (0.25 * seq, 0.5 * seq if value is None else value)
     return journal.record_answer(session, generation, seq, seq % 7, [], Budget(), evaluate)
+
+
+def _charge(row: int, epsilon: float = 0.5) -> list[Entry]:
+    """An LDP report's ledger entry on `row` (an answer that goes to the table)."""
+    return [Entry("ctl-laplace", epsilon, 0.0, LOCAL, row)]
 
 
 def _table(path, session: str = SID) -> dict[int, float]:
@@ -315,7 +321,7 @@ def test_without_flock_a_session_answers_through_sqlite(tmp_path, monkeypatch):
     def no_locks(fd, operation):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(answer_log.fcntl, "flock", no_locks)
+    monkeypatch.setattr(filelock.fcntl, "flock", no_locks)
     path = tmp_path / "j.db"
     journal = _opened(path)
     _answer(journal, 1)
@@ -442,12 +448,10 @@ def test_a_claim_waits_busy_timeout_for_a_slow_answer_and_a_reader_not_at_all(tm
 
 
 def test_a_logged_seq_is_refused_by_the_table_paths_before_any_charge(tmp_path):
-    from pobo.protocol.ledger import LOCAL, Entry
-
     path = tmp_path / "j.db"
     journal = _opened(path)
     _answer(journal, 1)
-    charge = [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 1)]
+    charge = _charge(1)
     calls: list[int] = []
     with pytest.raises(sqlite3.IntegrityError):
         journal.record_answer(SID, 1, 1, 1, charge, Budget(), lambda: calls.append(1))
@@ -458,12 +462,10 @@ def test_a_logged_seq_is_refused_by_the_table_paths_before_any_charge(tmp_path):
 
 
 def test_a_session_mixing_the_two_paths_keeps_the_order_of_answering(tmp_path):
-    from pobo.protocol.ledger import LOCAL, Entry
-
     path = tmp_path / "j.db"
     journal = _opened(path)
     for seq in range(1, 6):
-        entries = [Entry("ctl-laplace", 0.5, 0.0, LOCAL, seq)] if seq % 2 == 0 else []
+        entries = _charge(seq) if seq % 2 == 0 else []
         journal.record_answer(SID, 1, seq, seq, entries, Budget(), lambda: (1.0, 1.0))
     assert [a[0] for a in journal.load(SID).answers] == [1, 2, 3, 4, 5]
     journal.claim(SID, OWNER)
@@ -619,8 +621,6 @@ def _holding_sqlite(path):
 
 def test_an_end_refused_busy_keeps_the_log_and_a_table_write_never_repeats_a_logged_seq(
         tmp_path):
-    from pobo.protocol.ledger import LOCAL, Entry
-
     path = tmp_path / "j.db"
     journal = Journal(path, durability="normal", busy_timeout=0.2)
     journal.open_session(SID, {}, b"w", "p", "d", OWNER)
@@ -634,7 +634,7 @@ def test_an_end_refused_busy_keeps_the_log_and_a_table_write_never_repeats_a_log
     with pytest.raises(sqlite3.IntegrityError):  # the log still answers for seq 1
         _answer(journal, 1)
     journal.set_status(SID, 1, "interrupted")  # the connection ends: its log is closed
-    charge = [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 1)]
+    charge = _charge(1)
     with pytest.raises(sqlite3.IntegrityError):  # through the table: folded in first
         journal.record_answer(SID, 1, 1, 1, charge, Budget(), lambda: (9.0, 9.0))
     assert journal.entries() == [] and _table(path) == {1: 0.5}
@@ -714,8 +714,6 @@ def test_a_claim_from_a_full_journal_in_a_group_does_not_wait_on_the_log(tmp_pat
     import threading
     import time
 
-    from pobo.protocol.ledger import LOCAL, Entry
-
     path = tmp_path / "j.db"
     normal = Journal(path, durability="normal", busy_timeout=2.0)
     normal.open_session(SID, {}, b"w", "p", "d", OWNER)
@@ -727,7 +725,7 @@ def test_a_claim_from_a_full_journal_in_a_group_does_not_wait_on_the_log(tmp_pat
     def charged():
         staged.wait(10)
         t0 = time.monotonic()
-        normal.record_answer(SID, 1, 2, 2, [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 2)],
+        normal.record_answer(SID, 1, 2, 2, _charge(2),
                              Budget(), lambda: (1.0, 1.0))
         took["normal"] = time.monotonic() - t0
 
@@ -772,8 +770,6 @@ def test_a_resumed_sessions_table_writes_do_not_read_its_log_again(tmp_path, mon
     still groups them."""
     import asyncio
 
-    from pobo.protocol.ledger import LOCAL, Entry
-
     path = tmp_path / "j.db"
     opener = _opened(path)
     for seq in range(1, 201):
@@ -788,7 +784,7 @@ def test_a_resumed_sessions_table_writes_do_not_read_its_log_again(tmp_path, mon
 
     async def answers():
         for seq in range(201, 241):
-            full.record_answer(SID, 2, seq, seq, [Entry("ctl-laplace", 0.1, 0.0, LOCAL, seq)],
+            full.record_answer(SID, 2, seq, seq, _charge(seq, 0.1),
                                Budget(), lambda: (1.0, 1.0))
             if seq % 8 == 0:
                 await full.committed()
@@ -875,8 +871,6 @@ def test_a_table_write_waits_one_busy_timeout_for_both_locks(tmp_path):
     import threading
     import time
 
-    from pobo.protocol.ledger import LOCAL, Entry
-
     path = tmp_path / "j.db"
     writer = Journal(path, durability="normal", busy_timeout=0.8)
     writer.open_session(SID, {}, b"w", "p", "d", OWNER)
@@ -887,7 +881,7 @@ def test_a_table_write_waits_one_busy_timeout_for_both_locks(tmp_path):
     try:
         t0 = time.monotonic()
         with pytest.raises(ProtocolError) as busy:
-            writer.record_answer(SID, 1, 2, 2, [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 2)],
+            writer.record_answer(SID, 1, 2, 2, _charge(2),
                                  Budget(), lambda: (1.0, 1.0))
         waited = time.monotonic() - t0
     finally:
@@ -898,8 +892,6 @@ def test_a_table_write_waits_one_busy_timeout_for_both_locks(tmp_path):
 
 
 def test_a_reservation_of_an_answered_seq_is_refused_before_its_charge(tmp_path):
-    from pobo.protocol.ledger import LOCAL, Entry
-
     path = tmp_path / "j.db"
     opener = _opened(path)
     _answer(opener, 1)
@@ -907,6 +899,6 @@ def test_a_reservation_of_an_answered_seq_is_refused_before_its_charge(tmp_path)
     full = Journal(path, durability="full")
     full.claim(SID, OWNER)  # no writer here: the log folded into the table
     with pytest.raises(sqlite3.IntegrityError):
-        full.reserve(SID, 2, 1, 1, [Entry("ctl-laplace", 0.5, 0.0, LOCAL, 1)], Budget())
+        full.reserve(SID, 2, 1, 1, _charge(1), Budget())
     assert full.entries() == [] and full.pending() == []
     full.close()

@@ -266,12 +266,12 @@ def test_a_file_system_without_locks_keeps_transcripts_with_the_size_check(tmp_p
     session there was refused)."""
     import errno
 
-    from pobo.protocol import transcript as transcript_module
+    from pobo.protocol import filelock
 
     def no_locks(fd, operation):
         raise OSError(errno.ENOLCK, "No locks available")
 
-    monkeypatch.setattr(transcript_module.fcntl, "flock", no_locks)
+    monkeypatch.setattr(filelock.fcntl, "flock", no_locks)
     path = tmp_path / "t.transcript"
     t = Transcript(path)
     t.append("recv", "hello", encode(Hello(PROTOCOL_VERSION, "a")))
