@@ -2,7 +2,7 @@
 minimal protocol-free PO-GP-UCB loop on the same seeds, on one core (issue 16 item 11,
 issue 23 item 6).
 
-    python benchmarks/sweep_overhead.py [--seeds 3] [--rs 3 6 8 10 15 20] [--reps 3]
+    python benchmarks/sweep_overhead.py [--seeds 3] [--rs 3 6 8 10 15 20] [--reps 3] [--split]
 
 The sweep is `run_sweep` with `workers=1` (the code path of `pobo sweep --preset table1
 --workers 1`, with fewer seeds and optionally fewer r): every run a real session --
@@ -24,7 +24,9 @@ sweep/reference. Target: <= 2, goal <= 1.5.
 
 A third line times the sweep's own curator and modeler objects called directly, with no
 channel between them, to show how much of the ratio is the protocol path (encode, seal,
-police, link, queue and the event loop) and the run's result file.
+police, link, queue and the event loop) and the run's result file. `--split` then runs
+each path at T = 1 too and prints its fixed cost a run and its cost a step, and the GP's
+own time a step in the sweep and in the reference (the same calls, timed in place).
 """
 from __future__ import annotations
 
@@ -193,15 +195,71 @@ def parties(seeds: int, rs: tuple[int, ...], T: int) -> list[list[int]]:
     return runs
 
 
-def sweep_spec(seeds: int, rs: tuple[int, ...]) -> SweepSpec:
-    """`pobo sweep --preset table1` with `seeds` seeds and these r."""
-    return SweepSpec(PRESET.scenario, PRESET.epsilons, rs, seeds=seeds, T=PRESET.T,
-                     lift="paper")
+def sweep_spec(seeds: int, rs: tuple[int, ...], T: int = PRESET.T) -> SweepSpec:
+    """`pobo sweep --preset table1` with `seeds` seeds, these r (and T)."""
+    return SweepSpec(PRESET.scenario, PRESET.epsilons, rs, seeds=seeds, T=T, lift="paper")
 
 
-def sweep(seeds: int, rs: tuple[int, ...], out: Path) -> list[dict]:
-    """`pobo sweep --preset table1 --workers 1` with `seeds` seeds and these r."""
-    return run_sweep(sweep_spec(seeds, rs), out, workers=1, progress=None)
+def sweep(seeds: int, rs: tuple[int, ...], out: Path, T: int = PRESET.T) -> list[dict]:
+    """`pobo sweep --preset table1 --workers 1` with `seeds` seeds, these r (and T)."""
+    return run_sweep(sweep_spec(seeds, rs, T), out, workers=1, progress=None)
+
+
+def split(seeds: int, rs: tuple[int, ...], epsilon: float, reps: int, tmp: Path,
+          at_T: dict[str, float]) -> None:
+    """Print each path's fixed cost a run (its median time at T = 1) and its cost a step
+    (from that and `at_T`, its median at the preset's T), and the GP's own time a step
+    in the sweep and in the reference (IncrementalGP.add and ucb_argmax timed in place):
+    what of a step is the protocol's own work and what is the GP slowed by it."""
+    paths = {"sweep": lambda rep: sweep(seeds, rs, tmp / f"split{rep}", 1),
+             "reference": lambda rep: reference(seeds, rs, epsilon, 1),
+             "flat prototype": lambda rep: flat(seeds, rs, epsilon, 1, tmp / f"splitflat{rep}"),
+             "parties, no channel": lambda rep: parties(seeds, rs, 1)}
+    once: dict[str, list[float]] = {name: [] for name in paths}
+    for rep in range(reps):
+        for name, run in paths.items():
+            start = time.perf_counter()
+            run(rep)
+            once[name].append(time.perf_counter() - start)
+    runs, T = seeds * len(rs), PRESET.T
+    fixed = {name: statistics.median(t) / runs for name, t in once.items()}
+    step = {name: (at_T[name] / runs - fixed[name]) / (T - 1) for name in paths}
+    print(f"  split (T = 1 and T = {T}; medians of {reps}):")
+    for name in paths:
+        print(f"    {name:<20} fixed {fixed[name] * 1e3:6.2f} ms a run "
+              f"({(fixed[name] - fixed['reference']) * 1e3:+.2f}), a step "
+              f"{step[name] * 1e6:6.1f} us ({(step[name] - step['reference']) * 1e6:+.1f})")
+    spent = {"add": [0.0, 0], "ucb_argmax": [0.0, 0]}
+    originals = {name: getattr(IncrementalGP, name) for name in spent}
+
+    def timed(name):
+        def call(self, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return originals[name](self, *args, **kwargs)
+            finally:
+                spent[name][0] += time.perf_counter() - start
+                spent[name][1] += 1
+        return call
+
+    gp_step = {}
+    try:
+        for name in spent:
+            setattr(IncrementalGP, name, timed(name))
+        for label, run in (("sweep", lambda: sweep(seeds, rs, tmp / "split-gp")),
+                           ("reference", lambda: reference(seeds, rs, epsilon, T))):
+            for name in spent:
+                spent[name] = [0.0, 0]
+            run()
+            gp_step[label] = {name: total / max(1, n) for name, (total, n) in spent.items()}
+    finally:
+        for name, method in originals.items():
+            setattr(IncrementalGP, name, method)
+    print("    the GP's own time a step (IncrementalGP.add + ucb_argmax): sweep "
+          + ", reference ".join(f"{gp_step[k]['add'] * 1e6:.0f} + "
+                                f"{gp_step[k]['ucb_argmax'] * 1e6:.0f} us"
+                                for k in ("sweep", "reference"))
+          + " (the same calls, slower where the protocol's work ran between them)")
 
 
 def swept_queries(rows: list[dict], out: Path) -> list[list[int]]:
@@ -219,6 +277,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3, help="repetitions (median ratio)")
     parser.add_argument("--glibc-defaults", action="store_true",
                         help="leave glibc's allocator alone (pobo sweep keeps freed memory)")
+    parser.add_argument("--split", action="store_true",
+                        help="also print each path's fixed cost a run and cost a step, and "
+                        "the GP's own time a step in the sweep and the reference")
     args = parser.parse_args(argv)
     kept = not args.glibc_defaults and keep_freed_memory()  # what `pobo sweep` does
     rs, (epsilon,), T = tuple(args.rs), PRESET.epsilons, PRESET.T
@@ -262,6 +323,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  ratio sweep/reference: {ratio:.2f} (target <= 2: "
           f"{'met' if ratio <= 2 else 'NOT met'}; goal <= 1.5: "
           f"{'met' if ratio <= 1.5 else 'NOT met'})")
+    if args.split:
+        with tempfile.TemporaryDirectory(prefix="pobo-sweep-split-") as tmp:
+            split(args.seeds, rs, epsilon, args.reps, Path(tmp),
+                  {"sweep": med(sweeps), "reference": med(refs), "flat prototype": med(flats),
+                   "parties, no channel": med(direct)})
     if not same:
         raise SystemExit("the sweep and the reference queried different rows: the "
                          "comparison is not like-for-like")

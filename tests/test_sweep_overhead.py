@@ -1,0 +1,25 @@
+"""benchmarks/sweep_overhead.py compares like with like: the sweep, its parties called with
+no channel, the flat prototype and the protocol-free reference must query the same rows in
+every run (the script exits non-zero otherwise), and `--split` prints each path's fixed
+cost and cost a step. Its figures are the benchmark's to print, not checked here."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "sweep_overhead.py"
+
+
+def test_the_four_paths_query_the_same_rows_and_split_prints_each():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--seeds", "1", "--rs", "3", "8",
+                           "--reps", "1", "--split"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    assert "the same rows queried by all three in every run: yes" in out
+    assert "ratio sweep/reference:" in out
+    split = out[out.index("split (T = 1 and T = 50"):].splitlines()
+    for path in ("sweep", "reference", "flat prototype", "parties, no channel"):
+        assert any(line.strip().startswith(path) and "a step" in line for line in split), path
+    assert "the GP's own time a step" in out
