@@ -3,6 +3,7 @@ minimal protocol-free PO-GP-UCB loop on the same seeds, on one core (issue 16 it
 issue 23 item 6).
 
     python benchmarks/sweep_overhead.py [--seeds 3] [--rs 3 6 8 10 15 20] [--reps 3] [--split]
+                                        [--lines]
 
 The sweep is `run_sweep` with `workers=1` (the code path of `pobo sweep --preset table1
 --workers 1`, with fewer seeds and optionally fewer r): every run a real session --
@@ -27,6 +28,8 @@ channel between them, to show how much of the ratio is the protocol path (encode
 police, link, queue and the event loop) and the run's result file. `--split` then runs
 each path at T = 1 too and prints its fixed cost a run and its cost a step, and the GP's
 own time a step in the sweep and in the reference (the same calls, timed in place).
+`--lines` counts the Python lines each path executes a step and a run (sys.settrace): a
+figure the machine's noise does not move, to judge a change smaller than that noise.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
+import collections  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
@@ -262,6 +266,49 @@ def split(seeds: int, rs: tuple[int, ...], epsilon: float, reps: int, tmp: Path,
           + " (the same calls, slower where the protocol's work ran between them)")
 
 
+def counted_lines(run) -> collections.Counter:
+    """The Python lines `run()` executes, by (file, function): `sys.settrace`'s line
+    events, coroutine frames included (a count, the same on any machine and any load)."""
+    counts: collections.Counter = collections.Counter()
+
+    def local(frame, event, arg):
+        if event == "line":
+            counts[frame.f_code] += 1
+        return local
+
+    sys.settrace(lambda frame, event, arg: local)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    named: collections.Counter = collections.Counter()
+    for code, n in counts.items():
+        named[(Path(code.co_filename).name, code.co_name)] += n
+    return named
+
+
+def lines(seeds: int, rs: tuple[int, ...], epsilon: float, tmp: Path, top: int = 8) -> None:
+    """Print the Python lines each path executes a step and a run's fixed part (from its
+    counts at T = 1 and at the preset's T), and the sweep's functions that execute the
+    most lines a step: the work itself, where a time on a shared machine moves by ±5%
+    from one run to the next."""
+    T, runs = PRESET.T, seeds * len(rs)
+    paths = {"reference": lambda T, tag: reference(seeds, rs, epsilon, T),
+             "flat prototype": lambda T, tag: flat(seeds, rs, epsilon, T, tmp / f"flat{tag}"),
+             "parties, no channel": lambda T, tag: parties(seeds, rs, T),
+             "sweep": lambda T, tag: sweep(seeds, rs, tmp / f"sweep{tag}", T)}
+    print(f"  Python lines executed (sys.settrace; T = 1 and T = {T}):")
+    for name, run in paths.items():
+        once, whole = (counted_lines(lambda: run(t, f"lines{t}")) for t in (1, T))
+        per_step = (sum(whole.values()) - sum(once.values())) / ((T - 1) * runs)
+        print(f"    {name:<20} {per_step:6.0f} a step, "
+              f"{sum(once.values()) / runs - per_step:8.0f} a run's fixed part")
+    steps = {key: (whole[key] - once.get(key, 0)) / ((T - 1) * runs) for key in whole}
+    busiest = sorted(steps.items(), key=lambda item: -item[1])[:top]
+    print("    the sweep's most a step: " + ", ".join(
+        f"{file}:{function} {n:.0f}" for (file, function), n in busiest))
+
+
 def swept_queries(rows: list[dict], out: Path) -> list[list[int]]:
     """The rows queried in every run of a sweep in `out`, from its result.json files."""
     return [json.loads((out / "runs" / row["run"] / "result.json").read_text())["queries"]
@@ -280,6 +327,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--split", action="store_true",
                         help="also print each path's fixed cost a run and cost a step, and "
                         "the GP's own time a step in the sweep and the reference")
+    parser.add_argument("--lines", action="store_true",
+                        help="also print the Python lines each path executes a step and "
+                        "a run (a count: the same on any machine)")
     args = parser.parse_args(argv)
     kept = not args.glibc_defaults and keep_freed_memory()  # what `pobo sweep` does
     rs, (epsilon,), T = tuple(args.rs), PRESET.epsilons, PRESET.T
@@ -328,6 +378,9 @@ def main(argv: list[str] | None = None) -> None:
             split(args.seeds, rs, epsilon, args.reps, Path(tmp),
                   {"sweep": med(sweeps), "reference": med(refs), "flat prototype": med(flats),
                    "parties, no channel": med(direct)})
+    if args.lines:
+        with tempfile.TemporaryDirectory(prefix="pobo-sweep-lines-") as tmp:
+            lines(args.seeds, rs, epsilon, Path(tmp))
     if not same:
         raise SystemExit("the sweep and the reference queried different rows: the "
                          "comparison is not like-for-like")
