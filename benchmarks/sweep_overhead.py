@@ -47,6 +47,7 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -209,21 +210,27 @@ def sweep(seeds: int, rs: tuple[int, ...], out: Path, T: int = PRESET.T) -> list
     return run_sweep(sweep_spec(seeds, rs, T), out, workers=1, progress=None)
 
 
+def path_runs(seeds: int, rs: tuple[int, ...], epsilon: float,
+              tmp: Path) -> dict[str, Callable[[int, str], object]]:
+    """Each path as a call of (T, a tag naming its output folders in `tmp`)."""
+    return {"reference": lambda T, tag: reference(seeds, rs, epsilon, T),
+            "flat prototype": lambda T, tag: flat(seeds, rs, epsilon, T, tmp / f"flat-{tag}"),
+            "parties, no channel": lambda T, tag: parties(seeds, rs, T),
+            "sweep": lambda T, tag: sweep(seeds, rs, tmp / f"sweep-{tag}", T)}
+
+
 def split(seeds: int, rs: tuple[int, ...], epsilon: float, reps: int, tmp: Path,
           at_T: dict[str, float]) -> None:
     """Print each path's fixed cost a run (its median time at T = 1) and its cost a step
     (from that and `at_T`, its median at the preset's T), and the GP's own time a step
     in the sweep and in the reference (IncrementalGP.add and ucb_argmax timed in place):
     what of a step is the protocol's own work and what is the GP slowed by it."""
-    paths = {"sweep": lambda rep: sweep(seeds, rs, tmp / f"split{rep}", 1),
-             "reference": lambda rep: reference(seeds, rs, epsilon, 1),
-             "flat prototype": lambda rep: flat(seeds, rs, epsilon, 1, tmp / f"splitflat{rep}"),
-             "parties, no channel": lambda rep: parties(seeds, rs, 1)}
+    paths = path_runs(seeds, rs, epsilon, tmp)
     once: dict[str, list[float]] = {name: [] for name in paths}
     for rep in range(reps):
         for name, run in paths.items():
             start = time.perf_counter()
-            run(rep)
+            run(1, f"split{rep}")
             once[name].append(time.perf_counter() - start)
     runs, T = seeds * len(rs), PRESET.T
     fixed = {name: statistics.median(t) / runs for name, t in once.items()}
@@ -293,17 +300,14 @@ def lines(seeds: int, rs: tuple[int, ...], epsilon: float, tmp: Path, top: int =
     most lines a step: the work itself, where a time on a shared machine moves by ±5%
     from one run to the next."""
     T, runs = PRESET.T, seeds * len(rs)
-    paths = {"reference": lambda T, tag: reference(seeds, rs, epsilon, T),
-             "flat prototype": lambda T, tag: flat(seeds, rs, epsilon, T, tmp / f"flat{tag}"),
-             "parties, no channel": lambda T, tag: parties(seeds, rs, T),
-             "sweep": lambda T, tag: sweep(seeds, rs, tmp / f"sweep{tag}", T)}
     print(f"  Python lines executed (sys.settrace; T = 1 and T = {T}):")
-    for name, run in paths.items():
+    for name, run in path_runs(seeds, rs, epsilon, tmp).items():
         once, whole = (counted_lines(lambda: run(t, f"lines{t}")) for t in (1, T))
         per_step = (sum(whole.values()) - sum(once.values())) / ((T - 1) * runs)
         print(f"    {name:<20} {per_step:6.0f} a step, "
               f"{sum(once.values()) / runs - per_step:8.0f} a run's fixed part")
-    steps = {key: (whole[key] - once.get(key, 0)) / ((T - 1) * runs) for key in whole}
+        if name == "sweep":
+            steps = {key: (whole[key] - once.get(key, 0)) / ((T - 1) * runs) for key in whole}
     busiest = sorted(steps.items(), key=lambda item: -item[1])[:top]
     print("    the sweep's most a step: " + ", ".join(
         f"{file}:{function} {n:.0f}" for (file, function), n in busiest))
