@@ -2,7 +2,7 @@
 minimal protocol-free PO-GP-UCB loop on the same seeds, on one core (issue 16 item 11,
 issue 23 item 6).
 
-    python benchmarks/sweep_overhead.py [--seeds 3] [--rs 3 6 8 10 15 20] [--reps 3] [--split]
+    python benchmarks/sweep_overhead.py [--seeds 3] [--rs 3 6 8 10 15 20] [--reps 6] [--split]
                                         [--lines]
 
 The sweep is `run_sweep` with `workers=1` (the code path of `pobo sweep --preset table1
@@ -20,8 +20,10 @@ otherwise). Both run with one BLAS thread (the sweep's workers are started so) a
 `pobo sweep` runs its one worker, with glibc keeping freed memory between runs
 (pobo.allocator.keep_freed_memory: the reference in this process gets it too);
 `--glibc-defaults` measures the library call `run_sweep` in a process left alone.
-Repetitions interleave them; the figure is the median of the per-repetition ratios
-sweep/reference. Target: <= 2, goal <= 1.5.
+Repetitions interleave them, the reference and the sweep side by side, in the reverse
+order on every other repetition; the figure is the median of the per-repetition ratios
+sweep/reference, printed with the middle half of them (on a shared machine a single
+repetition's ratio moves by 10% or more). Target: <= 2, goal <= 1.5.
 
 A third line times the sweep's own curator and modeler objects called directly, with no
 channel between them, to show how much of the ratio is the protocol path (encode, seal,
@@ -325,7 +327,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (the preset: 50)")
     parser.add_argument("--rs", type=int, nargs="+", default=list(PRESET.rs),
                         help=f"projection dimensions (the preset: {PRESET.rs})")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions (median ratio)")
+    parser.add_argument("--reps", type=int, default=6,
+                        help="repetitions (the median of their ratios)")
     parser.add_argument("--glibc-defaults", action="store_true",
                         help="leave glibc's allocator alone (pobo sweep keeps freed memory)")
     parser.add_argument("--split", action="store_true",
@@ -337,23 +340,36 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     kept = not args.glibc_defaults and keep_freed_memory()  # what `pobo sweep` does
     rs, (epsilon,), T = tuple(args.rs), PRESET.epsilons, PRESET.T
-    ratios, sweeps, refs, direct, flats, same = [], [], [], [], [], True
+    out: dict[int, list[dict]] = {}  # the sweep's summaries, by repetition
+
+    def swept(tmp: Path, rep: int) -> list[list[int]]:
+        out[rep] = sweep(args.seeds, rs, tmp / f"sweep{rep}")
+        return swept_queries(out[rep], tmp / f"sweep{rep}")
+
+    paths = {"flat prototype": lambda tmp, rep: flat(args.seeds, rs, epsilon, T,
+                                                     tmp / f"flat{rep}"),
+             "parties, no channel": lambda tmp, rep: parties(args.seeds, rs, T),
+             "reference": lambda tmp, rep: reference(args.seeds, rs, epsilon, T),
+             "sweep": swept}
+    took: dict[str, list[float]] = {name: [] for name in paths}
+    ratios, same = [], True
     with tempfile.TemporaryDirectory(prefix="pobo-sweep-overhead-") as tmp:
         for rep in range(args.reps):
-            start = time.perf_counter()
-            queried = reference(args.seeds, rs, epsilon, T)
-            refs.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            same &= flat(args.seeds, rs, epsilon, T, Path(tmp) / f"flat{rep}") == queried
-            flats.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            same &= parties(args.seeds, rs, T) == queried
-            direct.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            rows = sweep(args.seeds, rs, Path(tmp) / f"sweep{rep}")
-            sweeps.append(time.perf_counter() - start)
-            ratios.append(sweeps[-1] / refs[-1])
-            same &= swept_queries(rows, Path(tmp) / f"sweep{rep}") == queried
+            # the reference and the sweep run next to each other, their order (and every
+            # path's place) reversed on odd repetitions: a machine that slows down or
+            # speeds up over a repetition moves both alike, and neither always runs
+            # after the other's code has warmed the caches
+            queried = {}
+            for name in paths if rep % 2 == 0 else reversed(paths):
+                start = time.perf_counter()
+                queried[name] = paths[name](Path(tmp), rep)
+                took[name].append(time.perf_counter() - start)
+            same &= all(q == queried["reference"] for q in queried.values())
+            ratios.append(took["sweep"][-1] / took["reference"][-1])
+    rows = out[0]
+    sweeps, refs, direct, flats = (took[name] for name in
+                                   ("sweep", "reference", "parties, no channel",
+                                    "flat prototype"))
     runs = len(rows)
     med = statistics.median
     print(f"table1 subset: {args.seeds} seeds x r in {list(rs)} = {runs} runs, T = {T}, "
@@ -374,7 +390,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  the same rows queried by all three in every run: {'yes' if same else 'NO'}; "
           f"mean S_T {np.mean([r['simple_regret'] for r in rows]):.4f}")
     ratio = med(ratios)
-    print(f"  ratio sweep/reference: {ratio:.2f} (target <= 2: "
+    spread = (f" (the middle half of the {len(ratios)} repetitions' ratios: "
+              f"{statistics.quantiles(ratios, n=4)[0]:.2f}-"
+              f"{statistics.quantiles(ratios, n=4)[2]:.2f})" if len(ratios) > 1 else "")
+    print(f"  ratio sweep/reference: {ratio:.2f}{spread} (target <= 2: "
           f"{'met' if ratio <= 2 else 'NOT met'}; goal <= 1.5: "
           f"{'met' if ratio <= 1.5 else 'NOT met'})")
     if args.split:

@@ -34,3 +34,28 @@ def test_the_four_paths_query_the_same_rows_and_split_and_lines_print_each():
     assert per_step["sweep"] > per_step["parties, no channel"] > per_step["reference"] > 0
     assert per_step["flat prototype"] > per_step["reference"]
     assert "the sweep's most a step: " in out and "channel.py:" in out
+
+
+def test_a_path_that_queries_other_rows_fails_the_script(monkeypatch):
+    """The like-for-like check bites: a reference that asks one other row in one run (on
+    either repetition's order) makes the script exit with the reason, not print a ratio."""
+    import importlib.util
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("sweep_overhead_under_test", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    honest, calls = bench.reference, []
+
+    def one_row_off(*args, **kwargs):
+        runs = honest(*args, **kwargs)
+        calls.append(len(calls))
+        if len(calls) == 2:  # the second repetition's, run after the sweep
+            runs[-1] = runs[-1][:-1] + [runs[-1][-1] + 1]
+        return runs
+
+    monkeypatch.setattr(bench, "reference", one_row_off)
+    with pytest.raises(SystemExit, match="queried different rows"):
+        bench.main(["--seeds", "1", "--rs", "3", "--reps", "2"])
+    assert len(calls) == 2
