@@ -177,6 +177,8 @@ def _duplicate() -> sqlite3.IntegrityError:
     """What the answers table raises for a second answer of one (session, seq): raised
     as it is where an answer log, not the table, holds the first."""
     return sqlite3.IntegrityError("UNIQUE constraint failed: answers.session, answers.seq")
+
+
 _INT64 = 1 << 63
 
 
@@ -753,6 +755,7 @@ class Journal:
             return ordinal
 
     def _recorded(self, session: str) -> bool:
+        """Whether the sessions table holds `session` (its log is then its own)."""
         return self._db.execute("SELECT 1 FROM sessions WHERE id = ?",
                                 (session,)).fetchone() is not None
 
@@ -783,7 +786,9 @@ class Journal:
                                (_LOG_KEY + session,)).fetchone()
         return None if row is None else int(row[0])
 
-    def _busy(self, what: str = "another connection holds this session's answer log"):
+    def _busy(self, what: str = "another connection holds this session's answer log"
+              ) -> ProtocolError:
+        """The typed BUSY a caller may retry: a log's lock held past the wait."""
         return ProtocolError(f"the curator's journal is busy ({what}): try again",
                              ErrorCode.BUSY)
 
