@@ -27,7 +27,11 @@ repetition's ratio moves by 10% or more). Target: <= 2, goal <= 1.5.
 
 A third line times the sweep's own curator and modeler objects called directly, with no
 channel between them, to show how much of the ratio is the protocol path (encode, seal,
-police, link, queue and the event loop) and the run's result file. `--split` then runs
+police, link, queue and the event loop) and the run's result file. The flat prototype
+runs twice: as the smallest code that does a sweep's protocol work, and `checked`, with
+the boundary's per-frame checks (fields, envelope, link, acknowledgement, the policy's
+rules for a query and a reward) written flat in its loop, to show what those checks
+cost without pobo's layers. `--split` then runs
 each path at T = 1 too and prints its fixed cost a run and its cost a step, and the GP's
 own time a step in the sweep and in the reference (the same calls, timed in place).
 `--lines` counts the Python lines each path executes a step and a run (sys.settrace): a
@@ -99,57 +103,131 @@ def reference(seeds: int, rs: tuple[int, ...], epsilon: float, T: int) -> list[l
     return runs
 
 
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _checked_fields(message: dict) -> None:
+    """The codec's field checks on a query's or reward's map, written flat: seq and index
+    int64 ints, a reward's value a finite float and its noise tag a string (AssertionError
+    otherwise: the prototype's one failure, never raised by an honest run)."""
+    seq, index = message["seq"], message["index"]
+    assert type(seq) is int and type(index) is int and _INT64[0] <= seq <= _INT64[1] \
+        and _INT64[0] <= index <= _INT64[1], "malformed query fields"
+    if message["kind"] == "reward":
+        value = message["value"]
+        assert type(value) is float and math.isfinite(value) and type(message["noise"]) is str, \
+            "malformed reward fields"
+
+
 async def _flat_run(Z: np.ndarray, f: np.ndarray, kp, noise_var: float, seed: int, T: int,
-                    folder: Path) -> list[int]:
+                    folder: Path, checked: bool = False) -> list[int]:
     """One run of the flat prototype: a curator task and a modeler task in one event loop,
     exchanging msgpack frames (each in an envelope linked to the previous frame's SHA-256)
     over two asyncio queues; the Dataset frame carries Z; every answer is inserted into an
     in-memory SQLite journal (autocommit) before its reward is sent; result.json written
-    atomically in the run's own folder. The rows queried."""
+    atomically in the run's own folder. The rows queried.
+
+    `checked` adds, written flat in the same loop, the per-frame checks pobo's boundary
+    makes (PROTOCOL.md 4 and 7): each side checks a query or reward it sends and one it
+    receives (fields by type and range, as the codec; a query's seq in [1, T], new, its
+    row in [0, n), at most one outstanding; a reward's noise tag and that it answers the
+    outstanding query, as the policy), and opens every envelope as pobo does (msgpack's
+    limits, the envelope's and the link's keys and types, the session, a record number
+    that never goes back, an acknowledgement of a frame it sent)."""
     import hashlib
     import sqlite3
 
     import msgpack
 
     to_curator, to_modeler = asyncio.Queue(), asyncio.Queue()
+    session, n = "flat-session", Z.shape[0]
 
-    def sealed(message: dict, prev: bytes) -> tuple[bytes, bytes]:
-        frame = msgpack.packb({"body": msgpack.packb(message, use_bin_type=True),
-                               "prev": prev}, use_bin_type=True)
+    def sealed(message: dict, prev: bytes, seq: int, peer: bytes) -> tuple[bytes, bytes]:
+        body = msgpack.packb(message, use_bin_type=True)
+        envelope = ({"body": body, "link": {"session": session, "seq": seq, "prev": prev,
+                                            "peer": peer}, "sig": b""} if checked
+                    else {"body": body, "prev": prev})
+        frame = msgpack.packb(envelope, use_bin_type=True)
         return frame, hashlib.sha256(frame).digest()
 
-    def opened(frame: bytes, prev: bytes) -> tuple[dict, bytes]:
-        envelope = msgpack.unpackb(frame, raw=False)
-        assert envelope["prev"] == prev, "broken link"
-        return msgpack.unpackb(envelope["body"], raw=False), hashlib.sha256(frame).digest()
+    def opened(frame: bytes, prev: bytes, state: dict) -> tuple[dict, bytes]:
+        if not checked:
+            envelope = msgpack.unpackb(frame, raw=False)
+            assert envelope["prev"] == prev, "broken link"
+            return msgpack.unpackb(envelope["body"], raw=False), hashlib.sha256(frame).digest()
+        envelope = msgpack.unpackb(frame, raw=False, strict_map_key=True, max_map_len=8,
+                                   max_array_len=0, max_str_len=1 << 16,
+                                   max_bin_len=max(len(frame), 1), max_ext_len=0)
+        link, body = envelope["link"], envelope["body"]
+        assert envelope.keys() == {"body", "link", "sig"} and type(body) is bytes \
+            and type(envelope["sig"]) is bytes and type(link) is dict \
+            and link.keys() == {"session", "seq", "prev", "peer"}, "malformed envelope"
+        assert link["session"] == session and type(link["seq"]) is int \
+            and link["seq"] >= state["peer_seq"] and len(link["prev"]) == 32 \
+            and len(link["peer"]) == 32, "malformed or broken link"
+        assert link["peer"] in state["sent"], "acknowledges a frame never sent"
+        state["peer_seq"] = link["seq"]
+        message = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=True,
+                                  max_str_len=1 << 16, max_bin_len=1 << 10,
+                                  max_array_len=1 << 12, max_map_len=64,
+                                  max_ext_len=len(frame))
+        return message, hashlib.sha256(frame).digest()
+
+    def policed(message: dict, asked: dict, outstanding: dict) -> None:
+        """The boundary's checks on a query or a reward (either side, either way)."""
+        _checked_fields(message)
+        seq, index = message["seq"], message["index"]
+        if message["kind"] == "query":
+            assert 1 <= seq <= T and seq not in asked and 0 <= index < n \
+                and not outstanding, "query refused"
+            asked[seq] = outstanding[seq] = index
+        else:
+            assert message["noise"] == "" and outstanding.get(seq) == index, "reward refused"
+            del outstanding[seq]
 
     async def curator() -> None:
         db = sqlite3.connect(":memory:", isolation_level=None)
         db.execute("CREATE TABLE answers (seq INTEGER PRIMARY KEY, row INTEGER, value REAL)")
         noise, sd = rng_for(seed, "measurement-noise"), math.sqrt(noise_var)
+        asked, outstanding, state = {}, {}, {"peer_seq": 0, "sent": {bytes(32)}}
         frame, mine = sealed({"kind": "dataset", "Z": msgpack.ExtType(1, Z.tobytes()),
-                              "rows": Z.shape[0], "r": Z.shape[1]}, bytes(32))
+                              "rows": Z.shape[0], "r": Z.shape[1]}, bytes(32), 0, bytes(32))
+        state["sent"].add(mine)
         await to_modeler.put(frame)
         peer = bytes(32)  # the SHA-256 of the modeler's last frame
-        for _ in range(T):
-            query, peer = opened(await to_curator.get(), peer)
+        for t in range(1, T + 1):
+            query, peer = opened(await to_curator.get(), peer, state)
+            if checked:
+                policed(query, asked, outstanding)
             value = float(f[query["index"]] + sd * noise.standard_normal())
             db.execute("INSERT INTO answers VALUES (?, ?, ?)", (query["seq"], query["index"], value))
-            frame, mine = sealed({"kind": "reward", "seq": query["seq"], "index": query["index"],
-                                  "value": value}, mine)
+            reward = {"seq": query["seq"], "index": query["index"], "value": value,
+                      "noise": "", "kind": "reward"}
+            if checked:
+                policed(reward, {}, outstanding)
+            frame, mine = sealed(reward, mine, t, peer)
+            state["sent"].add(mine)
             await to_modeler.put(frame)
 
     async def modeler() -> list[int]:
-        dataset, peer = opened(await to_modeler.get(), bytes(32))
+        state = {"peer_seq": 0, "sent": {bytes(32)}}
+        dataset, peer = opened(await to_modeler.get(), bytes(32), state)
         Zm = np.frombuffer(dataset["Z"].data, dtype=np.float64).reshape(dataset["rows"], dataset["r"])
         gp = IncrementalGP(Zm.copy(), kernel_by_name(kp.kernel, kp.lengthscale, kp.signal_var,
                                                      dims=Zm.shape[1]), kp.noise_var, capacity=T)
         choose, mine, queries = rng_for(seed, "modeler"), bytes(32), []
+        asked, outstanding = {}, {}
         for t in range(1, T + 1):
             i = gp.ucb_argmax(beta_gp_ucb(t, gp.n), choose)
-            frame, mine = sealed({"kind": "query", "seq": t, "index": i}, mine)
+            query = {"seq": t, "index": i, "kind": "query"}
+            if checked:
+                policed(query, asked, outstanding)
+            frame, mine = sealed(query, mine, t, peer)
+            state["sent"].add(mine)
             await to_curator.put(frame)
-            reward, peer = opened(await to_modeler.get(), peer)
+            reward, peer = opened(await to_modeler.get(), peer, state)
+            if checked:
+                policed(reward, {}, outstanding)
             gp.add(i, reward["value"])
             queries.append(i)
         return queries
@@ -163,12 +241,13 @@ async def _flat_run(Z: np.ndarray, f: np.ndarray, kp, noise_var: float, seed: in
     return queries
 
 
-def flat(seeds: int, rs: tuple[int, ...], epsilon: float, T: int, out: Path) -> list[list[int]]:
+def flat(seeds: int, rs: tuple[int, ...], epsilon: float, T: int, out: Path,
+         checked: bool = False) -> list[list[int]]:
     """The smallest prototype of what a sweep does, outside pobo (`_flat_run` per run):
     the same mathematics as the reference plus the work a sweep's protocol adds (frames
     encoded and linked by SHA-256, a journal commit before every reward, an event loop
-    between two parties, a result file per run), with none of pobo's layers. The rows
-    queried in every run."""
+    between two parties, a result file per run), with none of pobo's layers; `checked`:
+    with the boundary's per-frame checks too. The rows queried in every run."""
     runs = []
     for seed in range(seeds):
         problem = build_problem(PRESET.scenario, seed)
@@ -178,7 +257,7 @@ def flat(seeds: int, rs: tuple[int, ...], epsilon: float, T: int, out: Path) -> 
                 lift="paper", r_fallback=problem.r)
             runs.append(asyncio.run(_flat_run(release.Z, problem.f, problem.kernel,
                                               problem.noise_var, seed, T,
-                                              out / f"seed{seed}-r{r}")))
+                                              out / f"seed{seed}-r{r}", checked)))
     return runs
 
 
@@ -217,6 +296,8 @@ def path_runs(seeds: int, rs: tuple[int, ...], epsilon: float,
     """Each path as a call of (T, a tag naming its output folders in `tmp`)."""
     return {"reference": lambda T, tag: reference(seeds, rs, epsilon, T),
             "flat prototype": lambda T, tag: flat(seeds, rs, epsilon, T, tmp / f"flat-{tag}"),
+            "flat, checked": lambda T, tag: flat(seeds, rs, epsilon, T, tmp / f"checked-{tag}",
+                                                 checked=True),
             "parties, no channel": lambda T, tag: parties(seeds, rs, T),
             "sweep": lambda T, tag: sweep(seeds, rs, tmp / f"sweep-{tag}", T)}
 
@@ -322,7 +403,7 @@ def swept_queries(rows: list[dict], out: Path) -> list[list[int]]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Time the three, interleaved, check that they queried the same rows, print the ratio."""
+    """Time the five paths, interleaved, check that they queried the same rows, print the ratio."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 (the preset: 50)")
     parser.add_argument("--rs", type=int, nargs="+", default=list(PRESET.rs),
@@ -348,6 +429,8 @@ def main(argv: list[str] | None = None) -> None:
 
     paths = {"flat prototype": lambda tmp, rep: flat(args.seeds, rs, epsilon, T,
                                                      tmp / f"flat{rep}"),
+             "flat, checked": lambda tmp, rep: flat(args.seeds, rs, epsilon, T,
+                                                    tmp / f"checked{rep}", checked=True),
              "parties, no channel": lambda tmp, rep: parties(args.seeds, rs, T),
              "reference": lambda tmp, rep: reference(args.seeds, rs, epsilon, T),
              "sweep": swept}
@@ -367,9 +450,9 @@ def main(argv: list[str] | None = None) -> None:
             same &= all(q == queried["reference"] for q in queried.values())
             ratios.append(took["sweep"][-1] / took["reference"][-1])
     rows = out[0]
-    sweeps, refs, direct, flats = (took[name] for name in
-                                   ("sweep", "reference", "parties, no channel",
-                                    "flat prototype"))
+    sweeps, refs, direct, flats, checks = (took[name] for name in
+                                           ("sweep", "reference", "parties, no channel",
+                                            "flat prototype", "flat, checked"))
     runs = len(rows)
     med = statistics.median
     print(f"table1 subset: {args.seeds} seeds x r in {list(rs)} = {runs} runs, T = {T}, "
@@ -387,7 +470,11 @@ def main(argv: list[str] | None = None) -> None:
           f"({med(flats) / runs * 1e3:.1f} ms a run; {med(flats) / med(refs):.2f}x the "
           f"reference): the same work as the sweep written flat outside pobo (frames "
           f"encoded and linked, a journal commit before every reward, two tasks, result.json)")
-    print(f"  the same rows queried by all three in every run: {'yes' if same else 'NO'}; "
+    print(f"  flat prototype, checked:      {med(checks):.3f} s "
+          f"({med(checks) / runs * 1e3:.1f} ms a run; {med(checks) / med(refs):.2f}x the "
+          f"reference): the same, with the boundary's per-frame checks written flat (fields, "
+          f"envelope, link, acknowledgement, the policy's query and reward rules)")
+    print(f"  the same rows queried by all five in every run: {'yes' if same else 'NO'}; "
           f"mean S_T {np.mean([r['simple_regret'] for r in rows]):.4f}")
     ratio = med(ratios)
     spread = (f" (the middle half of the {len(ratios)} repetitions' ratios: "
@@ -400,7 +487,7 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="pobo-sweep-split-") as tmp:
             split(args.seeds, rs, epsilon, args.reps, Path(tmp),
                   {"sweep": med(sweeps), "reference": med(refs), "flat prototype": med(flats),
-                   "parties, no channel": med(direct)})
+                   "flat, checked": med(checks), "parties, no channel": med(direct)})
     if args.lines:
         with tempfile.TemporaryDirectory(prefix="pobo-sweep-lines-") as tmp:
             lines(args.seeds, rs, epsilon, Path(tmp))
