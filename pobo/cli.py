@@ -270,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sessions", type=count, default=DEFAULT_MAX_SESSIONS,
                    help="sessions served at once; a Hello past it is refused with 'busy' "
                         f"(default {DEFAULT_MAX_SESSIONS}; 0: no cap)")
+    p.add_argument("--max-sessions-per-key", type=count, default=None, metavar="N",
+                   help="sessions one modeler key may hold at once; a Hello past it is "
+                        "refused with 'busy' (default: half of --max-sessions; 0: no cap). "
+                        "The key is the peer's CURVE key, else its signing key when "
+                        "--sign-allow names the admitted ones; a peer with neither has no "
+                        "key and only --max-sessions caps it")
     p.add_argument("--accept-timeout", type=positive, default=600.0,
                    help="seconds to wait for a modeler to connect")
     p.add_argument("--sessions", type=count, default=1,
@@ -966,6 +972,7 @@ def _cmd_curator(args: argparse.Namespace) -> int:
             print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
         result = spin.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                         max_sessions=args.max_sessions,
+                                        max_sessions_per_key=args.max_sessions_per_key,
                                         accept_timeout=args.accept_timeout, curve=curve,
                                         insecure=args.insecure, signing=signing),
                           spin=args.spin * 1e-6)

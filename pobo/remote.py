@@ -27,7 +27,7 @@ from pobo.protocol.transcript import Transcript, TranscriptError, chain_end
 from pobo.parties.statement import privacy_lines
 from pobo.runspec import LISTENING  # noqa: F401  (re-exported)
 from pobo.session import Signing, curate, keep_previous_record, open_channel, optimise
-from pobo.transport.security import CurveClient, CurveServer, start_authenticator
+from pobo.transport.security import PLAINTEXT, CurveClient, CurveServer, start_authenticator
 from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_context
 
 log = logging.getLogger("pobo.curator")
@@ -49,12 +49,16 @@ class SessionResults(list):
 
 @dataclass
 class Admissions:
-    """Which sessions a curator serves: slots are taken only by a valid Hello."""
+    """Which sessions a curator serves: slots are taken only by a valid Hello, and no
+    one key holds more than `max_per_key` of them at once (so that one admitted modeler
+    cannot take every slot from the others)."""
 
     limit: int  # sessions to serve in all (0: until stopped)
     max_live: int  # sessions served at once (0: no cap)
+    max_per_key: int = 0  # sessions one key holds at once (0: no cap)
     admitted: int = 0
     live: dict[str, asyncio.Task] = field(default_factory=dict)  # session id -> its task
+    holders: dict[str, str] = field(default_factory=dict)  # live session id -> its key
     results: SessionResults = field(default_factory=SessionResults)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -72,20 +76,30 @@ class Admissions:
             self.nonces.popitem(last=False)
         return False
 
-    def refusal(self) -> ProtocolError | None:
-        """Why a new session may not start now (None: it may)."""
+    def refusal(self, key: str = "") -> ProtocolError | None:
+        """Why a new session of `key` (a `quota_key`; '' for a peer with no key, which
+        only the totals cap) may not start now (None: it may)."""
         if self.limit and self.admitted >= self.limit:
             return ProtocolError(f"this curator serves {self.limit} session(s) and has "
                                  "admitted them", ErrorCode.BUSY)
         if self.max_live and len(self.live) >= self.max_live:
             return ProtocolError(f"this curator serves at most {self.max_live} sessions at "
                                  "once: try again later", ErrorCode.BUSY)
+        if self.max_per_key and key and self.held(key) >= self.max_per_key:
+            return ProtocolError(f"this key holds {self.max_per_key} open session(s) here, the "
+                                 "most one key may hold at once: finish one first",
+                                 ErrorCode.BUSY)
         return None
+
+    def held(self, key: str) -> int:
+        """How many live sessions `key` holds."""
+        return sum(1 for sid in self.live if self.holders.get(sid) == key)
 
     def finish(self, sid: str, task: asyncio.Task, result: dict | None) -> None:
         """A session's connection ended (with its result, unless it was superseded)."""
         if self.live.get(sid) is task:
             del self.live[sid]
+            self.holders.pop(sid, None)
         if result is not None and result.get("status") != "superseded":
             self.results.append(result)
             if not self.limit and len(self.results) > KEPT_RESULTS:  # a service: the last
@@ -96,6 +110,7 @@ class Admissions:
 
 async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
                         sessions: int = 1, max_sessions: int = 0,
+                        max_sessions_per_key: int | None = None,
                         accept_timeout: float = 120.0, curve: CurveServer | None = None,
                         verbose: bool = True, insecure: bool = False,
                         on_bound: Callable[[str], None] | None = None,
@@ -107,7 +122,9 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
     the curator goes on. One session (the default) is written to `out` and its result
     returned. With `sessions` > 1 (0: until stopped) sessions run concurrently in
     out/<session id>/ and the list of results is returned; `max_sessions` caps how many
-    run at once (a Hello past it gets a typed `busy`). Every session shares the
+    run at once (a Hello past it gets a typed `busy`), and `max_sessions_per_key` how
+    many of them one key may hold (None: half of `max_sessions`; 0: no cap; the key is
+    `quota_key`'s). Every session shares the
     service's prepared projection and the dataset's ledger and budget. A Hello naming a
     journaled session resumes it only for the key that opened it and only while it is
     resumable; the resumed connection supersedes any older one (which then writes
@@ -120,7 +137,7 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
     """
     ctx = new_context()
     auth = hub = stop = None
-    slots = Admissions(sessions, max_sessions)
+    slots = Admissions(sessions, max_sessions, per_key_cap(max_sessions, max_sessions_per_key))
     handshakes: set[asyncio.Task] = set()
     try:  # a failing bind (the port in use) stops the authenticator and the context too
         auth = start_authenticator(ctx, curve) if curve is not None else None
@@ -195,7 +212,8 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
             hello = await receive_hello(channel)  # answers a bad first frame with an Error
             folder = ((out / hello.resume if per_session_folder else out)
                       if hello.resume and out is not None else None)
-            session = _admit(hello, service, pipe.peer, security, slots, folder)
+            session = _admit(hello, service, pipe.peer, security, slots, folder,
+                             signing.modeler_keys is not None)
         except ProtocolError as exc:
             log.info("refused a peer (%s) before any session: %s: %s", pipe.peer,
                      exc.code.value, exc)
@@ -267,16 +285,37 @@ def session_owner(peer: str, sign_key: str) -> str:
     return f"{peer} sign:{sign_key}" if sign_key else peer
 
 
+def per_key_cap(max_sessions: int, max_sessions_per_key: int | None) -> int:
+    """The sessions one key may hold at once: `max_sessions_per_key` if given, else half
+    of `max_sessions` (0, no cap, when that is 0 or 1: nothing to share)."""
+    if max_sessions_per_key is not None:
+        if max_sessions_per_key < 0:
+            raise ValueError(f"max_sessions_per_key must be >= 0, not {max_sessions_per_key}")
+        return max_sessions_per_key
+    return max_sessions // 2 if max_sessions >= 2 else 0
+
+
+def quota_key(peer: str, sign_key: str, sign_allowlist: bool) -> str:
+    """Whose sessions a per-key cap counts together: the peer's CURVE key; without CURVE
+    its signing key when an allowlist names the keys admitted; else '' (no key: any
+    other signing key is free to make, so counting by it would bind nobody, and only
+    the totals cap such peers)."""
+    if peer != PLAINTEXT:
+        return peer
+    return f"sign:{sign_key}" if sign_allowlist and sign_key else ""
+
+
 def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admissions,
-           folder: Path | None = None):
+           folder: Path | None = None, sign_allowlist: bool = False):
     """The session a valid Hello opens or resumes for `peer`, or a typed refusal. A resume
     whose session (its transcript in `folder`) cannot be continued is refused before it
     takes a slot, the session or its stale connection: the refusal changes nothing."""
     if slots.replayed(hello.nonce):
         raise ProtocolError(f"a hello with nonce {hello.nonce} was received before: a replay",
                             ErrorCode.REPLAY)
+    key = quota_key(peer, hello.sign_key, sign_allowlist)
     if not (hello.resume and hello.resume in slots.live):  # a takeover needs no new slot
-        refusal = slots.refusal()
+        refusal = slots.refusal(key)
         if refusal is not None:
             raise refusal
     owner = session_owner(peer, hello.sign_key)
@@ -288,6 +327,7 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
                else service.new_session(security, owner=owner, batch=hello.batch))
     if session.session_id not in slots.live:
         slots.admitted += 1
+    slots.holders[session.session_id] = key  # live from here on (no await before it is)
     return session
 
 

@@ -240,6 +240,126 @@ async def test_max_sessions_refuses_a_hello_with_busy(tmp_path):
         close_context(ctx)
 
 
+async def _held_until(peers_hello, want, tries=100):
+    """The first answer of `peers_hello()` (a fresh peer's Hello each try) that is a
+    `want`, within `tries` tries 0.05 s apart (a finished session frees its slot when
+    its connection's task has ended, just after its End)."""
+    for _ in range(tries):
+        answer = await peers_hello()
+        if isinstance(answer, want):
+            return answer
+        await asyncio.sleep(0.05)
+    return answer
+
+
+async def test_one_key_cannot_take_every_slot_from_another(tmp_path, two_keys):
+    """The attack: an admitted modeler opens sessions until the curator is full, and no
+    other modeler gets in. With --max-sessions 4 a key holds at most 2 (half, the
+    default): A's third Hello is refused with busy and B still gets in; A resuming its
+    own live session (a takeover) takes no new slot and is not refused; once one of A's
+    sessions ends, A may open another."""
+    server, key_a, key_b = two_keys
+    service = prepare_service(CFG)
+    task, endpoint = await _serve(tmp_path, service, sessions=0, max_sessions=4, curve=server)
+    ctx = new_context()
+    peers = []
+
+    def peer(key):
+        peers.append(Peer(ctx, endpoint, *key))
+        return peers[-1]
+
+    try:
+        first, second = peer(key_a), peer(key_a)
+        one, two = await first.hello(), await second.hello()
+        assert isinstance(one, Welcome) and isinstance(two, Welcome)
+        busy = await peer(key_a).hello()
+        assert isinstance(busy, Error) and busy.code == ErrorCode.BUSY.value
+        assert "most one key may hold" in busy.message
+        assert isinstance(await peer(key_b).hello(), Welcome)  # B is not locked out
+        taken_over = await peer(key_a).hello(resume=one.session)
+        assert isinstance(taken_over, Welcome) and taken_over.session == one.session
+        assert len(service.journal.sessions()) == 3  # the refused Hello opened none
+        await second.sock.send(msgpack.packb({"kind": "end", "reason": "done"}))
+        again = await _held_until(lambda: peer(key_a).hello(), Welcome)
+        assert isinstance(again, Welcome)
+        assert dict(service.journal.sessions())[two.session] != "open"
+    finally:
+        for each in peers:
+            each.close()
+        await _stop(task)
+        close_context(ctx)
+
+
+async def test_racing_hellos_of_one_key_never_pass_its_cap(tmp_path, two_keys):
+    """A key one session below its cap sends two Hellos at once: exactly one gets in
+    (the check and the slot it takes happen with no await between them)."""
+    server, key_a, _ = two_keys
+    service = prepare_service(CFG)
+    task, endpoint = await _serve(tmp_path, service, sessions=0, max_sessions=4, curve=server)
+    ctx = new_context()
+    peers = [Peer(ctx, endpoint, *key_a) for _ in range(3)]
+    try:
+        assert isinstance(await peers[0].hello(), Welcome)
+        answers = await asyncio.gather(peers[1].hello(), peers[2].hello())
+        assert sorted(type(a).__name__ for a in answers) == ["Error", "Welcome"]
+        assert [a.code for a in answers if isinstance(a, Error)] == [ErrorCode.BUSY.value]
+        assert len(service.journal.sessions()) == 2
+    finally:
+        for each in peers:
+            each.close()
+        await _stop(task)
+        close_context(ctx)
+
+
+async def test_peers_with_no_key_are_capped_only_by_the_totals(tmp_path):
+    """Plaintext peers with no allowlisted signing key have no key to count by: the
+    default per-key cap (half of --max-sessions) must not silently halve what an
+    unauthenticated curator serves; --max-sessions still caps them."""
+    service = prepare_service(CFG)
+    task, endpoint = await _serve(tmp_path, service, sessions=0, max_sessions=3)
+    ctx = new_context()
+    peers = [Peer(ctx, endpoint) for _ in range(4)]
+    try:
+        for each in peers[:3]:
+            assert isinstance(await each.hello(), Welcome)
+        busy = await peers[3].hello()
+        assert isinstance(busy, Error) and busy.code == ErrorCode.BUSY.value
+        assert "at most 3 sessions at once" in busy.message
+    finally:
+        for each in peers:
+            each.close()
+        await _stop(task)
+        close_context(ctx)
+
+
+def test_the_per_key_cap_and_whose_key_it_counts():
+    from pobo.cli import build_parser
+    from pobo.remote import per_key_cap, quota_key
+    assert per_key_cap(1024, None) == 512 and per_key_cap(5, None) == 2
+    assert per_key_cap(1, None) == 0 and per_key_cap(0, None) == 0  # nothing to share
+    assert per_key_cap(20, 3) == 3 and per_key_cap(20, 0) == 0  # given: as given
+    with pytest.raises(ValueError, match="max_sessions_per_key must be >= 0"):
+        per_key_cap(20, -1)
+    assert quota_key("curveKeyZ85", "ab" * 32, False) == "curveKeyZ85"  # CURVE: its key
+    assert quota_key("curveKeyZ85", "ab" * 32, True) == "curveKeyZ85"
+    assert quota_key("plaintext", "ab" * 32, True) == "sign:" + "ab" * 32
+    assert quota_key("plaintext", "ab" * 32, False) == ""  # a key anyone can make
+    assert quota_key("plaintext", "", True) == ""
+    from pobo.remote import Admissions
+    slots, connection = Admissions(0, 4, 2), object()
+    slots.live["s"], slots.holders["s"] = connection, "K"
+    assert slots.held("K") == 1 and slots.refusal("K") is None
+    slots.live["t"], slots.holders["t"] = object(), "K"
+    assert slots.refusal("K").code == ErrorCode.BUSY and slots.refusal("L") is None
+    slots.finish("s", connection, None)
+    assert "s" not in slots.holders and slots.held("K") == 1  # nothing kept for an ended one
+    args = build_parser().parse_args(["curator", "synthetic", "--max-sessions-per-key", "3"])
+    assert args.max_sessions_per_key == 3
+    assert build_parser().parse_args(["curator", "synthetic"]).max_sessions_per_key is None
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["curator", "synthetic", "--max-sessions-per-key", "-1"])
+
+
 def test_a_seeded_curator_restarts_on_its_own_journal(tmp_path):
     from pobo.parties.journal import Journal
     ids = []
