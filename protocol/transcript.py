@@ -45,8 +45,8 @@ from typing import BinaryIO
 
 import msgpack
 
-from pobo.protocol.filelock import lock, unlock  # around each append (where the system
-# keeps no such locks, the size check alone guards the chain, as it did before the lock)
+from pobo.protocol.filelock import LockBusy, lock, unlock  # around each append (where the
+# system keeps no such locks, the size check alone guards the chain, as before the lock)
 from pobo.protocol.signing import SharedBody, rebuild, split_envelope
 
 GENESIS = "0" * 64
@@ -56,6 +56,10 @@ REFUSED_RECORD_BYTES = 200  # a refused record's message is trimmed to keep it w
 REFUSED_MESSAGE_CHARS = 80
 DEFAULT_MAX_REFUSED = 1000
 DEFAULT_BLOB_THRESHOLD = 1 << 16
+# seconds a writer waits for another writer of its file to let the lock go: an append holds
+# it for microseconds, so a holder past this is stopped (SIGSTOP, a debugger), and waiting
+# on would freeze the waiting party's whole event loop with it
+LOCK_WAIT = 2.0
 _DIGESTS = ("prev", "ref", "sha256", "replies_sha256", "fsha", "body")  # 32 raw bytes on disk, hex in Record
 log = logging.getLogger("pobo.transcript")
 
@@ -213,8 +217,9 @@ class Transcript:
 
     def __init__(self, path: str | Path, resume: bool = False, blobs: str | Path | None = None,
                  blob_threshold: int = DEFAULT_BLOB_THRESHOLD,
-                 max_refused: int = DEFAULT_MAX_REFUSED) -> None:
+                 max_refused: int = DEFAULT_MAX_REFUSED, lock_wait: float = LOCK_WAIT) -> None:
         self.path = Path(path)
+        self.lock_wait = lock_wait
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(blobs) if blobs is not None else None
         self.blob_threshold = blob_threshold
@@ -231,7 +236,7 @@ class Transcript:
         self._file: BinaryIO | None = open(self.path, "ab", buffering=0)  # a write per record
         fd = self._file.fileno()
         try:
-            lock(fd)  # the size and the chain read together: no writer appends in between
+            self._lock(fd)  # the size and the chain read together: no writer appends between
             try:
                 self._end = os.lseek(fd, 0, os.SEEK_END)
                 if self._end:  # a resumed party continues its own chain, checked first
@@ -385,6 +390,17 @@ class Transcript:
         if self._file is None:
             raise ValueError(f"transcript {self.path} is closed")
 
+    def _lock(self, fd: int) -> None:
+        """The writers' lock on the file, waited for at most `lock_wait` seconds; past them
+        a TranscriptError (nothing read or written): a stopped writer holding it must
+        not stop this one's party for ever."""
+        try:
+            lock(fd, timeout=self.lock_wait)
+        except LockBusy:
+            raise TranscriptError(f"{self.path}: another writer has held its lock for over "
+                                  f"{self.lock_wait:g} s (a stopped process?): not "
+                                  "writing") from None
+
     def _pack(self, item: dict) -> bytes:
         item["prev"] = self._prev  # the caller's own map: no copy per record
         return msgpack.packb(item, use_bin_type=True)
@@ -399,7 +415,7 @@ class Transcript:
         assert self._file is not None
         raw = self._pack(item)
         fd = self._file.fileno()
-        lock(fd)
+        self._lock(fd)
         try:
             # the file's size, as lseek to its end gives it: what fstat's st_size says,
             # without a stat object per record (the offset it sets is moot: O_APPEND)

@@ -411,3 +411,46 @@ def test_a_blob_is_written_atomically_and_repaired_when_corrupt(tmp_path):
     resumed.close()
     report = audit_transcript(old)
     assert not any("chain" in v for v in report.violations)
+
+
+@pytest.mark.timeout(30)  # the failure this guards against is a wait for ever
+def test_a_stopped_writer_holding_the_lock_does_not_stop_this_one(tmp_path):
+    """The attack: another process takes the writers' lock (mid-append) and is stopped
+    with SIGSTOP. This writer's append and a resumed writer's opening read wait at most
+    `lock_wait`, then refuse with a one-line TranscriptError, writing nothing (before,
+    they waited for ever, and the party's whole event loop with them); once the holder
+    is gone the same writer appends on, the chain whole."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "t.transcript"
+    t = Transcript(path, lock_wait=0.3)
+    t.append("recv", "hello", encode(Hello(PROTOCOL_VERSION, "a")))
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import fcntl, os, signal, sys\n"
+         f"f = open({str(path)!r}, 'ab')\n"
+         "fcntl.flock(f.fileno(), fcntl.LOCK_EX)\n"
+         "print('locked', flush=True)\n"
+         "os.kill(os.getpid(), signal.SIGSTOP)\n"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        size = path.stat().st_size
+        started = time.monotonic()
+        with pytest.raises(TranscriptError, match="held its lock for over 0.3 s"):
+            t.append("sent", "error", encode(Error("sequence", "x")))
+        with pytest.raises(TranscriptError, match="held its lock"):
+            Transcript(path, resume=True, lock_wait=0.3)
+        assert time.monotonic() - started < 5.0
+        assert path.stat().st_size == size  # nothing written
+    finally:
+        holder.send_signal(signal.SIGCONT)
+        holder.kill()
+        holder.wait(10)
+    t.append("sent", "error", encode(Error("sequence", "after")))
+    t.close()
+    assert [r.seq for r in read_transcript(path)] == [0, 1]
+    assert not [b for _, _, breaks in linked_records(path.read_bytes()) for b in breaks]
