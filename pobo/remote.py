@@ -87,8 +87,8 @@ class Admissions:
                                  "once: try again later", ErrorCode.BUSY)
         if self.max_per_key and key and self.held(key) >= self.max_per_key:
             return ProtocolError(f"this key holds {self.max_per_key} open session(s) here, the "
-                                 "most one key may hold at once: finish one first",
-                                 ErrorCode.BUSY)
+                                 "most one key may hold at once (the curator's "
+                                 "--max-sessions-per-key): finish one first", ErrorCode.BUSY)
         return None
 
     def held(self, key: str) -> int:
