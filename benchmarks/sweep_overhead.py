@@ -293,13 +293,20 @@ def sweep(seeds: int, rs: tuple[int, ...], out: Path, T: int = PRESET.T) -> list
 
 def path_runs(seeds: int, rs: tuple[int, ...], epsilon: float,
               tmp: Path) -> dict[str, Callable[[int, str], object]]:
-    """Each path as a call of (T, a tag naming its output folders in `tmp`)."""
-    return {"reference": lambda T, tag: reference(seeds, rs, epsilon, T),
-            "flat prototype": lambda T, tag: flat(seeds, rs, epsilon, T, tmp / f"flat-{tag}"),
+    """Each path as a call of (T, a tag naming its output folders in `tmp`), in the order
+    `main` times them (the reference and the sweep side by side). Each returns the rows
+    queried in every run, except the sweep: (its summary rows, its folder), whose
+    result files `swept_queries` reads, outside the time."""
+    def swept(T: int, tag: str) -> tuple[list[dict], Path]:
+        folder = tmp / f"sweep-{tag}"
+        return sweep(seeds, rs, folder, T), folder
+
+    return {"flat prototype": lambda T, tag: flat(seeds, rs, epsilon, T, tmp / f"flat-{tag}"),
             "flat, checked": lambda T, tag: flat(seeds, rs, epsilon, T, tmp / f"checked-{tag}",
                                                  checked=True),
             "parties, no channel": lambda T, tag: parties(seeds, rs, T),
-            "sweep": lambda T, tag: sweep(seeds, rs, tmp / f"sweep-{tag}", T)}
+            "reference": lambda T, tag: reference(seeds, rs, epsilon, T),
+            "sweep": swept}
 
 
 def split(seeds: int, rs: tuple[int, ...], epsilon: float, reps: int, tmp: Path,
@@ -421,22 +428,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     kept = not args.glibc_defaults and keep_freed_memory()  # what `pobo sweep` does
     rs, (epsilon,), T = tuple(args.rs), PRESET.epsilons, PRESET.T
-    out: dict[int, list[dict]] = {}  # the sweep's summaries, by repetition
-
-    def swept(tmp: Path, rep: int) -> list[list[int]]:
-        out[rep] = sweep(args.seeds, rs, tmp / f"sweep{rep}")
-        return swept_queries(out[rep], tmp / f"sweep{rep}")
-
-    paths = {"flat prototype": lambda tmp, rep: flat(args.seeds, rs, epsilon, T,
-                                                     tmp / f"flat{rep}"),
-             "flat, checked": lambda tmp, rep: flat(args.seeds, rs, epsilon, T,
-                                                    tmp / f"checked{rep}", checked=True),
-             "parties, no channel": lambda tmp, rep: parties(args.seeds, rs, T),
-             "reference": lambda tmp, rep: reference(args.seeds, rs, epsilon, T),
-             "sweep": swept}
-    took: dict[str, list[float]] = {name: [] for name in paths}
-    ratios, same = [], True
+    ratios, same, rows = [], True, []
     with tempfile.TemporaryDirectory(prefix="pobo-sweep-overhead-") as tmp:
+        paths = path_runs(args.seeds, rs, epsilon, Path(tmp))
+        took: dict[str, list[float]] = {name: [] for name in paths}
         for rep in range(args.reps):
             # the reference and the sweep run next to each other, their order (and every
             # path's place) reversed on odd repetitions: a machine that slows down or
@@ -445,11 +440,12 @@ def main(argv: list[str] | None = None) -> None:
             queried = {}
             for name in paths if rep % 2 == 0 else reversed(paths):
                 start = time.perf_counter()
-                queried[name] = paths[name](Path(tmp), rep)
+                queried[name] = paths[name](T, str(rep))
                 took[name].append(time.perf_counter() - start)
+            rows, folder = queried["sweep"]
+            queried["sweep"] = swept_queries(rows, folder)
             same &= all(q == queried["reference"] for q in queried.values())
             ratios.append(took["sweep"][-1] / took["reference"][-1])
-    rows = out[0]
     sweeps, refs, direct, flats, checks = (took[name] for name in
                                            ("sweep", "reference", "parties, no channel",
                                             "flat prototype", "flat, checked"))
