@@ -1457,6 +1457,14 @@ class Journal:
                                    (session,)).fetchone()
             if row is not None and row[0] is not None:
                 raise ReleaseAlreadyGranted(session)
+            if math.isfinite(budget.releases):
+                (granted,) = self._db.execute(
+                    "SELECT COUNT(*) FROM sessions WHERE release IS NOT NULL").fetchone()
+                if granted >= budget.releases:
+                    raise PrivacyBudgetExceeded(
+                        f"the dataset's budget admits {int(budget.releases)} release(s) of a "
+                        f"result, and {granted} was granted already (over every session and "
+                        "restart): refused at any (eps, delta)")
             return [("UPDATE sessions SET release = ? WHERE id = ?",
                      (json.dumps({"algorithm": algorithm, "state": "charged"}), session))]
 

@@ -285,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SQLite journal of the dataset: its projection, ledger and sessions; "
                         "answers are committed before they are sent, and a restarted curator "
                         "serves the same Z, keeps the same ledger and resumes the sessions in "
-                        "it (without it the ledger lives for the process only)")
+                        "it (default: the dataset's own journal under $POBO_HOME/ledgers, "
+                        "unless --ephemeral-ledger or a seeded run)")
     p.add_argument("--ledger-head", type=Path, metavar="FILE",
                    help="where the curator keeps the last ledger head it signed, outside the "
                         "journal (default JOURNAL.head; beside its keys is better): it refuses "
@@ -439,6 +440,23 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--budget-delta", type=probability,
                    help="the budget's delta (default 1/n with --budget-eps; else the "
                         "projection's, its test's and one release's)")
+    p.add_argument("--budget-releases", type=count, metavar="N",
+                   help="how many results (Kusner et al.'s releases) the dataset may ever "
+                        "release, at any (eps, delta) (default: 1 with the default budget; no "
+                        "limit but the budget's with --budget-eps)")
+    p.add_argument("--raise-budget", action="store_true",
+                   help="let this start's budget flags exceed the budget the dataset's journal "
+                        "fixed at its first serve (recorded in the journal, shown by pobo "
+                        "ledger); without it a start asking for more is refused")
+    p.add_argument("--new-release", action="store_true",
+                   help="draw (and charge) a second release of a dataset whose journal holds "
+                        "one already under other settings (--eps, --r, --lift); without it such "
+                        "a start is refused, and the same settings serve the stored release")
+    p.add_argument("--ephemeral-ledger", action="store_true",
+                   help="keep the ledger in memory, for this process only (default without "
+                        "--journal: the dataset's own journal in $POBO_LEDGERS or $POBO_HOME/ledgers, so "
+                        "every restart on the same data spends from one budget); every record "
+                        "then says 'budget covers this process only'")
     p.add_argument("--ldp-row-budget", type=budget_value, metavar="E",
                    help="refuse a query whose LDP report would take its row past E in total "
                         "(the PLD accountant's eps at --ldp-row-delta, or the basic sum; "
@@ -515,7 +533,9 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
                    help="ask the curator for a DP release of the result at the end "
                         "(Kusner et al. Algorithm 1, 2 or 3)")
     p.add_argument("--release-eps", type=positive, default=1.0, help="epsilon of the release")
-    p.add_argument("--release-delta", type=probability, default=1e-3, help="delta of the release")
+    p.add_argument("--release-delta", type=probability, default=1e-8,
+                   help="delta of the release (default 1e-8: below 1/n for every n < 5e7; "
+                        "Kusner's two-part releases charge 2 x delta)")
     p.add_argument("--batch", type=positive_int, default=1,
                    help="keep up to q queries outstanding, chosen by GP-BUCB (Desautels et "
                         "al. 2014); the curator's --max-batch caps it (default 1)")
@@ -583,6 +603,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps,
                      budget_epsilon=args.budget_eps, budget_delta=args.budget_delta,
                      ldp_row_budget=args.ldp_row_budget, ldp_row_delta=args.ldp_row_delta,
+                     budget_releases=args.budget_releases, raise_budget=args.raise_budget,
+                     new_release=args.new_release, ephemeral_ledger=args.ephemeral_ledger,
                      lift=args.lift or ("paper" if authors else DEFAULT_LIFT),
                      lift_epsilon=args.lift_eps, lift_delta=args.lift_delta,
                      reward_bound=args.reward_bound, noise_bound=args.noise_bound,
@@ -965,9 +987,14 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     if warning is not None:
         print(f"pobo curator: warning: {warning}", file=sys.stderr, flush=True)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
+    service = None
     try:
         with preparing(config.scenario):
             service = prepare_service(config, journal=journal, head_file=args.ledger_head)
+        if journal is None and service.journal.path != ":memory:":
+            print(f"pobo curator: the dataset's ledger: {service.journal.path} (its own journal;"
+                  " --journal to place it, --ephemeral-ledger for this process only)",
+                  file=sys.stderr, flush=True)
         for line in startup_warnings(config, service.problem.X.shape[0]):  # once it is built
             print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
         result = spin.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
@@ -979,6 +1006,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     finally:
         if journal is not None:
             journal.close()
+        elif service is not None:  # the dataset's default journal, opened by the service
+            service.journal.close()
     results = result if isinstance(result, list) else [result]
     earlier = getattr(result, "earlier", None)
     if earlier:

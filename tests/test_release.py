@@ -140,14 +140,14 @@ def test_run_ledger_with_projection_ldp_and_release(tmp_path):
     from pobo.session import RunConfig, run_inproc
 
     cfg = RunConfig(T=6, options={"grid": 12}, ldp_epsilon=2.0, release="noisy",
-                    release_epsilon=0.5, release_delta=1e-3)
+                    release_epsilon=0.5, release_delta=1e-8)
     result = asyncio.run(run_inproc(cfg, tmp_path))
     ledger = result["ledger"]
     assert [e["mechanism"] for e in ledger["entries"]] == [
         "gaussian-rows", "release:noisy"]
     assert ledger["central"]["epsilon_basic"] == pytest.approx(math.exp(1.1) + 2 * 0.5)
     assert ledger["central"]["epsilon"] <= ledger["central"]["epsilon_basic"] + 1e-12
-    assert ledger["central"]["delta_basic"] == pytest.approx(1e-5 + 2e-3)
+    assert ledger["central"]["delta_basic"] == pytest.approx(1e-5 + 2e-8)
     assert ledger["local"]["reports"] == 6
     assert ledger["local"]["max_row_epsilon_basic"] == pytest.approx(
         2.0 * ledger["local"]["worst_row_reports"])
