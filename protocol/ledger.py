@@ -233,6 +233,8 @@ def ledger_dict(central_entries: list[dict], local: dict, budget: Budget) -> dic
     eps, dlt = basic(parts)
     at = budget.target_delta(CENTRAL, dlt)
     composed = composed_epsilon(parts, at) if central_entries else 0.0
+    central_entries = [{**e, "epsilon_at_ledger_delta": composed_epsilon(
+        {part_of(e["mechanism"], e["epsilon"], e["delta"]): 1}, at)} for e in central_entries]
     return {"central": {"epsilon": composed, "delta": at, "epsilon_basic": eps,
                         "delta_basic": dlt, "budget_epsilon": limits["budget_epsilon"],
                         "budget_delta": limits["budget_delta"],
@@ -264,7 +266,11 @@ def describe_ledger(ledger: dict, nominal: str | None = None) -> str:
                      "a run with no DP claim); a restart starts it again")
     for e in ledger["entries"]:
         who = f" [session {e['session'][:12]}]" if e.get("session") else ""
-        lines.append(f"  {e['mechanism']}: eps = {e['epsilon']:.4g}, delta = {e['delta']:.3g}{who}")
+        stated = e.get("epsilon_at_ledger_delta")
+        same = ("" if stated is None or e["delta"] == c["delta"] else
+                f" (eps {stated:.4g} at the ledger's delta {c['delta']:.3g})")
+        lines.append(f"  {e['mechanism']}: eps = {e['epsilon']:.4g}, delta = {e['delta']:.3g}"
+                     f"{same}{who}")
     loc = ledger["local"]
     if loc["reports"]:
         cap = ("" if loc.get("row_budget_epsilon") is None

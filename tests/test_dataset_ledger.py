@@ -143,7 +143,7 @@ def test_a_projection_past_the_budget_is_refused_before_anything_is_drawn(monkey
 
     monkeypatch.setattr(service_module, "choose_projection", boom)
     with pytest.raises(PrivacyBudgetExceeded, match="budget"):
-        prepare_service(cfg(epsilon=3.0, budget_epsilon=2.0))
+        prepare_service(cfg(epsilon=3.0, budget_epsilon=1.5))  # (3, 1e-5) is (1.9, 1.6e-3)
 
 
 def test_ldp_reports_on_a_row_compose_across_sessions_and_the_row_budget_refuses(tmp_path):
@@ -263,7 +263,12 @@ def test_pobo_ledger_prints_the_dataset_ledger_as_json(tmp_path):
     cmd = [sys.executable, "-m", "pobo", "ledger", "--journal", str(tmp_path / "j.db")]
     data = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True,
                                      timeout=60, check=True).stdout)
-    assert data["central"]["epsilon"] == pytest.approx(service.settings.epsilon)
+    # the projection's own (eps, delta), stated at the ledger's delta (the budget's)
+    from pobo.protocol.accounting import gaussian_epsilon_at
+    stated = gaussian_epsilon_at(service.settings.epsilon, service.settings.delta,
+                                 data["central"]["delta"])
+    assert data["central"]["epsilon"] == pytest.approx(stated, rel=1e-9)
+    assert data["entries"][0]["epsilon_at_ledger_delta"] == data["central"]["epsilon"]
     assert data["central"]["budget_epsilon"] == 20.0
     assert data["local"]["max_row_epsilon_basic"] == pytest.approx(1.0)
     assert 0.99 < data["local"]["max_row_epsilon"] <= 1.0
