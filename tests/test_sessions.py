@@ -196,6 +196,13 @@ async def test_racing_resumes_evaluate_f_exactly_t_times(tmp_path, monkeypatch):
 
 
 async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
+    """The stale connection writes nothing after the resume that takes its session over;
+    it is told so at once with the fatal `superseded` Error (issue 49: it heard nothing
+    and waited out its timeout before), which the curator records as that connection's
+    last frame, before the resumed connection's Hello, and its transcript still audits."""
+    from pobo.protocol.audit import audit_transcript
+    from pobo.protocol.transcript import read_transcript
+
     service = prepare_service(CFG)
     task, endpoint = await _serve(tmp_path, service, sessions=0)
     ctx = new_context()
@@ -204,6 +211,8 @@ async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
         sid = (await stale.hello()).session
         assert isinstance(await stale.ask(encode(Query(1, 1))), Reward)
         assert isinstance(await fresh.hello(resume=sid), Welcome)  # takes the session over
+        told = decode(await asyncio.wait_for(stale.sock.recv(), 5.0))
+        assert isinstance(told, Error) and told.code == ErrorCode.SUPERSEDED.value, told
         for seq in range(2, CFG.T + 1):
             assert isinstance(await fresh.ask(encode(Query(seq, seq))), Reward)
         await fresh.sock.send(msgpack.packb({"kind": "end", "reason": "done"}))
@@ -216,38 +225,6 @@ async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
         assert saved.status == "ok" and len(saved.answers) == CFG.T and saved.generation == 2
         record = json.loads((tmp_path / "curator" / sid / "curator.json").read_text())
         assert record["status"] == "ok" and len(record["queries"]) == CFG.T
-    finally:
-        stale.close()
-        fresh.close()
-        await _stop(task)
-        close_context(ctx)
-
-
-async def test_a_connection_taken_over_is_told_superseded_at_once(tmp_path):
-    """Issue 49: a connection whose session a resume takes over gets the fatal
-    `superseded` Error at once (it heard nothing and waited out its timeout before); the
-    curator records it as that connection's last frame, before the resumed connection's
-    Hello, and its transcript still audits."""
-    from pobo.protocol.audit import audit_transcript
-    from pobo.protocol.transcript import read_transcript
-
-    service = prepare_service(CFG)
-    task, endpoint = await _serve(tmp_path, service, sessions=0)
-    ctx = new_context()
-    stale, fresh = Peer(ctx, endpoint), Peer(ctx, endpoint)
-    try:
-        sid = (await stale.hello()).session
-        assert isinstance(await stale.ask(encode(Query(1, 1))), Reward)
-        assert isinstance(await fresh.hello(resume=sid), Welcome)
-        told = decode(await asyncio.wait_for(stale.sock.recv(), 5.0))
-        assert isinstance(told, Error) and told.code == ErrorCode.SUPERSEDED.value, told
-        for seq in range(2, CFG.T + 1):
-            assert isinstance(await fresh.ask(encode(Query(seq, seq))), Reward)
-        await fresh.sock.send(msgpack.packb({"kind": "end", "reason": "done"}))
-        for _ in range(100):
-            if dict(service.journal.sessions())[sid] == "ok":
-                break
-            await asyncio.sleep(0.05)
     finally:
         stale.close()
         fresh.close()
