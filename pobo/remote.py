@@ -20,9 +20,13 @@ from pobo.parties.modeler import HyperFit
 from pobo.parties.runners import receive_hello, resume_state
 from pobo.parties.service import CuratorService
 from pobo.protocol.channel import LateSignature
-from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
+from pobo.protocol.errors import (
+    ErrorCode, PeerError, PeerGone, PeerTimeout, PolicyViolation, ProtocolError,
+)
 from pobo.protocol.messages import Error, ReleaseRequest
-from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from pobo.protocol.policy import (
+    CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary, release_refusal,
+)
 from pobo.protocol.transcript import Transcript, TranscriptError, chain_end
 from pobo.parties.statement import privacy_lines
 from pobo.runspec import LISTENING  # noqa: F401  (re-exported)
@@ -346,6 +350,9 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
     if slots.replayed(hello.nonce):
         raise ProtocolError(f"a hello with nonce {hello.nonce} was received before: a replay",
                             ErrorCode.REPLAY)
+    why = release_refusal(hello, service.params)  # never granted: refused before any work
+    if why is not None:
+        raise PolicyViolation(why)
     key = quota_key(peer, hello.sign_key, sign_allowlist)
     if not (hello.resume and hello.resume in slots.live):  # a takeover needs no new slot
         refusal = slots.refusal(key)

@@ -238,6 +238,29 @@ async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
     assert report.ok and report.complete, report.violations
 
 
+@pytest.mark.parametrize("distinct, batch", [(True, 1), (False, 4)])
+async def test_a_release_that_can_never_be_granted_is_refused_at_the_hello(tmp_path,
+                                                                           distinct, batch):
+    """Issue 49: a Hello declaring Kusner's noisy release with a batch of 4, or in a
+    session under the `distinct` rule, was admitted, and the release refused only at the
+    end, after T evaluations. Now the Hello is refused `policy`, and no session opens."""
+    service = prepare_service(RunConfig(T=4, seed=5, options={"grid": 8}, timeout=10.0,
+                                        distinct=distinct))
+    task, endpoint = await _serve(tmp_path, service, sessions=0)
+    ctx = new_context()
+    peer = Peer(ctx, endpoint)
+    try:
+        refused = await peer.ask(encode(Hello(PROTOCOL_VERSION, "t", strategy="gp-ucb",
+                                              release_delta=0.01, batch=batch)))
+        assert isinstance(refused, Error) and refused.code == ErrorCode.POLICY.value, refused
+        assert ("distinct" if distinct else "batch") in refused.message
+        assert not service.journal.sessions()
+    finally:
+        peer.close()
+        await _stop(task)
+        close_context(ctx)
+
+
 async def test_max_sessions_refuses_a_hello_with_busy(tmp_path):
     service = prepare_service(CFG)
     task, endpoint = await _serve(tmp_path, service, sessions=0, max_sessions=1)
