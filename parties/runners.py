@@ -20,11 +20,13 @@ from pobo.parties.strategies import (
 )
 from pobo.protocol.channel import Channel, LateSignature, before_handshake
 from pobo.protocol.chunks import ChunkedDataset, with_body
-from pobo.protocol.policy import CURATOR
+from pobo.protocol.policy import CURATOR, release_refusal
 from pobo.protocol.codec import decode
 from pobo.protocol.signing import SharedBody, body_of
 from pobo.protocol.transcript import REFUSED, blob_dirs, read_transcript
-from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
+from pobo.protocol.errors import (
+    ErrorCode, PeerError, PeerGone, PeerTimeout, PolicyViolation, ProtocolError,
+)
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, LedgerHead, Pending,
     ProjectedDataset, Query, Release, ReleaseRequest, Reward, SessionParams, Welcome, new_nonce,
@@ -70,7 +72,11 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     bytes are then never copied per session, and a large Z goes in chunk frames).
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
-        await receive_hello(channel)
+        hello = await receive_hello(channel)
+    why = release_refusal(hello, params)
+    if why is not None:  # a release never to be granted: refused now, not after T answers
+        await _send_error(channel, ErrorCode.POLICY, why)
+        raise PolicyViolation(why)
     try:
         head = checkpoint() if checkpoint is not None else NO_LEDGER_HEAD
     except OSError as exc:  # no session without a head kept: refused, typed, nothing spent

@@ -231,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unsigned", action="store_true",
                    help="exit 0 for transcripts without a signature verified against a key "
                         "you trust (by default: exit status 3)")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="exit 0 for a transcript audited alone that holds no End from its "
+                        "peer, whose tail it cannot vouch for (by default: exit status 4)")
     p.set_defaults(handler=_cmd_audit)
 
     p = sub.add_parser("report", help="write one self-contained HTML page about a run or a "
@@ -835,19 +838,28 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     else:
         said = list(dict.fromkeys(line for t in trusts.values() for line in t.lines()))
         print("\n".join([*said, *(r.text() for r in reports)]))
-    return audit_status(reports, args.allow_unsigned)
+    return audit_status(reports, args.allow_unsigned, args.allow_incomplete)
 
 
-def audit_status(reports: list, allow_unsigned: bool = False) -> int:
+def audit_status(reports: list, allow_unsigned: bool = False,
+                 allow_incomplete: bool = False) -> int:
     """`pobo audit`'s exit status: 2 for a violation, 3 when some frame is not verified
     against a trusted key (unsigned, or signed by a key the user does not trust) unless
-    `allow_unsigned`, else 0."""
+    `allow_unsigned`, 4 when a transcript audited without its peer's holds no End from
+    the peer (nothing then vouches for its tail: a party may have cut it, a release
+    say, and rehashed) unless `allow_incomplete`, else 0."""
     if not all(r.ok for r in reports):
         return 2
     if not allow_unsigned and not all(r.signatures == "verified" for r in reports):
         print("pobo audit: not every frame verifies against a key you trust (exit 3; "
               "--allow-unsigned accepts it)", file=sys.stderr)
         return 3
+    alone = [r.path for r in reports if not r.complete and not r.paired]
+    if alone and not allow_incomplete:
+        print(f"pobo audit: {', '.join(alone)} holds no End from its peer: alone it cannot "
+              "vouch for its tail, which its party may have cut (give the peer's transcript "
+              "too; exit 4; --allow-incomplete accepts it)", file=sys.stderr)
+        return 4
     return 0
 
 

@@ -20,9 +20,13 @@ from pobo.parties.modeler import HyperFit
 from pobo.parties.runners import receive_hello, resume_state
 from pobo.parties.service import CuratorService
 from pobo.protocol.channel import LateSignature
-from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
+from pobo.protocol.errors import (
+    ErrorCode, PeerError, PeerGone, PeerTimeout, PolicyViolation, ProtocolError,
+)
 from pobo.protocol.messages import Error, ReleaseRequest
-from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from pobo.protocol.policy import (
+    CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary, release_refusal,
+)
 from pobo.protocol.transcript import Transcript, TranscriptError, chain_end
 from pobo.parties.statement import privacy_lines
 from pobo.runspec import LISTENING  # noqa: F401  (re-exported)
@@ -63,6 +67,7 @@ class Admissions:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     nonces: OrderedDict = field(default_factory=OrderedDict)  # the last REPLAY_WINDOW seen
+    superseded: set = field(default_factory=set)  # live tasks a resume has taken over
 
     def replayed(self, nonce: str) -> bool:
         """Whether a Hello's nonce is among the last REPLAY_WINDOW this curator admitted or
@@ -225,10 +230,13 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
         me = asyncio.current_task()
         stale = slots.live.get(session.session_id)
         slots.live[session.session_id] = me
-        if stale is not None and stale is not me:
-            stale.cancel()  # superseded: its writes are fenced, it records nothing
         kept: list[dict] = []
+        served = False  # whether this connection took the session up (its transcript)
         try:
+            if stale is not None and stale is not me:  # superseded: its writes are fenced;
+                slots.superseded.add(stale)  # it tells its peer so, recorded as its last
+                stale.cancel()  # frame, before this connection continues the transcript
+                await asyncio.wait({stale}, timeout=SUPERSEDE_WAIT)
             where = (out / session.session_id if per_session_folder and out is not None
                      else out)
             boundary = Boundary(NON_PRIVATE if service.settings.non_private else PRIVATE,
@@ -246,6 +254,7 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
                 await channel.send(Error(ErrorCode.INTERNAL.value, UNKEPT_TRANSCRIPT))
                 return
             channel.settle(boundary, transcript)
+            served = True
             try:
                 await curate(channel, session, where, verbose=verbose, peer=pipe.peer,
                              hello=hello, raise_errors=False, keep=kept)
@@ -253,10 +262,38 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
                 log.error("session %s: this curator cannot resume it: %s",
                           session.session_id[:12], exc)
                 await channel.send(Error(exc.code.value, ReplayMismatch.PUBLIC))
+        except asyncio.CancelledError:
+            if me in slots.superseded:
+                if stale is not None and not stale.done():  # the one it took over first
+                    await asyncio.wait({stale}, timeout=SUPERSEDE_WAIT)
+                await _tell_superseded(channel, session.session_id, served)
+            raise
         finally:
+            slots.superseded.discard(me)
             slots.finish(session.session_id, me, kept[0] if kept else None)
     finally:
         channel.close()
+
+
+SUPERSEDE_WAIT = 2.0  # seconds a resume waits for the connection it takes over to close
+
+
+async def _tell_superseded(channel, session_id: str, served: bool) -> None:
+    """Send the peer of a connection a resume took over the fatal `superseded` Error
+    (PROTOCOL.md 8), so that it stops at once instead of waiting out its timeout; within
+    a second, and never raising (the peer may be gone, or the new connection may own the
+    transcript already). A connection taken over before it served anything (its Hello
+    not yet recorded: it was waiting for the one it took over) answers like a refused
+    Hello, naming no session (PROTOCOL.md 3.4)."""
+    if not served:
+        channel.session_id = ""
+    try:
+        await asyncio.wait_for(channel.send(Error(
+            ErrorCode.SUPERSEDED.value, "a resume on another connection took this session "
+            "over: this connection is closed")), 1.0)
+    except (Exception, asyncio.TimeoutError) as exc:  # (not a cancellation of the curator)
+        log.info("session %s: the superseded connection was not told: %s: %s",
+                 session_id[:12], type(exc).__name__, exc)
 
 
 UNKEPT_TRANSCRIPT = ("the curator cannot keep this session's transcript (see its log): the "
@@ -313,6 +350,9 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
     if slots.replayed(hello.nonce):
         raise ProtocolError(f"a hello with nonce {hello.nonce} was received before: a replay",
                             ErrorCode.REPLAY)
+    why = release_refusal(hello, service.params)  # never granted: refused before any work
+    if why is not None:
+        raise PolicyViolation(why)
     key = quota_key(peer, hello.sign_key, sign_allowlist)
     if not (hello.resume and hello.resume in slots.live):  # a takeover needs no new slot
         refusal = slots.refusal(key)

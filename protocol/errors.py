@@ -69,6 +69,15 @@ class PeerTimeout(PoboError):
     """The peer sent nothing before the deadline (it may have vanished)."""
 
 
+class ChunksStopped(ChunkError, PeerTimeout):
+    """A chunked Dataset whose chunk frames stopped: no chunk came where one was due,
+    within the receiver's timeout (`timeout`, PROTOCOL.md 5.1). The Dataset is refused;
+    a PeerTimeout too, since the peer may have vanished."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.TIMEOUT)
+
+
 class PeerError(PoboError):
     """The peer answered with an `Error` message."""
 

@@ -315,6 +315,20 @@ def test_noisy_release_after_a_kusner_gp_ucb_session_is_granted():
         ("release:noisy", 2.0, 2 * DELTA)]
 
 
+def test_a_noisy_release_past_the_budget_says_it_is_charged_twice_what_was_asked():
+    """Issue 49: a request for (1, 0.01) was refused as "(eps=2, delta=0.02)" with no word
+    of why. Algorithm 1 releases a row and a value, each (eps, delta)-DP: the ledger is
+    charged (2 eps, 2 delta), and the refusal says so."""
+    problem, T = _problem(), 8
+    curator, modeler = _kusner_record(problem, T)
+    request = modeler.with_kernel(ReleaseRequest("noisy", 1.0, DELTA))
+    ledger = Ledger(Budget(epsilon=1.5, delta=1.0))  # 1 asked fits, the 2 charged does not
+    with pytest.raises(PrivacyBudgetExceeded) as info:
+        _handle(problem, curator, _kusner_hello(), request, ledger)
+    assert f"release of (eps=1, delta={DELTA:g})" in str(info.value)
+    assert f"charged (eps=2, delta={2 * DELTA:g})" in str(info.value) and not ledger.entries
+
+
 def test_a_request_whose_delta_differs_from_the_declared_one_is_refused():
     problem, T = _problem(), 6
     curator, modeler = _kusner_record(problem, T)

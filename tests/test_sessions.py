@@ -196,6 +196,13 @@ async def test_racing_resumes_evaluate_f_exactly_t_times(tmp_path, monkeypatch):
 
 
 async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
+    """The stale connection writes nothing after the resume that takes its session over;
+    it is told so at once with the fatal `superseded` Error (issue 49: it heard nothing
+    and waited out its timeout before), which the curator records as that connection's
+    last frame, before the resumed connection's Hello, and its transcript still audits."""
+    from pobo.protocol.audit import audit_transcript
+    from pobo.protocol.transcript import read_transcript
+
     service = prepare_service(CFG)
     task, endpoint = await _serve(tmp_path, service, sessions=0)
     ctx = new_context()
@@ -204,6 +211,8 @@ async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
         sid = (await stale.hello()).session
         assert isinstance(await stale.ask(encode(Query(1, 1))), Reward)
         assert isinstance(await fresh.hello(resume=sid), Welcome)  # takes the session over
+        told = decode(await asyncio.wait_for(stale.sock.recv(), 5.0))
+        assert isinstance(told, Error) and told.code == ErrorCode.SUPERSEDED.value, told
         for seq in range(2, CFG.T + 1):
             assert isinstance(await fresh.ask(encode(Query(seq, seq))), Reward)
         await fresh.sock.send(msgpack.packb({"kind": "end", "reason": "done"}))
@@ -219,6 +228,35 @@ async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
     finally:
         stale.close()
         fresh.close()
+        await _stop(task)
+        close_context(ctx)
+    path = tmp_path / "curator" / sid / "curator.transcript"
+    kinds = [(r.dir, r.kind) for r in read_transcript(path)]
+    told_at = kinds.index(("sent", "error"))
+    assert kinds[told_at + 1] == ("recv", "hello"), kinds  # the old connection's last frame
+    report = audit_transcript(path)
+    assert report.ok and report.complete, report.violations
+
+
+@pytest.mark.parametrize("distinct, batch", [(True, 1), (False, 4)])
+async def test_a_release_that_can_never_be_granted_is_refused_at_the_hello(tmp_path,
+                                                                           distinct, batch):
+    """Issue 49: a Hello declaring Kusner's noisy release with a batch of 4, or in a
+    session under the `distinct` rule, was admitted, and the release refused only at the
+    end, after T evaluations. Now the Hello is refused `policy`, and no session opens."""
+    service = prepare_service(RunConfig(T=4, seed=5, options={"grid": 8}, timeout=10.0,
+                                        distinct=distinct))
+    task, endpoint = await _serve(tmp_path, service, sessions=0)
+    ctx = new_context()
+    peer = Peer(ctx, endpoint)
+    try:
+        refused = await peer.ask(encode(Hello(PROTOCOL_VERSION, "t", strategy="gp-ucb",
+                                              release_delta=0.01, batch=batch)))
+        assert isinstance(refused, Error) and refused.code == ErrorCode.POLICY.value, refused
+        assert ("distinct" if distinct else "batch") in refused.message
+        assert not service.journal.sessions()
+    finally:
+        peer.close()
         await _stop(task)
         close_context(ctx)
 

@@ -406,12 +406,15 @@ def _expect_error(m: SpecModeler) -> CuratorError:
 def test_pipelined_queries_go_on_after_a_refused_one(tmp_path):
     """PROTOCOL.md 7: a refused query is not asked. Queries 1 (a bad row), 2 and 3 sent at
     once: 1 is refused naming seq 1, 2 and 3 are answered, and seq 1 asked again with a
-    good row completes the session (T = 3, batch 3)."""
+    good row completes the session (T = 3, batch 3). `pobo audit` accepts the flow from
+    both transcripts, the modeler's (written from the text) included: the bad row it sent
+    is a query the curator refuses, not a violation."""
     curator = CuratorProcess(tmp_path / "curator", 3, ["--max-batch", "3"])
     ctx = zmq.Context()
+    written = SpecTranscript(tmp_path / "modeler.transcript")
     try:
         curator.wait_listening()
-        m = SpecModeler(_connect(ctx, curator.endpoint), 20_000)
+        m = SpecModeler(_connect(ctx, curator.endpoint), 20_000, transcript=written)
         params = _handshake(m, batch=3)
         n = params["n"]
         for seq, index in ((1, n), (2, 5), (3, 6)):
@@ -437,7 +440,16 @@ def test_pipelined_queries_go_on_after_a_refused_one(tmp_path):
             json.loads(audit.stdout)]
         assert report["ok"] and report["refused"]["codes"] == {"index_out_of_range": 1,
                                                               "budget_exhausted": 1}
+        written.close()
+        audit = _audit(tmp_path / "curator" / "curator.transcript",
+                       tmp_path / "modeler.transcript", "--allow-unsigned")
+        assert audit.returncode == 0, audit.stdout[-3000:]
+        reports = json.loads(audit.stdout)
+        assert [r["role"] for r in reports] == ["curator", "modeler"]
+        assert all(r["ok"] for r in reports), [r["violations"] for r in reports]
+        assert any("refuses (index_out_of_range" in n for n in reports[1]["notes"])
     finally:
+        written.close()
         curator.kill()
         _term(ctx)
 
