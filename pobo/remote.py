@@ -67,7 +67,7 @@ class Admissions:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
     nonces: OrderedDict = field(default_factory=OrderedDict)  # the last REPLAY_WINDOW seen
-    superseded: set = field(default_factory=set)  # live tasks a resume has taken over
+    channels: dict = field(default_factory=dict)  # live session id -> its connection's Channel
 
     def replayed(self, nonce: str) -> bool:
         """Whether a Hello's nonce is among the last REPLAY_WINDOW this curator admitted or
@@ -229,14 +229,16 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
             return
         me = asyncio.current_task()
         stale = slots.live.get(session.session_id)
+        told = slots.channels.get(session.session_id)
         slots.live[session.session_id] = me
+        slots.channels[session.session_id] = channel  # (settled below; only a full queue
+        # to the connection taken over makes the wait before it more than a turn)
         kept: list[dict] = []
-        served = False  # whether this connection took the session up (its transcript)
         try:
-            if stale is not None and stale is not me:  # superseded: its writes are fenced;
-                slots.superseded.add(stale)  # it tells its peer so, recorded as its last
-                stale.cancel()  # frame, before this connection continues the transcript
-                await asyncio.wait({stale}, timeout=SUPERSEDE_WAIT)
+            if stale is not None and stale is not me:
+                stale.cancel()  # superseded: its writes are fenced, it sends nothing more
+                if told is not None:  # but this, its last frame, before this one's first
+                    await _tell_superseded(told, session.session_id)
             where = (out / session.session_id if per_session_folder and out is not None
                      else out)
             boundary = Boundary(NON_PRIVATE if service.settings.non_private else PRIVATE,
@@ -254,7 +256,6 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
                 await channel.send(Error(ErrorCode.INTERNAL.value, UNKEPT_TRANSCRIPT))
                 return
             channel.settle(boundary, transcript)
-            served = True
             try:
                 await curate(channel, session, where, verbose=verbose, peer=pipe.peer,
                              hello=hello, raise_errors=False, keep=kept)
@@ -262,36 +263,26 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
                 log.error("session %s: this curator cannot resume it: %s",
                           session.session_id[:12], exc)
                 await channel.send(Error(exc.code.value, ReplayMismatch.PUBLIC))
-        except asyncio.CancelledError:
-            if me in slots.superseded:
-                if stale is not None and not stale.done():  # the one it took over first
-                    await asyncio.wait({stale}, timeout=SUPERSEDE_WAIT)
-                await _tell_superseded(channel, session.session_id, served)
-            raise
         finally:
-            slots.superseded.discard(me)
+            if slots.channels.get(session.session_id) is channel:
+                del slots.channels[session.session_id]
             slots.finish(session.session_id, me, kept[0] if kept else None)
     finally:
         channel.close()
 
 
-SUPERSEDE_WAIT = 2.0  # seconds a resume waits for the connection it takes over to close
-
-
-async def _tell_superseded(channel, session_id: str, served: bool) -> None:
-    """Send the peer of a connection a resume took over the fatal `superseded` Error
-    (PROTOCOL.md 8), so that it stops at once instead of waiting out its timeout; within
-    a second, and never raising (the peer may be gone, or the new connection may own the
-    transcript already). A connection taken over before it served anything (its Hello
-    not yet recorded: it was waiting for the one it took over) answers like a refused
-    Hello, naming no session (PROTOCOL.md 3.4)."""
-    if not served:
-        channel.session_id = ""
+async def _tell_superseded(channel, session_id: str) -> None:
+    """Send the peer of a connection a resume took over (its task cancelled already) the
+    fatal `superseded` Error (PROTOCOL.md 8), recorded in that connection's transcript,
+    so that it stops at once instead of waiting out its timeout: sent at once (no other
+    task runs first unless its queue is full, then for at most a second), never raising
+    (the peer may be gone, its transcript closed)."""
     try:
-        await asyncio.wait_for(channel.send(Error(
-            ErrorCode.SUPERSEDED.value, "a resume on another connection took this session "
-            "over: this connection is closed")), 1.0)
-    except (Exception, asyncio.TimeoutError) as exc:  # (not a cancellation of the curator)
+        async with asyncio.timeout(1.0):
+            await channel.send(Error(ErrorCode.SUPERSEDED.value, "a resume on another "
+                                     "connection took this session over: this connection "
+                                     "is closed"))
+    except Exception as exc:  # (TimeoutError included; a cancellation of the curator not)
         log.info("session %s: the superseded connection was not told: %s: %s",
                  session_id[:12], type(exc).__name__, exc)
 

@@ -689,7 +689,7 @@ def test_vectors_cover_every_kind_and_error():
     assert bare_kinds == set(KINDS)
     errors = {v["expect"]["error"] for v in vectors if "error" in v["expect"]}
     assert {"malformed", "unknown_kind", "oversized", "bad_signature",
-            "version_mismatch"} <= errors
+            "version_mismatch", "policy"} <= errors
     assert any(v["layer"] == "envelope" and "verify_key" in v and "kind" in v["expect"]
                for v in vectors)
     assert len({v["name"] for v in vectors}) == len(vectors)

@@ -498,6 +498,36 @@ def test_a_lost_connection_gets_session_lost_then_the_session_resumes(tmp_path):
         _term(ctx)
 
 
+def test_a_connection_taken_over_by_a_resume_is_told_superseded(tmp_path):
+    """PROTOCOL.md 8: a resume on a new connection takes a live session over, and the old
+    connection gets the fatal `superseded` Error at once (not silence until its timeout);
+    the new connection finishes the session."""
+    T = 2
+    curator = CuratorProcess(tmp_path / "curator", T)
+    ctx = zmq.Context()
+    try:
+        curator.wait_listening()
+        old = SpecModeler(_connect(ctx, curator.endpoint), 10_000)
+        _handshake(old)
+        old.send("query", seq=1, index=3)
+        assert old.recv()["kind"] == "reward"
+        new = SpecModeler(_connect(ctx, curator.endpoint), 20_000)
+        new.session = old.session
+        _handshake(new, resume=old.session)
+        started = time.monotonic()
+        told = _expect_error(old)
+        assert told.code == "superseded" and time.monotonic() - started < 5, told
+        new.send("query", seq=2, index=4)
+        assert new.recv()["kind"] == "reward"
+        new.send("end", reason="done")
+        for sock in (old.sock, new.sock):
+            sock.close(linger=0)
+        assert curator.finish()["status"] == "ok"
+    finally:
+        curator.kill()
+        _term(ctx)
+
+
 def test_a_replayed_hello_is_refused_and_a_version_3_hello_mismatched(tmp_path):
     """PROTOCOL.md 3 (nonce): the byte-identical opening frame sent again on another
     connection is refused `replay`; a version-3 Hello gets `version_mismatch`, enveloped
