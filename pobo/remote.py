@@ -20,6 +20,8 @@ from pobo.parties.modeler import HyperFit
 from pobo.parties.runners import receive_hello, resume_state
 from pobo.parties.service import CuratorService
 from pobo.protocol.channel import LateSignature
+from pobo.protocol.codec import DEFAULT_MAX_FRAME
+from pobo.protocol.cookie import COOKIE_LIFETIME, CookieJar, screen
 from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import Error, ReleaseRequest
 from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
@@ -32,7 +34,10 @@ from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_con
 
 log = logging.getLogger("pobo.curator")
 modeler_log = logging.getLogger("pobo.modeler")
-REPLAY_WINDOW = 4096  # Hello nonces a curator remembers (PROTOCOL.md 3: replays)
+# an admitted Hello's nonce is remembered this long (s): longer than any cookie is valid,
+# so a captured Hello is refused `replay` while its cookie would pass (PROTOCOL.md 3.5)
+REPLAY_WINDOW = 2 * COOKIE_LIFETIME
+REPLAY_CAP = 1 << 16  # nonces remembered at most: past it, new Hellos get `busy` (fail closed)
 KEPT_RESULTS = 1000  # sessions' results a service (--sessions 0) keeps in memory, the last
 
 
@@ -62,23 +67,31 @@ class Admissions:
     results: SessionResults = field(default_factory=SessionResults)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    nonces: OrderedDict = field(default_factory=OrderedDict)  # the last REPLAY_WINDOW seen
+    # the nonce of every Hello admitted in the last REPLAY_WINDOW s -> when (monotonic)
+    nonces: OrderedDict = field(default_factory=OrderedDict)
+    cookies: CookieJar = field(default_factory=CookieJar.fresh)  # this process's secret
 
-    def replayed(self, nonce: str) -> bool:
-        """Whether a Hello's nonce is among the last REPLAY_WINDOW this curator admitted or
-        refused ('' never is: a peer that sends none gets no replay check); remembers it."""
-        if not nonce:
-            return False
-        if nonce in self.nonces:
-            return True
-        self.nonces[nonce] = None
-        while len(self.nonces) > REPLAY_WINDOW:
-            self.nonces.popitem(last=False)
-        return False
+    def replayed(self, nonce: str, now: float) -> bool:
+        """Whether a Hello with `nonce` was admitted in the last REPLAY_WINDOW seconds
+        (refused Hellos are never remembered, so no flood of them flushes the window)."""
+        while self.nonces:
+            oldest, when = next(iter(self.nonces.items()))
+            if now - when < REPLAY_WINDOW:
+                break
+            del self.nonces[oldest]
+        return bool(nonce) and nonce in self.nonces
+
+    def remember(self, nonce: str, now: float) -> None:
+        """Keep an admitted Hello's nonce for REPLAY_WINDOW seconds."""
+        if nonce:
+            self.nonces[nonce] = now
 
     def refusal(self, key: str = "") -> ProtocolError | None:
         """Why a new session of `key` (a `quota_key`; '' for a peer with no key, which
         only the totals cap) may not start now (None: it may)."""
+        if len(self.nonces) >= REPLAY_CAP:  # a window that would have to forget: fail closed
+            return ProtocolError(f"this curator admitted {REPLAY_CAP} Hellos in the last "
+                                 f"{REPLAY_WINDOW:g} s: try again later", ErrorCode.BUSY)
         if self.limit and self.admitted >= self.limit:
             return ProtocolError(f"this curator serves {self.limit} session(s) and has "
                                  "admitted them", ErrorCode.BUSY)
@@ -205,11 +218,29 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
     gets past the handshake (refused, or it sent something other than a Hello) takes no
     slot and stops nothing; a session that fails leaves its record and is logged."""
     timeout = float(service.config.get("timeout", 60.0))  # --timeout, for the Hello too
+    identity = pipe.peer.encode()  # a cookie is bound to the peer's CURVE key
+    try:
+        first = await pipe.recv(timeout)
+    except (PeerTimeout, PeerGone):
+        pipe.close()
+        return
+    except ProtocolError as exc:  # a message of several frames: the handshake refuses it
+        first = exc
+    retry = (screen(first, slots.cookies, identity, signing.curator, DEFAULT_MAX_FRAME)
+             if isinstance(first, bytes) else None)
+    if retry is not None:  # a Hello without a valid cookie: no slot, no state (PROTOCOL.md 3.7)
+        pipe.send_now(retry)
+        pipe.release()
+        return
+    pipe.unread(first)
     channel = open_channel(pipe, CURATOR, False, None, timeout, signer=signing.curator,
                            peer_key=signing.modeler_keys)
     try:
         try:
             hello = await receive_hello(channel)  # answers a bad first frame with an Error
+            if not slots.cookies.valid(hello.cookie, identity, hello.nonce):
+                raise ProtocolError("a Hello needs a nonce, and then the cookie of this "
+                                    "curator's Retry (PROTOCOL.md 3.7)", ErrorCode.MALFORMED)
             folder = ((out / hello.resume if per_session_folder else out)
                       if hello.resume and out is not None else None)
             session = _admit(hello, service, pipe.peer, security, slots, folder,
@@ -310,7 +341,8 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
     """The session a valid Hello opens or resumes for `peer`, or a typed refusal. A resume
     whose session (its transcript in `folder`) cannot be continued is refused before it
     takes a slot, the session or its stale connection: the refusal changes nothing."""
-    if slots.replayed(hello.nonce):
+    now = asyncio.get_running_loop().time()
+    if slots.replayed(hello.nonce, now):
         raise ProtocolError(f"a hello with nonce {hello.nonce} was received before: a replay",
                             ErrorCode.REPLAY)
     key = quota_key(peer, hello.sign_key, sign_allowlist)
@@ -327,6 +359,7 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
                else service.new_session(security, owner=owner, batch=hello.batch))
     if session.session_id not in slots.live:
         slots.admitted += 1
+    slots.remember(hello.nonce, now)  # admitted: only now is its nonce spent
     slots.holders[session.session_id] = key  # live from here on (no await before it is)
     return session
 

@@ -302,6 +302,8 @@ class DealerPipe:
     recv deadline's PeerTimeout into a HandshakeFailed naming the cause.
     """
 
+    cookie_round = True  # a networked curator admits a Hello only after a Retry (PROTOCOL.md 3.7)
+
     def __init__(self, sock: zmq.asyncio.Socket, monitor: zmq.asyncio.Socket | None = None,
                  *, endpoint: str = "", curve: bool = False) -> None:
         self._sock, self._monitor = sock, monitor
@@ -894,6 +896,24 @@ class RouterHub:
             raise item
         return item
 
+    def _unread(self, identity: bytes, item: bytes | ProtocolError) -> None:
+        """Put a frame (or the ProtocolError `recv` raised for it) back at the head of an
+        accepted peer's queue: a first frame looked at before the session's channel reads it."""
+        peer = self._peers.get(identity)
+        if peer is not None:
+            size = len(item) if isinstance(item, bytes) else _ERROR_COST
+            peer.frames.appendleft((item, size))
+            peer.bytes += size
+            peer.wake()
+
+    def _send_now(self, identity: bytes, frame: bytes) -> bool:
+        """Queue one small frame for a peer without waiting: False (nothing queued) when
+        its queue is full or it is gone."""
+        try:
+            return self._try_send([identity, frame], True)
+        except PeerGone:
+            return False
+
     def forget(self, identity: bytes) -> None:
         """Drop a finished peer's queue and remember its identity (bounded), so a late frame
         from it is dropped rather than starting a new arrival: one connection, one session."""
@@ -969,6 +989,22 @@ class RouterPipe:
         """The next frame from this modeler, within `timeout` seconds (one reader at a
         time: a session's Channel)."""
         return self._hub._recv(self.identity, timeout)
+
+    def unread(self, frame: bytes | ProtocolError) -> None:
+        """Make `frame` the next one `recv` returns, or raises (a first frame the curator
+        screened)."""
+        self._hub._unread(self.identity, frame)
+
+    def send_now(self, frame: bytes) -> bool:
+        """Queue `frame` for this modeler if it fits now, never waiting (a Retry: a peer
+        whose queue is full is not reading it); whether it was queued."""
+        return self._hub._send_now(self.identity, frame)
+
+    def release(self) -> None:
+        """Drop this peer's queue without remembering its identity: its next frame arrives
+        as a new peer (the Hello that echoes a Retry's cookie, PROTOCOL.md 3.7). Nothing of
+        it is kept, so a peer that never reads holds no state."""
+        self._hub._remove(self.identity)
 
     def close(self) -> None:
         """Forget this peer on the hub."""
