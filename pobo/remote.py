@@ -16,6 +16,7 @@ from pathlib import Path
 
 
 from pobo.parties.curator import ReplayMismatch
+from pobo.parties.journal import JournalError
 from pobo.parties.modeler import HyperFit
 from pobo.parties.runners import receive_hello, resume_state
 from pobo.parties.service import CuratorService
@@ -245,6 +246,12 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
                       if hello.resume and out is not None else None)
             session = _admit(hello, service, pipe.peer, security, slots, folder,
                              signing.modeler_keys is not None)
+        except JournalError as exc:  # e.g. a damaged answer log: refused typed, changes nothing
+            log.error("refused a resume of session %s: %s", hello.resume[:12], exc)
+            await channel.send(Error(ErrorCode.INTERNAL.value, (
+                f"the curator cannot continue this session: {exc} (the session stays as it "
+                "was; try again once the operator has repaired it)")[:1000]))
+            return
         except ProtocolError as exc:
             log.info("refused a peer (%s) before any session: %s: %s", pipe.peer,
                      exc.code.value, exc)
