@@ -9,10 +9,9 @@ restart no flood was needed. Every wait here is bounded; every port is a free lo
 import asyncio
 from dataclasses import replace
 
-import pytest
 import zmq
 import zmq.asyncio
-from cookies import hello_frame, with_cookie  # test helper: the cookie round
+from wire import dealer, hello_frame, reply, serve, with_cookie  # test helpers
 from waits import result_within, stop  # test helper: waits on tasks that are really bounded
 
 from pobo.parties.journal import Journal
@@ -22,31 +21,10 @@ from pobo.protocol.messages import (
     PROTOCOL_VERSION, Error, Hello, Query, Retry, Reward, Welcome, new_nonce,
 )
 from pobo.protocol.signing import Link, Signer, open_frame, seal
-from pobo.remote import REPLAY_WINDOW, Admissions, connect_modeler, serve_curator
+from pobo.remote import REPLAY_WINDOW, Admissions, connect_modeler
 from pobo.session import RunConfig, Signing, prepare_service
 
 CFG = RunConfig(T=3, seed=5, options={"grid": 8}, timeout=30.0)
-
-
-async def _serve(tmp_path, service, **kw):
-    bound = asyncio.get_running_loop().create_future()
-    task = asyncio.ensure_future(serve_curator(
-        service, "tcp://127.0.0.1:0", tmp_path / "curator", accept_timeout=60.0,
-        verbose=False, on_bound=bound.set_result, sessions=0, **kw))
-    return task, await asyncio.wait_for(bound, 10)
-
-
-def _dealer(ctx, endpoint, rcvhwm: int = 1000):
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.RCVHWM, rcvhwm)
-    sock.connect(endpoint)
-    return sock
-
-
-async def _reply(sock, timeout: float = 20.0):
-    parts = await asyncio.wait_for(sock.recv_multipart(), timeout)  # a frame may come in parts
-    return decode(open_frame(b"".join(parts)).body)
 
 
 def _sessions(tmp_path) -> list:
@@ -105,12 +83,12 @@ async def test_unread_hellos_take_no_slot_and_do_not_lock_a_modeler_out(tmp_path
     the cookie round, 4 of them held every slot for --timeout (30 s) and the modeler got
     `busy`; now none takes a slot and the modeler's session completes (bound generous)."""
     service = prepare_service(CFG)
-    task, endpoint = await _serve(tmp_path, service, max_sessions=4)
+    task, endpoint = await serve(tmp_path, service, sessions=0, max_sessions=4)
     ctx = zmq.asyncio.Context()
     socks = []
     try:
         for i in range(300):
-            sock = _dealer(ctx, endpoint, rcvhwm=1)
+            sock = dealer(ctx, endpoint, rcvhwm=1)
             hello = Hello(PROTOCOL_VERSION, "flood", nonce=new_nonce() if i % 10 else "")
             await sock.send(hello_frame(hello))
             socks.append(sock)
@@ -130,22 +108,22 @@ async def test_unread_hellos_take_no_slot_and_do_not_lock_a_modeler_out(tmp_path
 async def _open(ctx, endpoint, key: Signer, resume: str = "") -> tuple:
     """A signed session opened (or resumed) by `key` on a new connection: (the socket,
     the Welcome, the frame of the admitted Hello, which an eavesdropper captures)."""
-    sock = _dealer(ctx, endpoint)
+    sock = dealer(ctx, endpoint)
     hello = await with_cookie(sock, Hello(PROTOCOL_VERSION, "victim", resume,
                                           sign_key=key.public_hex), key)
     frame = seal(encode(hello), Link(resume, 0, bytes(32), bytes(32)), key)
     await sock.send(frame)
-    welcome = await _reply(sock)
+    welcome = await reply(sock)
     assert isinstance(welcome, Welcome), welcome
     await asyncio.wait_for(sock.recv_multipart(), 20)  # the Dataset
     return sock, welcome, frame
 
 
 async def _query(sock, welcome, key: Signer, seq: int, last: bytes):
-    """Send Query(seq) on a session's connection; the reply."""
+    """Send Query(seq) on a session's connection; the answer."""
     link = Link(welcome.session, 10 * seq, bytes(32), last)
     await sock.send(seal(encode(Query(seq, seq)), link, key))
-    return await _reply(sock)
+    return await reply(sock)
 
 
 async def test_a_captured_resume_hello_cannot_take_a_session_over_after_a_flood(tmp_path):
@@ -157,7 +135,7 @@ async def test_a_captured_resume_hello_cannot_take_a_session_over_after_a_flood(
     its cookie lives: `replay`, and the victim's connection still holds the session."""
     curator, victim = Signer.generate(), Signer.generate()
     service = prepare_service(CFG)
-    task, endpoint = await _serve(tmp_path, service, max_sessions=1,
+    task, endpoint = await serve(tmp_path, service, sessions=0, max_sessions=1,
                                   signing=Signing(curator=curator))
     ctx = zmq.asyncio.Context()
     ctx.set(zmq.MAX_SOCKETS, 4096)
@@ -170,23 +148,23 @@ async def test_a_captured_resume_hello_cannot_take_a_session_over_after_a_flood(
 
         async def junk(n: int) -> None:
             for _ in range(n):
-                sock = _dealer(ctx, endpoint)
+                sock = dealer(ctx, endpoint)
                 try:
                     hello = Hello(PROTOCOL_VERSION, "junk", nonce=new_nonce())
                     await sock.send(hello_frame(hello))
-                    reply = await _reply(sock)
-                    if isinstance(reply, Retry):  # it reads: echo the cookie, get refused
-                        await sock.send(hello_frame(replace(hello, cookie=reply.cookie)))
-                        reply = await _reply(sock)
-                    assert isinstance(reply, Error) and reply.code == "busy", reply
+                    answer = await reply(sock)
+                    if isinstance(answer, Retry):  # it reads: echo the cookie, get refused
+                        await sock.send(hello_frame(replace(hello, cookie=answer.cookie)))
+                        answer = await reply(sock)
+                    assert isinstance(answer, Error) and answer.code == "busy", answer
                 finally:
                     sock.close(0)
 
         await result_within(asyncio.gather(*(junk(70) for _ in range(60))), 600)
-        thief = _dealer(ctx, endpoint)
+        thief = dealer(ctx, endpoint)
         await thief.send(captured)
-        reply = await _reply(thief)
-        assert isinstance(reply, Error) and reply.code == "replay", reply
+        answer = await reply(thief)
+        assert isinstance(answer, Error) and answer.code == "replay", answer
         assert isinstance(await _query(live, again, victim, 1, bytes(32)), Reward)
     finally:
         for sock in (first, live, thief):
@@ -203,7 +181,7 @@ async def test_a_captured_resume_hello_is_not_admitted_by_a_restarted_curator(tm
     curator, victim = Signer.generate(), Signer.generate()
     path = tmp_path / "journal.db"
     service = prepare_service(CFG, journal=Journal(path, durability="normal"))
-    task, endpoint = await _serve(tmp_path, service, signing=Signing(curator=curator))
+    task, endpoint = await serve(tmp_path, service, sessions=0, signing=Signing(curator=curator))
     ctx = zmq.asyncio.Context()
     socks = []
     try:
@@ -216,12 +194,12 @@ async def test_a_captured_resume_hello_is_not_admitted_by_a_restarted_curator(tm
         service.journal.close()
         generation = Journal(path).load(welcome.session).generation
         service = prepare_service(CFG, journal=Journal(path, durability="normal"))
-        task, endpoint = await _serve(tmp_path, service, signing=Signing(curator=curator))
-        thief = _dealer(ctx, endpoint)
+        task, endpoint = await serve(tmp_path, service, sessions=0, signing=Signing(curator=curator))
+        thief = dealer(ctx, endpoint)
         socks.append(thief)
         await thief.send(captured)
-        reply = await _reply(thief)
-        assert isinstance(reply, Retry), reply  # not a Welcome: the session is not taken
+        answer = await reply(thief)
+        assert isinstance(answer, Retry), answer  # not a Welcome: the session is not taken
         await asyncio.sleep(0.2)
         assert service.journal.load(welcome.session).generation == generation
         assert len(_sessions(tmp_path)) == 1

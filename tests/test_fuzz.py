@@ -10,7 +10,7 @@ import msgpack
 import numpy as np
 import zmq
 import zmq.asyncio
-from cookies import with_cookie  # test helper: the cookie round of PROTOCOL.md 3.7
+from wire import with_cookie  # test helper: the cookie round of PROTOCOL.md 3.7
 from waits import stop  # test helper: waits on tasks that are really bounded
 
 from pobo.protocol.codec import ARRAY_EXT, decode, encode

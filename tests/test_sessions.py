@@ -15,7 +15,7 @@ import pytest
 import zmq
 import zmq.asyncio
 import zmq.auth
-from cookies import with_cookie  # test helper: the cookie round of PROTOCOL.md 3.7
+from wire import with_cookie  # test helper: the cookie round of PROTOCOL.md 3.7
 from waits import result_within, stop  # test helper: waits on tasks that are really bounded
 
 from pobo.parties.curator import Oracle

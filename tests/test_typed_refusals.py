@@ -11,48 +11,28 @@ import asyncio
 import pytest
 import zmq
 import zmq.asyncio
-from cookies import hello_frame, with_cookie  # test helper: the cookie round
+from wire import dealer, hello_frame, reply, serve, with_cookie  # test helpers
 from waits import result_within, stop  # test helper: waits on tasks that are really bounded
 
 from pobo.parties import answer_log
 from pobo.parties.journal import Journal
-from pobo.protocol.codec import decode, encode
+from pobo.protocol.codec import encode
 from pobo.protocol.messages import PROTOCOL_VERSION, Error, Hello, Query, Reward, Welcome
-from pobo.protocol.signing import Link, open_frame, seal
-from pobo.remote import connect_modeler, serve_curator
+from pobo.protocol.signing import Link, seal
+from pobo.remote import connect_modeler
 from pobo.session import RunConfig, prepare_service
 
 CFG = RunConfig(T=3, seed=5, options={"grid": 8}, timeout=30.0)
-
-
-async def _serve(tmp_path, service, **kw):
-    bound = asyncio.get_running_loop().create_future()
-    task = asyncio.ensure_future(serve_curator(
-        service, "tcp://127.0.0.1:0", tmp_path / "curator", accept_timeout=60.0,
-        verbose=False, on_bound=bound.set_result, **kw))
-    return task, await asyncio.wait_for(bound, 10)
-
-
-def _dealer(ctx, endpoint):
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint)
-    return sock
-
-
-async def _reply(sock, timeout: float = 20.0):
-    parts = await asyncio.wait_for(sock.recv_multipart(), timeout)
-    return decode(open_frame(b"".join(parts)).body)
 
 
 async def _hello(sock, resume: str = ""):
     """Open (or resume) a session on `sock`: the Welcome, or the curator's Error."""
     hello = await with_cookie(sock, Hello(PROTOCOL_VERSION, "m", resume))
     await sock.send(hello_frame(hello))
-    reply = await _reply(sock)
-    if isinstance(reply, Welcome):
+    answer = await reply(sock)
+    if isinstance(answer, Welcome):
         await asyncio.wait_for(sock.recv_multipart(), 20)  # the Dataset
-    return reply
+    return answer
 
 
 async def test_a_resume_over_a_damaged_answer_log_gets_a_typed_refusal(tmp_path):
@@ -61,29 +41,29 @@ async def test_a_resume_over_a_damaged_answer_log_gets_a_typed_refusal(tmp_path)
     as it was, and the curator serves the next session. Before: no reply at all."""
     journal = Journal(tmp_path / "j.db", durability="normal")
     service = prepare_service(CFG, journal=journal)
-    task, endpoint = await _serve(tmp_path, service, sessions=0)
+    task, endpoint = await serve(tmp_path, service, sessions=0)
     ctx = zmq.asyncio.Context()
     socks = []
     try:
-        first = _dealer(ctx, endpoint)
+        first = dealer(ctx, endpoint)
         socks.append(first)
         welcome = await _hello(first)
         assert isinstance(welcome, Welcome), welcome
         for seq in (1, 2):
             link = Link(welcome.session, seq, bytes(32), bytes(32))
             await first.send(seal(encode(Query(seq, seq)), link, None))
-            assert isinstance(await _reply(first), Reward)
+            assert isinstance(await reply(first), Reward)
         log = answer_log.log_path(journal.answer_dir, welcome.session)
         intact = log.read_bytes()
         log.write_bytes(intact[:60] + bytes([intact[60] ^ 0xFF]) + intact[61:])
-        again = _dealer(ctx, endpoint)
+        again = dealer(ctx, endpoint)
         socks.append(again)
         refused = await _hello(again, resume=welcome.session)
         assert isinstance(refused, Error) and refused.code == "internal", refused
         assert "answer log" in refused.message and "\n" not in refused.message
         assert log.read_bytes() != intact  # left as found, for the operator
         assert not task.done(), "the refusal stopped the curator"
-        other = _dealer(ctx, endpoint)
+        other = dealer(ctx, endpoint)
         socks.append(other)
         assert isinstance(await _hello(other), Welcome)  # it goes on serving
     finally:
@@ -104,9 +84,9 @@ async def test_a_first_frame_over_64_kib_is_dropped_with_its_connection_and_cost
     curator keeps no state and serves its one session to the next modeler."""
     frame = (b"\x91" * 100_000 + b"\xc0") if size == "100k-deep" else bytes(100 << 20)
     service = prepare_service(CFG)
-    task, endpoint = await _serve(tmp_path, service, sessions=1)
+    task, endpoint = await serve(tmp_path, service, sessions=1)
     ctx = zmq.asyncio.Context()
-    hostile = _dealer(ctx, endpoint)
+    hostile = dealer(ctx, endpoint)
     try:
         await hostile.send(frame, copy=False)
         assert not await hostile.poll(2000), "an answer to a frame over 64 KiB"
