@@ -7,7 +7,8 @@ about 8 MB) as a separate process. Baseline, measured first in the same run: the
 curator's resident memory (VmRSS) once it listens and has served one legitimate session,
 and that session's Hello -> Welcome latency. Then `--hellos` peers each send one valid,
 unsigned Hello (about 30 bytes of message) and never read a byte (receive high-water
-mark 1), and one legitimate peer says Hello and times its Welcome (from its first Hello,
+mark 1), and right after the last of them one legitimate peer (another process) says
+Hello and times its Welcome (from its first Hello,
 through the cookie round of PROTOCOL.md 3.7, to the Welcome). Prints the RSS growth over
 the baseline (goal: <= +150 MB for 1,000 Hellos), the legitimate Welcome latency during
 the flood (goal: <= 1 s, issue 48 item 5: 1,100 unread Hellos), beside the quiet one, and
@@ -87,7 +88,7 @@ def latency_of(legit: subprocess.Popen) -> float:
 
 
 async def flood(endpoint: str, hellos: int) -> tuple[float, float, float, list]:
-    """(the quiet latency, the latency of a Hello sent when half the flood is in flight,
+    """(the quiet latency, the latency of a Hello sent right after the last of the flood,
     the flood's sending time, the flooding sockets: left open, their Hellos unread)."""
     ctx = zmq.asyncio.Context()
     ctx.set(zmq.MAX_SOCKETS, hellos + 64)
@@ -95,19 +96,21 @@ async def flood(endpoint: str, hellos: int) -> tuple[float, float, float, list]:
     legit = legitimate_elsewhere(endpoint)
     await asyncio.sleep(3.0)  # its imports done: it waits for the word
     socks = []
-    start = time.perf_counter()
-    for i in range(hellos):  # never read: the curator's replies pile up on its side
+    for _ in range(hellos):  # connected first, so that the Hellos go out in one burst
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.RCVHWM, 1)
         sock.setsockopt(zmq.RCVBUF, 4096)
         sock.connect(endpoint)
-        await sock.send(hello_frame())
         socks.append(sock)
-        if i == hellos // 2:  # the legitimate Hello goes out amid the flood
-            legit.stdin.write("go\n")
-            legit.stdin.flush()
+    await asyncio.sleep(2.0)
+    frames = [hello_frame() for _ in socks]
+    start = time.perf_counter()
+    for sock, frame in zip(socks, frames):  # never read: the replies pile up unread
+        await sock.send(frame)
     sending = time.perf_counter() - start
+    legit.stdin.write("go\n")  # the legitimate Hello goes out behind the whole flood
+    legit.stdin.flush()
     during = await asyncio.to_thread(latency_of, legit)
     return quiet, during, sending, socks
 

@@ -12,6 +12,7 @@ import signal
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 
@@ -156,6 +157,10 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
     try:  # a failing bind (the port in use) stops the authenticator and the context too
         auth = start_authenticator(ctx, curve) if curve is not None else None
         hub = RouterHub.bind(ctx, bind, curve=curve, insecure=insecure)
+        # a Hello without a valid cookie gets a Retry from the hub's pump itself: no task,
+        # no waiting slot, nothing kept (PROTOCOL.md 3.7)
+        hub.screen = partial(_screen, cookies=slots.cookies,
+                             signer=(signing or Signing()).curator)
         stop = _stop_on_signals()
         if on_bound is not None:
             on_bound(hub.endpoint)
@@ -212,6 +217,12 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
             close_context(ctx)
 
 
+def _screen(frame: bytes, user: str, *, cookies: CookieJar, signer) -> bytes | None:
+    """The hub's screen of a new peer's first frame: the Retry for a Hello without a
+    valid cookie (the peer's identity: its CURVE key, else `plaintext`), else None."""
+    return screen(frame, cookies, (user or PLAINTEXT).encode(), signer, DEFAULT_MAX_FRAME)
+
+
 async def _connection(pipe, service: CuratorService, out: Path | None,
                       per_session_folder: bool, security: str, verbose: bool,
                       slots: Admissions, signing: Signing) -> None:
@@ -220,20 +231,6 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
     slot and stops nothing; a session that fails leaves its record and is logged."""
     timeout = float(service.config.get("timeout", 60.0))  # --timeout, for the Hello too
     identity = pipe.peer.encode()  # a cookie is bound to the peer's CURVE key
-    try:
-        first = await pipe.recv(timeout)
-    except (PeerTimeout, PeerGone):
-        pipe.close()
-        return
-    except ProtocolError as exc:  # a message of several frames: the handshake refuses it
-        first = exc
-    retry = (screen(first, slots.cookies, identity, signing.curator, DEFAULT_MAX_FRAME)
-             if isinstance(first, bytes) else None)
-    if retry is not None:  # a Hello without a valid cookie: no slot, no state (PROTOCOL.md 3.7)
-        pipe.send_now(retry)
-        pipe.release()
-        return
-    pipe.unread(first)
     channel = open_channel(pipe, CURATOR, False, None, timeout, signer=signing.curator,
                            peer_key=signing.modeler_keys)
     try:

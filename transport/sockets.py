@@ -26,7 +26,7 @@ import secrets
 import struct
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import zmq
@@ -597,13 +597,18 @@ class RouterHub:
         self._refused: OrderedDict[bytes, None] = OrderedDict()
         self._arrived = asyncio.Event()
         self._counts = {"dropped_frames": 0, "refused_peers": 0, "expired_peers": 0,
-                        "late_frames": 0, "pump_errors": 0, "foreign_frames": 0}
+                        "late_frames": 0, "pump_errors": 0, "foreign_frames": 0,
+                        "screened": 0}
         self._last_refusal_log = float("-inf")
         self._pump: asyncio.AbstractEventLoop | None = None  # the loop reading, once started
         self._sweeper: asyncio.TimerHandle | None = None
         self._paused: asyncio.TimerHandle | None = None
         self._recheck = False  # a read is scheduled for after a send
         self._closed = False
+        # the first frame of a new peer, and its User-Id -> a reply to send at once, the
+        # peer then forgotten as if it had never come (a curator's Retry: PROTOCOL.md
+        # 3.7), or None: the frame is queued and the peer waits to be accepted
+        self.screen: Callable[[bytes, str], bytes | None] | None = None
 
     @classmethod
     def bind(cls, ctx: zmq.asyncio.Context, endpoint: str,
@@ -724,6 +729,8 @@ class RouterHub:
         identity, rest = frames[0].bytes, frames[1:]
         size = len(rest[0]) if len(rest) == 1 else _ERROR_COST
         peer = self._peers.get(identity)
+        if peer is None and self._screened(identity, rest):
+            return
         if peer is None:
             peer = self._arrive(identity, rest, size, now)
             if peer is None:
@@ -743,6 +750,22 @@ class RouterHub:
             self._pending_bytes += size
         peer.last_seen = now
         peer.wake()
+
+    def _screened(self, identity: bytes, rest: list[zmq.Frame]) -> bool:
+        """Whether `screen` answered a new peer's first frame (sent at once if its queue
+        has room, else dropped: that peer is not reading); nothing of the peer is kept,
+        no task runs, and no waiting slot is taken, however many such peers come."""
+        if self.screen is None or len(rest) != 1 or identity in self._forgotten:
+            return False
+        reply = self.screen(rest[0].bytes, _user_id(rest[-1]))
+        if reply is None:
+            return False
+        self._counts["screened"] += 1
+        try:
+            self._try_send([identity, reply], True)
+        except PeerGone:
+            pass  # gone already: nothing to answer
+        return True
 
     def _arrive(self, identity: bytes, rest: list[zmq.Frame], size: int,
                 now: float) -> _Peer | None:
@@ -896,24 +919,6 @@ class RouterHub:
             raise item
         return item
 
-    def _unread(self, identity: bytes, item: bytes | ProtocolError) -> None:
-        """Put a frame (or the ProtocolError `recv` raised for it) back at the head of an
-        accepted peer's queue: a first frame looked at before the session's channel reads it."""
-        peer = self._peers.get(identity)
-        if peer is not None:
-            size = len(item) if isinstance(item, bytes) else _ERROR_COST
-            peer.frames.appendleft((item, size))
-            peer.bytes += size
-            peer.wake()
-
-    def _send_now(self, identity: bytes, frame: bytes) -> bool:
-        """Queue one small frame for a peer without waiting: False (nothing queued) when
-        its queue is full or it is gone."""
-        try:
-            return self._try_send([identity, frame], True)
-        except PeerGone:
-            return False
-
     def forget(self, identity: bytes) -> None:
         """Drop a finished peer's queue and remember its identity (bounded), so a late frame
         from it is dropped rather than starting a new arrival: one connection, one session."""
@@ -989,22 +994,6 @@ class RouterPipe:
         """The next frame from this modeler, within `timeout` seconds (one reader at a
         time: a session's Channel)."""
         return self._hub._recv(self.identity, timeout)
-
-    def unread(self, frame: bytes | ProtocolError) -> None:
-        """Make `frame` the next one `recv` returns, or raises (a first frame the curator
-        screened)."""
-        self._hub._unread(self.identity, frame)
-
-    def send_now(self, frame: bytes) -> bool:
-        """Queue `frame` for this modeler if it fits now, never waiting (a Retry: a peer
-        whose queue is full is not reading it); whether it was queued."""
-        return self._hub._send_now(self.identity, frame)
-
-    def release(self) -> None:
-        """Drop this peer's queue without remembering its identity: its next frame arrives
-        as a new peer (the Hello that echoes a Retry's cookie, PROTOCOL.md 3.7). Nothing of
-        it is kept, so a peer that never reads holds no state."""
-        self._hub._remove(self.identity)
 
     def close(self) -> None:
         """Forget this peer on the hub."""
