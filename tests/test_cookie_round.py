@@ -79,19 +79,24 @@ def test_the_replay_window_keeps_only_admitted_nonces_for_its_time_whatever_thei
 # ----------------------------------------------------------------- issue 48 item 5
 
 async def test_unread_hellos_take_no_slot_and_do_not_lock_a_modeler_out(tmp_path):
-    """300 Hellos sent and never read against a curator serving 4 sessions at once: before
-    the cookie round, 4 of them held every slot for --timeout (30 s) and the modeler got
-    `busy`; now none takes a slot and the modeler's session completes (bound generous)."""
+    """1,100 Hellos sent in one burst and never read, against a curator serving 4
+    sessions at once: before the cookie round, 4 of them held every slot for --timeout
+    (30 s here) and the modeler got `busy`, and 1,100 new peers at once overflow the
+    hub's 1,024 waiting slots, so a Hello queued behind them could be dropped unanswered.
+    Now none takes a slot or a waiting slot, and the modeler's session completes (the
+    bound is generous: this is not a timing test)."""
     service = prepare_service(CFG)
     task, endpoint = await serve(tmp_path, service, sessions=0, max_sessions=4)
     ctx = zmq.asyncio.Context()
-    socks = []
+    ctx.set(zmq.MAX_SOCKETS, 2048)
+    socks = [dealer(ctx, endpoint, rcvhwm=1) for _ in range(1100)]
     try:
-        for i in range(300):
-            sock = dealer(ctx, endpoint, rcvhwm=1)
-            hello = Hello(PROTOCOL_VERSION, "flood", nonce=new_nonce() if i % 10 else "")
-            await sock.send(hello_frame(hello))
-            socks.append(sock)
+        await asyncio.sleep(1.0)  # connected: the Hellos below go out in one burst
+        frames = [hello_frame(Hello(PROTOCOL_VERSION, "flood",
+                                    nonce=new_nonce() if i % 10 else ""))
+                  for i in range(len(socks))]
+        for sock, frame in zip(socks, frames):
+            await sock.send(frame)
         result = await result_within(connect_modeler(
             endpoint, tmp_path / "m", seed=5, timeout=20.0, patience=0.0), 60)
         assert result["status"] == "ok" and len(result["queries"]) == CFG.T
