@@ -56,8 +56,9 @@ class SessionResults(list):
 
 @dataclass
 class Admissions:
-    """Which sessions a curator serves: slots are taken only by a valid Hello, and no
-    one key holds more than `max_per_key` of them at once (so that one admitted modeler
+    """Which sessions a curator serves: slots are taken only by a valid Hello (one that
+    echoes a valid cookie: PROTOCOL.md 3.7), and no one key holds more than
+    `max_per_key` of them at once (so that one admitted modeler
     cannot take every slot from the others)."""
 
     limit: int  # sessions to serve in all (0: until stopped)
@@ -132,9 +133,10 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
                         signing: Signing | None = None) -> dict | list[dict]:
     """Bind a ROUTER at `bind` and serve modeler sessions of `service`; return the result(s).
 
-    A peer takes a session slot only with a valid Hello: a garbage frame, a deeply
-    nested one or anything else first is answered with a typed Error and dropped, and
-    the curator goes on. One session (the default) is written to `out` and its result
+    A peer takes a session slot only with a valid Hello that echoes the cookie of the
+    curator's Retry (PROTOCOL.md 3.7: a first Hello is answered from the hub's reading
+    loop, nothing kept); a garbage frame, a deeply nested one or anything else first is
+    answered with a typed Error and dropped, and the curator goes on. One session (the default) is written to `out` and its result
     returned. With `sessions` > 1 (0: until stopped) sessions run concurrently in
     out/<session id>/ and the list of results is returned; `max_sessions` caps how many
     run at once (a Hello past it gets a typed `busy`), and `max_sessions_per_key` how
@@ -244,7 +246,7 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
             session = _admit(hello, service, pipe.peer, security, slots, folder,
                              signing.modeler_keys is not None)
         except JournalError as exc:  # e.g. a damaged answer log: refused typed, changes nothing
-            log.error("refused a resume of session %s: %s", hello.resume[:12], exc)
+            log.error("refused a Hello (%s): its journal cannot serve it: %s", pipe.peer, exc)
             await channel.send(Error(ErrorCode.INTERNAL.value, (
                 f"the curator cannot continue this session: {exc} (the session stays as it "
                 "was; try again once the operator has repaired it)")[:1000]))
