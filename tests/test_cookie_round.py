@@ -108,6 +108,32 @@ async def test_unread_hellos_take_no_slot_and_do_not_lock_a_modeler_out(tmp_path
         ctx.destroy(0)
 
 
+async def test_a_hello_without_nonce_or_with_a_forged_cookie_opens_nothing(tmp_path):
+    """PROTOCOL.md 3.5, 3.7: a Hello with no nonce is refused `malformed` (a cookie could
+    bind nothing); one echoing a cookie this curator never made gets a Retry, as a first
+    Hello does; only the echo of a real cookie opens a session."""
+    service = prepare_service(CFG)
+    task, endpoint = await serve(tmp_path, service, sessions=0)
+    ctx = zmq.asyncio.Context()
+    socks = [dealer(ctx, endpoint) for _ in range(3)]
+    try:
+        await socks[0].send(hello_frame(Hello(PROTOCOL_VERSION, "no-nonce")))
+        answer = await reply(socks[0])
+        assert isinstance(answer, Error) and answer.code == "malformed", answer
+        forged = Hello(PROTOCOL_VERSION, "forger", nonce=new_nonce(), cookie="ab" * 32)
+        await socks[1].send(hello_frame(forged))
+        assert isinstance(await reply(socks[1]), Retry)
+        hello = await with_cookie(socks[2], Hello(PROTOCOL_VERSION, "m"))
+        await socks[2].send(hello_frame(hello))
+        assert isinstance(await reply(socks[2]), Welcome)
+        assert len(_sessions(tmp_path)) == 1
+    finally:
+        for sock in socks:
+            sock.close(0)
+        await stop(task)
+        ctx.destroy(0)
+
+
 # ----------------------------------------------------------------- issue 45 item 6
 
 async def _open(ctx, endpoint, key: Signer, resume: str = "") -> tuple:
