@@ -190,11 +190,12 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
                 if slots.admitted or handshakes:
                     continue  # sessions are running: keep serving them
                 raise
-            task = asyncio.ensure_future(_connection(pipe, service, out, sessions != 1,
-                                                     hub.security, verbose, slots,
-                                                     signing or Signing()))
-            handshakes.add(task)
-            task.add_done_callback(handshakes.discard)
+            for pipe in (pipe, *hub.accept_ready()):  # every peer waiting, this turn
+                task = asyncio.ensure_future(_connection(pipe, service, out, sessions != 1,
+                                                         hub.security, verbose, slots,
+                                                         signing or Signing()))
+                handshakes.add(task)
+                task.add_done_callback(handshakes.discard)
         running = [t for t in (*slots.live.values(), *handshakes) if not t.done()]
         if stop.done():
             for task in running:

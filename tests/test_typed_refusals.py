@@ -100,3 +100,29 @@ async def test_a_first_frame_over_64_kib_is_dropped_with_its_connection_and_cost
         hostile.close(0)
         await stop(task)
         ctx.destroy(0)
+
+
+async def test_every_first_frame_of_a_burst_of_new_peers_is_answered(tmp_path):
+    """1,100 new peers send a garbage first frame at once, more than the hub's 1,024
+    waiting slots: the curator takes every waiting peer at each turn, so each one gets
+    its typed Error (before, one peer was taken per loop turn, the waiting slots filled
+    within a few turns and the frames past them were dropped unanswered)."""
+    service = prepare_service(CFG)
+    task, endpoint = await serve(tmp_path, service, sessions=0)
+    ctx = zmq.asyncio.Context()
+    ctx.set(zmq.MAX_SOCKETS, 2048)
+    socks = [dealer(ctx, endpoint) for _ in range(1100)]
+    try:
+        await asyncio.sleep(1.0)  # connected: the frames below go out in one burst
+        for sock in socks:
+            await sock.send(b"\x00garbage")
+        answers = await asyncio.gather(*(reply(sock, 60) for sock in socks),
+                                       return_exceptions=True)
+        unanswered = sum(1 for a in answers if not isinstance(a, Error))
+        assert unanswered == 0, f"{unanswered} of {len(socks)} first frames unanswered"
+        assert {a.code for a in answers} == {"malformed"}
+    finally:
+        for sock in socks:
+            sock.close(0)
+        await stop(task)
+        ctx.destroy(0)

@@ -858,6 +858,15 @@ class RouterHub:
             if remaining <= 0:
                 raise PeerTimeout(f"no modeler connected within {timeout:g} s")
             await _wait(self._arrived, remaining)
+        return self._accept_one()
+
+    def accept_ready(self) -> list[RouterPipe]:
+        """Pipes to every peer waiting now, at once (a burst of new peers leaves the
+        waiting slots free for the next, rather than one accepted per loop turn)."""
+        return [self._accept_one() for _ in range(len(self._pending))]
+
+    def _accept_one(self) -> RouterPipe:
+        """Accept the oldest waiting peer."""
         identity, _ = self._pending.popitem(last=False)
         peer = self._peers[identity]
         peer.accepted = True
