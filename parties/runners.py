@@ -19,6 +19,7 @@ from pobo.parties.strategies import (
     KusnerUCB, Robust, Strategy, declaration, for_release, under_rules,
 )
 from pobo.protocol.channel import Channel, LateSignature, before_handshake
+from pobo.protocol.cookie import cookie_round
 from pobo.protocol.chunks import ChunkedDataset, with_body
 from pobo.protocol.policy import CURATOR, release_refusal
 from pobo.protocol.codec import decode
@@ -256,8 +257,11 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                             else "") + " chooses one query at a time (its proof is sequential)")
     declared, release_delta = declaration(strategy)
     started = time.perf_counter()
-    await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else "",
-                             declared, release_delta, channel.sign_key, batch, new_nonce()))
+    hello = Hello(PROTOCOL_VERSION, client, resume.session if resume else "", declared,
+                  release_delta, channel.sign_key, batch, new_nonce())
+    if getattr(channel.pipe, "cookie_round", False):  # a networked curator: PROTOCOL.md 3.7
+        hello = await cookie_round(channel, hello)
+    await channel.send(hello)
     welcome = expect(await channel.recv(), Welcome)
     dataset = expect(await channel.recv(), Dataset)
     modeler = Modeler(welcome.params, dataset.release, under_rules(strategy, welcome.params),

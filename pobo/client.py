@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pobo.parties.runners import PendingCallback, QueryWindow, closing_head, expect
+from pobo.protocol.cookie import cookie_round
 from pobo.protocol.errors import PeerError, PeerTimeout
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD,
@@ -175,8 +176,9 @@ class ModelerClient:
             raise
         channel = self._channel
         # an external optimizer declares no acquisition: no claim to Kusner's beta_t
-        await channel.send(Hello(PROTOCOL_VERSION, client, "", "", 0.0, channel.sign_key,
-                                 batch, new_nonce()))
+        hello = Hello(PROTOCOL_VERSION, client, "", "", 0.0, channel.sign_key, batch,
+                      new_nonce())
+        await channel.send(await cookie_round(channel, hello))  # PROTOCOL.md 3.7
         welcome = expect(await channel.recv(), Welcome)
         dataset = expect(await channel.recv(), Dataset)
         self.params, self.session = welcome.params, welcome.session

@@ -12,14 +12,18 @@ import signal
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 
 from pobo.parties.curator import ReplayMismatch
+from pobo.parties.journal import JournalError
 from pobo.parties.modeler import HyperFit
 from pobo.parties.runners import receive_hello, resume_state
 from pobo.parties.service import CuratorService
 from pobo.protocol.channel import LateSignature
+from pobo.protocol.codec import DEFAULT_MAX_FRAME
+from pobo.protocol.cookie import COOKIE_LIFETIME, CookieJar, screen
 from pobo.protocol.errors import (
     ErrorCode, PeerError, PeerGone, PeerTimeout, PolicyViolation, ProtocolError,
 )
@@ -36,7 +40,10 @@ from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_con
 
 log = logging.getLogger("pobo.curator")
 modeler_log = logging.getLogger("pobo.modeler")
-REPLAY_WINDOW = 4096  # Hello nonces a curator remembers (PROTOCOL.md 3: replays)
+# an admitted Hello's nonce is remembered this long (s): longer than any cookie is valid,
+# so a captured Hello is refused `replay` while its cookie would pass (PROTOCOL.md 3.5)
+REPLAY_WINDOW = 2 * COOKIE_LIFETIME
+REPLAY_CAP = 1 << 16  # nonces remembered at most: past it, new Hellos get `busy` (fail closed)
 KEPT_RESULTS = 1000  # sessions' results a service (--sessions 0) keeps in memory, the last
 
 
@@ -53,8 +60,9 @@ class SessionResults(list):
 
 @dataclass
 class Admissions:
-    """Which sessions a curator serves: slots are taken only by a valid Hello, and no
-    one key holds more than `max_per_key` of them at once (so that one admitted modeler
+    """Which sessions a curator serves: slots are taken only by a valid Hello (one that
+    echoes a valid cookie: PROTOCOL.md 3.7), and no one key holds more than
+    `max_per_key` of them at once (so that one admitted modeler
     cannot take every slot from the others)."""
 
     limit: int  # sessions to serve in all (0: until stopped)
@@ -66,24 +74,32 @@ class Admissions:
     results: SessionResults = field(default_factory=SessionResults)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    nonces: OrderedDict = field(default_factory=OrderedDict)  # the last REPLAY_WINDOW seen
+    # the nonce of every Hello admitted in the last REPLAY_WINDOW s -> when (monotonic)
+    nonces: OrderedDict = field(default_factory=OrderedDict)
+    cookies: CookieJar = field(default_factory=CookieJar.fresh)  # this process's secret
     channels: dict = field(default_factory=dict)  # live session id -> its connection's Channel
 
-    def replayed(self, nonce: str) -> bool:
-        """Whether a Hello's nonce is among the last REPLAY_WINDOW this curator admitted or
-        refused ('' never is: a peer that sends none gets no replay check); remembers it."""
-        if not nonce:
-            return False
-        if nonce in self.nonces:
-            return True
-        self.nonces[nonce] = None
-        while len(self.nonces) > REPLAY_WINDOW:
-            self.nonces.popitem(last=False)
-        return False
+    def replayed(self, nonce: str, now: float) -> bool:
+        """Whether a Hello with `nonce` was admitted in the last REPLAY_WINDOW seconds
+        (refused Hellos are never remembered, so no flood of them flushes the window)."""
+        while self.nonces:
+            oldest, when = next(iter(self.nonces.items()))
+            if now - when < REPLAY_WINDOW:
+                break
+            del self.nonces[oldest]
+        return bool(nonce) and nonce in self.nonces
+
+    def remember(self, nonce: str, now: float) -> None:
+        """Keep an admitted Hello's nonce for REPLAY_WINDOW seconds."""
+        if nonce:
+            self.nonces[nonce] = now
 
     def refusal(self, key: str = "") -> ProtocolError | None:
         """Why a new session of `key` (a `quota_key`; '' for a peer with no key, which
         only the totals cap) may not start now (None: it may)."""
+        if len(self.nonces) >= REPLAY_CAP:  # a window that would have to forget: fail closed
+            return ProtocolError(f"this curator admitted {REPLAY_CAP} Hellos in the last "
+                                 f"{REPLAY_WINDOW:g} s: try again later", ErrorCode.BUSY)
         if self.limit and self.admitted >= self.limit:
             return ProtocolError(f"this curator serves {self.limit} session(s) and has "
                                  "admitted them", ErrorCode.BUSY)
@@ -122,9 +138,10 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
                         signing: Signing | None = None) -> dict | list[dict]:
     """Bind a ROUTER at `bind` and serve modeler sessions of `service`; return the result(s).
 
-    A peer takes a session slot only with a valid Hello: a garbage frame, a deeply
-    nested one or anything else first is answered with a typed Error and dropped, and
-    the curator goes on. One session (the default) is written to `out` and its result
+    A peer takes a session slot only with a valid Hello that echoes the cookie of the
+    curator's Retry (PROTOCOL.md 3.7: a first Hello is answered from the hub's reading
+    loop, nothing kept); a garbage frame, a deeply nested one or anything else first is
+    answered with a typed Error and dropped, and the curator goes on. One session (the default) is written to `out` and its result
     returned. With `sessions` > 1 (0: until stopped) sessions run concurrently in
     out/<session id>/ and the list of results is returned; `max_sessions` caps how many
     run at once (a Hello past it gets a typed `busy`), and `max_sessions_per_key` how
@@ -147,6 +164,10 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
     try:  # a failing bind (the port in use) stops the authenticator and the context too
         auth = start_authenticator(ctx, curve) if curve is not None else None
         hub = RouterHub.bind(ctx, bind, curve=curve, insecure=insecure)
+        # a Hello without a valid cookie gets a Retry from the hub's pump itself: no task,
+        # no waiting slot, nothing kept (PROTOCOL.md 3.7)
+        hub.screen = partial(_screen, cookies=slots.cookies,
+                             signer=(signing or Signing()).curator)
         stop = _stop_on_signals()
         if on_bound is not None:
             on_bound(hub.endpoint)
@@ -174,11 +195,12 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
                 if slots.admitted or handshakes:
                     continue  # sessions are running: keep serving them
                 raise
-            task = asyncio.ensure_future(_connection(pipe, service, out, sessions != 1,
-                                                     hub.security, verbose, slots,
-                                                     signing or Signing()))
-            handshakes.add(task)
-            task.add_done_callback(handshakes.discard)
+            for pipe in (pipe, *hub.accept_ready()):  # every peer waiting, this turn
+                task = asyncio.ensure_future(_connection(pipe, service, out, sessions != 1,
+                                                         hub.security, verbose, slots,
+                                                         signing or Signing()))
+                handshakes.add(task)
+                task.add_done_callback(handshakes.discard)
         running = [t for t in (*slots.live.values(), *handshakes) if not t.done()]
         if stop.done():
             for task in running:
@@ -203,6 +225,12 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
             close_context(ctx)
 
 
+def _screen(frame: bytes, user: str, *, cookies: CookieJar, signer) -> bytes | None:
+    """The hub's screen of a new peer's first frame: the Retry for a Hello without a
+    valid cookie (the peer's identity: its CURVE key, else `plaintext`), else None."""
+    return screen(frame, cookies, (user or PLAINTEXT).encode(), signer, DEFAULT_MAX_FRAME)
+
+
 async def _connection(pipe, service: CuratorService, out: Path | None,
                       per_session_folder: bool, security: str, verbose: bool,
                       slots: Admissions, signing: Signing) -> None:
@@ -210,15 +238,25 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
     gets past the handshake (refused, or it sent something other than a Hello) takes no
     slot and stops nothing; a session that fails leaves its record and is logged."""
     timeout = float(service.config.get("timeout", 60.0))  # --timeout, for the Hello too
+    identity = pipe.peer.encode()  # a cookie is bound to the peer's CURVE key
     channel = open_channel(pipe, CURATOR, False, None, timeout, signer=signing.curator,
                            peer_key=signing.modeler_keys)
     try:
         try:
             hello = await receive_hello(channel)  # answers a bad first frame with an Error
+            if not slots.cookies.valid(hello.cookie, identity, hello.nonce):
+                raise ProtocolError("a Hello needs a nonce, and then the cookie of this "
+                                    "curator's Retry (PROTOCOL.md 3.7)", ErrorCode.MALFORMED)
             folder = ((out / hello.resume if per_session_folder else out)
                       if hello.resume and out is not None else None)
             session = _admit(hello, service, pipe.peer, security, slots, folder,
                              signing.modeler_keys is not None)
+        except JournalError as exc:  # e.g. a damaged answer log: refused typed, changes nothing
+            log.error("refused a Hello (%s): its journal cannot serve it: %s", pipe.peer, exc)
+            await channel.send(Error(ErrorCode.INTERNAL.value, (
+                f"the curator cannot continue this session: {exc} (the session stays as it "
+                "was; try again once the operator has repaired it)")[:1000]))
+            return
         except ProtocolError as exc:
             log.info("refused a peer (%s) before any session: %s: %s", pipe.peer,
                      exc.code.value, exc)
@@ -338,7 +376,8 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
     """The session a valid Hello opens or resumes for `peer`, or a typed refusal. A resume
     whose session (its transcript in `folder`) cannot be continued is refused before it
     takes a slot, the session or its stale connection: the refusal changes nothing."""
-    if slots.replayed(hello.nonce):
+    now = asyncio.get_running_loop().time()
+    if slots.replayed(hello.nonce, now):
         raise ProtocolError(f"a hello with nonce {hello.nonce} was received before: a replay",
                             ErrorCode.REPLAY)
     why = release_refusal(hello, service.params)  # never granted: refused before any work
@@ -358,6 +397,7 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
                else service.new_session(security, owner=owner, batch=hello.batch))
     if session.session_id not in slots.live:
         slots.admitted += 1
+    slots.remember(hello.nonce, now)  # admitted: only now is its nonce spent
     slots.holders[session.session_id] = key  # live from here on (no await before it is)
     return session
 

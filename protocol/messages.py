@@ -1,6 +1,7 @@
 """The message kinds of the pobo protocol, one frozen dataclass each.
 
-Curator -> modeler: Welcome, Dataset, Reward, Pending, Release, End, Error.
+Curator -> modeler: Welcome, Dataset, Reward, Pending, Release, End, Error; Retry before any
+session (the cookie round, protocol.cookie).
 Modeler -> curator: Hello, Query, ReleaseRequest, End, Error.
 Field annotations are the schema: the codec validates every field against them.
 """
@@ -11,10 +12,10 @@ from typing import Union
 
 import numpy as np
 
-PROTOCOL_VERSION = 5  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches,
+PROTOCOL_VERSION = 6  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches,
 # Error.seq; 4: Hello.nonce, every per-query Error names its query, refused queries are not
 # asked, session_lost and replay; 5: a Dataset's Z in chunk frames (protocol.chunks,
-# PROTOCOL.md)
+# PROTOCOL.md); 6: the cookie round (Retry, Hello.cookie: protocol.cookie)
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,9 @@ class Hello:
     frame the modeler sends ('' when it signs none). `batch` is how many queries it
     would like to keep outstanding at once (GP-BUCB); the Welcome grants at most that.
     `nonce` (32 hex digits, 128 random bits from `secrets`; '' = none) makes every
-    opening frame unique: the curator refuses one it has seen (`replay`)."""
+    opening frame unique: the curator refuses one it has seen (`replay`). `cookie` echoes
+    the curator's Retry (64 hex digits; '' in a first Hello): only a Hello with a valid,
+    fresh cookie for this connection and nonce is admitted (protocol.cookie)."""
 
     version: int
     client: str
@@ -135,6 +138,7 @@ class Hello:
     sign_key: str = ""  # the modeler's Ed25519 public key (hex); '' = an unsigned modeler
     batch: int = 1
     nonce: str = ""  # version 4: 32 lowercase hex digits, fresh per Hello
+    cookie: str = ""  # version 6: the curator's Retry cookie, echoed (64 hex digits)
 
 
 def new_nonce() -> str:
@@ -255,13 +259,23 @@ class Error:
     seq: int = 0
 
 
+@dataclass(frozen=True)
+class Retry:
+    """The curator's answer to a Hello without a valid cookie, before any session: say
+    Hello again, on this connection and with the same nonce, echoing `cookie` (64 hex
+    digits). A peer that never reads never gets one, and so never takes a session slot
+    (the cookie round of PROTOCOL.md 3.7, as QUIC's Retry and DTLS's HelloVerifyRequest)."""
+
+    cookie: str
+
+
 Message = Union[Hello, Welcome, Dataset, Query, Reward, Pending, ReleaseRequest, Release, End,
-                Error]
+                Error, Retry]
 
 KINDS: dict[str, type] = {
     "hello": Hello, "welcome": Welcome, "dataset": Dataset, "query": Query,
     "reward": Reward, "pending": Pending, "release_request": ReleaseRequest, "release": Release, "end": End,
-    "error": Error,
+    "error": Error, "retry": Retry,
 }
 KIND_OF: dict[type, str] = {cls: kind for kind, cls in KINDS.items()}
 

@@ -296,6 +296,10 @@ class Boundary:
         if message.nonce and not (len(message.nonce) == 32
                                   and all(c in "0123456789abcdef" for c in message.nonce)):
             raise ProtocolError("a hello's nonce is 32 lowercase hex digits or ''")
+        if message.cookie and not (len(message.cookie) == 64 and message.nonce
+                                   and all(c in "0123456789abcdef" for c in message.cookie)):
+            raise ProtocolError("a hello's cookie is 64 lowercase hex digits, and comes with "
+                                "a nonce, or is ''")
         if message.release_delta > 0 and message.strategy != KUSNER_UCB:
             raise ProtocolError(f"a release delta declares Kusner et al.'s GP-UCB beta; "
                                 f"the strategy is {message.strategy!r}")

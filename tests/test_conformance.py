@@ -35,14 +35,15 @@ from pobo.protocol.codec import decode, encode  # noqa: E402
 from pobo.protocol.errors import ErrorCode, ProtocolError  # noqa: E402
 from pobo.protocol.messages import (  # noqa: E402
     KINDS, PROTOCOL_VERSION, Dataset, End, Error, Hello, KernelParams, LedgerHead, Mechanism,
-    Pending, ProjectedDataset, Query, Release, ReleaseRequest, Reward, SessionParams, Welcome,
-    kind_of,
+    Pending, ProjectedDataset, Query, Release, ReleaseRequest, Retry, Reward, SessionParams,
+    Welcome, kind_of,
 )
 from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary  # noqa: E402
 from pobo.protocol.signing import ZERO, Link, Signer, open_frame, seal, verify, verify_key  # noqa: E402
 from pobo.protocol import transcript as transcripts  # noqa: E402
 
 VECTORS = Path(__file__).parent / "conformance" / "vectors.json"
+_COOKIE = "5b" * 32  # a Retry's cookie: opaque to the modeler (section 3.7)
 V = PROTOCOL_VERSION  # every vector speaks the current version (regenerate after a bump)
 TEST_SEED = bytes(range(32))  # the TEST KEY's secret: 00 01 02 ... 1f, public by design
 _HEAD = "5d" * 32  # a ledger chain head: 64 lowercase hex digits
@@ -132,6 +133,10 @@ def _valid_messages() -> list[tuple[str, object]]:
         ("error-session-lost", Error("session_lost", "a query on a connection with no session "
                                     "(resume the session with a Hello)", seq=2)),
         ("error-replay", Error("replay", "a hello with nonce 0011... was received before")),
+        # version 6: the cookie round (section 3.7)
+        ("retry", Retry(_COOKIE)),
+        ("hello-cookie", Hello(V, "spec-client", nonce="00112233445566778899aabbccddeeff",
+                               cookie=_COOKIE)),
     ]
 
 
@@ -239,6 +244,9 @@ def _handshakes() -> list[tuple[str, bytes, str]]:
         # a noisy release is granted only to queries asked one at a time (section 10.1)
         ("hello-release-with-batch", encode(Hello(V, "x", strategy="gp-ucb",
                                                   release_delta=0.001, batch=4)), "policy"),
+        ("hello-cookie-without-nonce", encode(Hello(V, "x", cookie=_COOKIE)), "malformed"),
+        ("hello-cookie-63-digits", encode(Hello(V, "x", nonce="0" * 32, cookie=_COOKIE[1:])),
+         "malformed"),
     ]
 
 

@@ -15,6 +15,7 @@ import pytest
 import zmq
 import zmq.asyncio
 import zmq.auth
+from wire import with_cookie  # test helper: the cookie round of PROTOCOL.md 3.7
 from waits import result_within, stop  # test helper: waits on tasks that are really bounded
 
 from pobo.parties.curator import Oracle
@@ -48,7 +49,8 @@ class Peer:
         return decode(await asyncio.wait_for(self.sock.recv(), timeout))
 
     async def hello(self, resume: str = "") -> Welcome:
-        welcome = await self.ask(encode(Hello(PROTOCOL_VERSION, "t", resume)))
+        hello = await with_cookie(self.sock, Hello(PROTOCOL_VERSION, "t", resume), bare=True)
+        welcome = await self.ask(encode(hello))
         if isinstance(welcome, Welcome):
             assert isinstance(decode(await asyncio.wait_for(self.sock.recv(), 10)), Dataset)
         return welcome
@@ -479,9 +481,9 @@ async def test_without_curve_a_session_belongs_to_its_signing_key(tmp_path):
     a, b = Peer(ctx, endpoint), Peer(ctx, endpoint)
 
     async def hello(peer, key, resume=""):
-        frame = seal(encode(Hello(PROTOCOL_VERSION, "t", resume, sign_key=key.public_hex)),
-                     Link(resume, 0, ZERO, ZERO), key)
-        await peer.sock.send(frame)
+        opening = await with_cookie(peer.sock, Hello(PROTOCOL_VERSION, "t", resume,
+                                                     sign_key=key.public_hex), key)
+        await peer.sock.send(seal(encode(opening), Link(resume, 0, ZERO, ZERO), key))
         return decode(open_frame(await asyncio.wait_for(peer.sock.recv(), 10)).body)
 
     try:
