@@ -368,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curator-sign-key", type=Path, metavar="FILE",
                    help="the curator's public signing key (curator.sign_public): refuse a "
                         "curator that signs with another key or none")
+    p.add_argument("--ledger-heads", type=Path, metavar="FILE",
+                   help="where the last ledger head seen of each curator key's ledger is "
+                        "kept and checked (a head that does not extend it refuses the "
+                        "session; default: $POBO_HOME/ledger_heads.json)")
     p.add_argument("--out", type=Path, default=Path("runs/modeler"))
     _output_arguments(p, "-v: one line per query")
     p.set_defaults(handler=_cmd_modeler)
@@ -1151,7 +1155,8 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
                                       if args.curve_secret else None,
                                       timeout=args.timeout, resume=args.resume,
                                       verbose=args.verbose, batch=args.batch,
-                                      patience=args.patience, signing=Signing(
+                                      patience=args.patience,
+                                      ledger_heads=args.ledger_heads, signing=Signing(
                                           modeler=own_signer(args, "modeler"),
                                           curator_key=load_verify_key(args.curator_sign_key)
                                           if args.curator_sign_key else None)))
