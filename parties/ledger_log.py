@@ -2,10 +2,11 @@
 
 Curator: `LedgerLog` follows the journal's ledger as `checkpoints.LedgerChain` does (in
 chunks, also entries another process appended) and keeps, besides the hash chain, the
-RFC 9162 tree of the same entry records: the hashes of its aligned subtrees of 256
-entries and up, in memory (a quarter of a byte an entry), and the open block's leaves.
-A tree head and a consistency proof then cost O(log n) hashes plus at most one block of
-256 entries read back from the journal, never the whole ledger (benchmarks/merkle_log.py).
+RFC 9162 tree of the same entry records: the hashes of its aligned subtrees of 16
+entries and up, in memory (4 bytes an entry: 4 MB for a million), and the open block's
+leaves. A tree head and a consistency proof then cost O(log n) hashes plus at most one
+block of 16 entries read back from the journal, never the whole ledger (measured:
+benchmarks/merkle_log.py; blocks of 256 took 14x the chain's time per Welcome).
 The log's id (`log_id`, 128 random bits) is made once per journal and kept in it: a
 journal restored from a copy keeps its id, so its heads are checked against the ones a
 modeler saw before.
@@ -34,7 +35,7 @@ from pobo.protocol.merkle import MerkleTree, leaf_hash
 from pobo.protocol.messages import NO_LEDGER_HEAD, LedgerHead
 
 LOG_KEY = "ledger_log"  # the journal's meta key of its log id
-FLOOR = 8  # subtrees of 2^FLOOR entries and up are kept in memory; below, read back
+FLOOR = 4  # subtrees of 2^FLOOR entries and up are kept in memory; below, read back
 
 
 def log_id(journal: Journal) -> str:

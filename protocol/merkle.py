@@ -167,6 +167,7 @@ class MerkleTree:
         self._leaves = leaves
         self.levels: list[list[bytes]] = [[] for _ in range(floor + 1)]
         self.tail: list[bytes] = []  # the leaves past the last whole block of 2^floor
+        self._blocks: dict[int, list[list[bytes]]] = {}  # whole blocks read back, levels
         self.size = 0
 
     def append(self, leaf: bytes) -> None:
@@ -198,11 +199,27 @@ class MerkleTree:
             if h >= self.floor:
                 return self.levels[h][a >> h]
             base = (a >> self.floor) << self.floor
-            block = (self.tail if base == self.size - len(self.tail)  # the open block
-                     else self._leaves(base, base + (1 << self.floor)))
-            return root_of(block[a - base:b - base])
+            if base == self.size - len(self.tail):  # the open block, in memory
+                return root_of(self.tail[a - base:b - base])
+            return self._block(base >> self.floor)[h][(a - base) >> h]
         k = split(n)
         return node_hash(self.hash_range(a, a + k), self.hash_range(a + k, b))
+
+    def _block(self, index: int) -> list[list[bytes]]:
+        """The levels below `floor` of whole block `index` (its leaves read back once and
+        kept with the block read before it: a proof needs at most two blocks)."""
+        levels = self._blocks.get(index)
+        if levels is None:
+            start = index << self.floor
+            levels = [self._leaves(start, start + (1 << self.floor))]
+            while len(levels) < self.floor:
+                below = levels[-1]
+                levels.append([node_hash(below[i], below[i + 1])
+                               for i in range(0, len(below), 2)])
+            if len(self._blocks) >= 2:
+                self._blocks.pop(next(iter(self._blocks)))
+            self._blocks[index] = levels
+        return levels
 
     def root(self, size: int | None = None) -> bytes:
         """The tree head's root of the first `size` leaves (all: None)."""

@@ -387,3 +387,22 @@ def test_the_policy_refuses_malformed_merkle_fields():
         check_proof(("00" * 32,) * 129, head, "curator")
     with pytest.raises(ProtocolError, match="node hashes"):
         check_proof(("xyz",), head, "curator")
+
+
+def test_pobo_ledger_names_a_signed_root_the_journal_does_not_hold(tmp_path, monkeypatch):
+    """`pobo ledger`'s pass (unheld_heads) recomputes the Merkle root too: a head whose
+    chain and totals the journal holds but whose root it does not is named."""
+    from dataclasses import replace
+
+    from pobo.parties.checkpoints import unheld_heads
+
+    journal = tmp_path / "curator.journal"
+    _, modeler = _restart(journal, tmp_path / "s", 1, monkeypatch)
+    head = LedgerHead(**modeler["ledger_head"])
+    j = Journal(journal)
+    try:
+        assert unheld_heads(j, [("end", head)]) == []
+        found = unheld_heads(j, [("end", replace(head, root="0" * 64))])
+    finally:
+        j.close()
+    assert len(found) == 1 and "Merkle root after 4 entries" in found[0], found

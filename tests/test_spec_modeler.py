@@ -27,7 +27,7 @@ from curator_process import CuratorProcess  # test helper: runs the CLI, no pobo
 
 ROOT = Path(__file__).resolve().parents[1]
 ZERO = bytes(32)
-VERSION = 5
+VERSION = 6
 ARRAY_EXT = 1
 DTYPES = {1: ("d", 8), 2: ("f", 4), 3: ("q", 8)}  # PROTOCOL.md 5: code -> (struct, size)
 
