@@ -40,7 +40,7 @@ FLOOR = 4  # subtrees of 2^FLOOR entries and up are kept in memory; below, read 
 
 def log_id(journal: Journal) -> str:
     """The journal's ledger log id (32 hex digits), made once from `secrets`."""
-    return journal.bind(LOG_KEY, secrets.token_hex(16))
+    return journal.meta(LOG_KEY) or journal.bind(LOG_KEY, secrets.token_hex(16))
 
 
 class LedgerLog(LedgerChain):

@@ -1053,6 +1053,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     from pobo.parties.budget import describe_journal_ledger, journal_ledger
     from pobo.parties.checkpoints import LedgerChain
     from pobo.parties.journal import Journal
+    from pobo.parties.ledger_log import LOG_KEY, LedgerLog
     from pobo.session import ledger_head_path
 
     head_file = args.ledger_head
@@ -1067,16 +1068,21 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         bad = journal.bad_entries()
         problems, checked = journal_findings(journal, head_file, args.transcripts, bad)
         ledger = None if bad else journal_ledger(journal)
-        entries, head = LedgerChain(journal).current() if ledger is not None else (None, None)
+        log = journal.meta(LOG_KEY)  # a journal that never signed a version-6 head has none
+        follower = LedgerLog(journal) if log else LedgerChain(journal)
+        entries, head = follower.current() if ledger is not None else (None, None)
+        root = follower.root() if log and ledger is not None else None
     finally:
         journal.close()
     chain = {"entries": entries, "head": head}  # what the curator's heads commit to
+    merkle = {"entries": entries, "root": root, "log": log}  # the same, as a Merkle log
     if args.json:
-        print(json.dumps({**(ledger or {}), "chain": chain,
+        print(json.dumps({**(ledger or {}), "chain": chain, "merkle": merkle,
                           "checked": {"heads": checked, "problems": problems}}, indent=1))
     else:
         print((describe_journal_ledger(ledger) + "\n" if ledger is not None else "")
               + (f"ledger chain: {entries} entries, head {head}\n" if head else "")
+              + (f"ledger Merkle log {log}: root {root}\n" if root else "")
               + (f"checked: every entry is a charge, and the journal holds all {checked} "
                  f"ledger head(s) the curator committed to (head file: {head_file or 'none'};"
                  f" transcripts: {len(args.transcripts)})"

@@ -307,6 +307,14 @@ def test_honest_sessions_across_restarts_link_by_proofs_and_audit_clean(tmp_path
         assert end.ledger.entries == 4 + 6 * i and len(end.consistency) > 0
     status, out, _ = _cli(["audit", *map(str, paths), "--keys", str(_keys(tmp_path))])
     assert status == 0 and "ledger inconsistent" not in out and "not all linked" not in out, out
+    # `pobo ledger` names the root the last End committed to, and checks every head's
+    import json
+    status, out, _ = _cli(["ledger", "--journal", str(journal), *map(str, paths), "--json"])
+    last = other["ledger_head"]  # the other modeler's last session's closing head
+    assert status == 0 and json.loads(out)["merkle"] == {
+        "entries": last["entries"], "root": last["root"], "log": end.ledger.log}
+    assert last["entries"] == end.ledger.entries + 3
+    assert _restart(journal, tmp_path / "last", 20, monkeypatch, heads)[1]["status"] == "ok"
 
 
 def _head(n: int, leaves: list[bytes], log: str = "ab" * 16) -> LedgerHead:
@@ -406,3 +414,14 @@ def test_pobo_ledger_names_a_signed_root_the_journal_does_not_hold(tmp_path, mon
     finally:
         j.close()
     assert len(found) == 1 and "Merkle root after 4 entries" in found[0], found
+
+
+def test_a_version_5_transcript_still_audits(tmp_path, params, release):
+    """A transcript kept from version 5 (no root, no proofs: its heads a chain only) audits
+    clean under version 6's audit."""
+    from pobo.protocol.audit import audit_session
+    from tests.test_audit import _session_of_version
+
+    asyncio.run(_session_of_version(tmp_path, 5, params, release))
+    reports = audit_session(tmp_path / "curator.transcript", tmp_path / "modeler.transcript")
+    assert PROTOCOL_VERSION == 6 and all(r.ok for r in reports), [r.violations for r in reports]
