@@ -137,14 +137,16 @@ class SeenHeads:
         return self.get(key, max(items)[1]) if items else None
 
     def check(self, key: str, head: LedgerHead, proof_from: int | None,
-              proof: tuple[str, ...]) -> None:
+              proof: tuple[str, ...], named: LedgerHead | None = None) -> None:
         """Raise LedgerInconsistent (one line) unless `head` extends the stored head of its
         log (protocol.checkpoint.extends; nothing stored: first contact, nothing to
         check; `proof_from` None: no proof was asked, fewer entries or another root at
-        the same size are still refused)."""
+        the same size are still refused). With `named`, the head the Hello named, of
+        this log: checked against that one (a session of this modeler running alongside
+        may have stored a later head since the Hello left; the next Hello names that)."""
         if not key or head == NO_LEDGER_HEAD or not head.root:
             return
-        seen = self.get(key, head.log)
+        seen = named if named is not None and named.log == head.log else self.get(key, head.log)
         why = None if seen is None else extends(seen, head, proof_from, proof)
         if why is not None:
             raise LedgerInconsistent(f"{why} (the last head of log {head.log[:12]} seen from "

@@ -347,7 +347,7 @@ async def check_welcome_head(channel: Channel, heads: SeenHeads | None, welcome:
     key = channel.peer_key or ""
     try:
         heads.check(key, welcome.ledger, proof_start(named, welcome.ledger),
-                    welcome.consistency)
+                    welcome.consistency, named)
     except LedgerInconsistent as exc:
         with contextlib.suppress(PeerGone, PeerTimeout):
             await _send_error(channel, exc.code, str(exc))
@@ -359,7 +359,8 @@ def check_closing_head(channel: Channel, heads: SeenHeads | None, welcome: Welco
                        end: End | None) -> None:
     """The curator's closing End: its head must extend the Welcome's (by its consistency
     proof), else LedgerInconsistent (the session is over: the End is in the transcript);
-    then it is kept as the last head seen."""
+    then it is kept as the last head seen (unless one of more entries is kept already:
+    a session alongside)."""
     if heads is None or end is None or end.ledger == NO_LEDGER_HEAD:
         return
     key = channel.peer_key or ""
@@ -367,7 +368,6 @@ def check_closing_head(channel: Channel, heads: SeenHeads | None, welcome: Welco
     why = extends(welcome.ledger, end.ledger, start, end.consistency)
     if why is not None:
         raise LedgerInconsistent(f"the curator's closing End: {why}")
-    heads.check(key, end.ledger, None, ())
     heads.keep(key, end.ledger)
 
 

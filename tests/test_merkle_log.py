@@ -425,3 +425,93 @@ def test_a_version_5_transcript_still_audits(tmp_path, params, release):
     asyncio.run(_session_of_version(tmp_path, 5, params, release))
     reports = audit_session(tmp_path / "curator.transcript", tmp_path / "modeler.transcript")
     assert PROTOCOL_VERSION == 6 and all(r.ok for r in reports), [r.violations for r in reports]
+
+
+def test_sessions_alongside_do_not_refuse_each_other_and_a_forged_end_is_refused(tmp_path):
+    """Two sessions of one modeler at once: B's Hello named 5, A's End stored 10 meanwhile,
+    B's Welcome commits to 9 with the proof from 5: accepted (checked against the head B
+    named), and the store keeps 10. A closing End whose proof from the Welcome's head
+    fails is refused; an honest one is kept."""
+    from types import SimpleNamespace
+
+    from pobo.parties.runners import check_closing_head
+
+    leaves = [leaf_hash(bytes([i])) for i in range(16)]
+    other = [leaf_hash(bytes([i, 2])) for i in range(16)]
+    tree = MerkleTree()
+    for leaf in leaves:
+        tree.append(leaf)
+    key = "ee" * 32
+    store = SeenHeads(tmp_path / "heads.json")
+    store.keep(key, _head(5, leaves))
+    named = store.last(key)
+    store.keep(key, _head(10, leaves))  # session A's End, after B's Hello left
+    proof = tuple(p.hex() for p in tree.consistency(5, 9))
+    store.check(key, _head(9, leaves), 5, proof, named)
+    with pytest.raises(LedgerInconsistent):  # without the named head: fewer than stored
+        store.check(key, _head(9, leaves), 5, proof)
+    store.keep(key, _head(9, leaves))
+    assert store.last(key).entries == 10
+    channel = SimpleNamespace(peer_key=key)
+    welcome = Welcome(PROTOCOL_VERSION, "s", None, key, _head(9, leaves))
+    forged = End("closed", _head(12, other), tuple(p.hex() for p in tree.consistency(9, 12)))
+    with pytest.raises(LedgerInconsistent, match="closing End.*does not extend"):
+        check_closing_head(channel, store, welcome, forged)
+    honest = End("closed", _head(12, leaves), tuple(p.hex() for p in tree.consistency(9, 12)))
+    check_closing_head(channel, store, welcome, honest)
+    assert store.last(key).entries == 12
+
+
+def test_the_ask_tell_client_refuses_a_curator_folder_restored_from_a_backup(tmp_path):
+    """Target (a) through `pobo curator` processes and `ModelerClient` (its default store is
+    the user's pobo home; here a file given): the third start, on the restored folder,
+    is refused at connect with LedgerInconsistent, and the client's transcript says why."""
+    import subprocess
+    import sys
+
+    from curator_process import CuratorProcess
+
+    from pobo.client import ModelerClient
+    from pobo.protocol.signing import load_signing_key, load_verify_key
+    from pobo.session import Signing
+
+    keys = tmp_path / "keys"
+    made = subprocess.run([sys.executable, "-m", "pobo", "keys", str(keys)], check=False,
+                          capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    folder = tmp_path / "curator"
+    folder.mkdir()
+    journal = folder / "curator.journal"
+    signing = Signing(modeler=load_signing_key(keys / "modeler.sign_secret"),
+                      curator_key=load_verify_key(keys / "curator.sign_public"))
+    store = tmp_path / "home" / "ledger_heads.json"
+
+    def start(name: str) -> CuratorProcess:
+        curator = CuratorProcess(tmp_path / name, 2, [
+            "--journal", str(journal), "--sessions", "1", "--ldp-eps", "1", "--seed", "3",
+            "--sign-secret", str(keys / "curator.sign_secret"),
+            "--sign-allow", str(keys / "allowed")])
+        curator.wait_listening()
+        return curator
+
+    for name in ("first", "second"):
+        curator = start(name)
+        try:
+            with ModelerClient.connect(curator.endpoint, out=tmp_path / f"m-{name}",
+                                       signing=signing, ledger_heads=store) as client:
+                client.query(3), client.query(4)
+            assert curator.finish()["status"] == "ok"
+        finally:
+            curator.kill()
+        if name == "first":
+            _backup(journal, tmp_path / "backup")
+    _restore(tmp_path / "backup", journal)
+    curator = start("third")
+    try:
+        with pytest.raises(LedgerInconsistent, match="commits to 3 entries, fewer than the 5"):
+            ModelerClient.connect(curator.endpoint, out=tmp_path / "m-third", signing=signing,
+                                  ledger_heads=store)
+    finally:
+        curator.kill()
+    errors = _sent_errors(tmp_path / "m-third" / "modeler.transcript")
+    assert [e.code for e in errors] == ["ledger_inconsistent"]
