@@ -153,9 +153,28 @@ class SeenHeads:
                                      f"curator key {key[:12]}..., kept in {self.path}); "
                                      "refusing the session")
 
-    def keep(self, key: str, head: LedgerHead) -> None:
-        """Store `head` for the curator `key`'s log, unless a head of as many entries or
-        more is stored already."""
+    def other_log(self, key: str, head: LedgerHead, about: str) -> str | None:
+        """A warning (one line) when `head` is of a log this store has not seen for `key`,
+        but another log of `key` was seen for the same dataset (`about`: the Welcome's
+        scenario and n): the curator's journal was replaced, reset or its log id edited,
+        so its earlier heads cannot be compared. Not a refusal: a curator may rightly
+        begin a new ledger (a new dataset of the same shape); None otherwise."""
+        if not key or not head.log:
+            return None
+        items = self._read()
+        if f"{key}/{head.log}" in items:
+            return None
+        for name, item in items.items():
+            if name.split("/", 1)[0] == key and item.get("about") == about:
+                return (f"curator key {key[:12]}... serves a new ledger log {head.log[:12]} "
+                        f"for {about}, where it kept log {name.split('/', 1)[1][:12]} "
+                        f"({item['head']['entries']} entries seen): its journal was replaced "
+                        "or reset, and its earlier heads cannot be checked against this one")
+        return None
+
+    def keep(self, key: str, head: LedgerHead, about: str = "") -> None:
+        """Store `head` for the curator `key`'s log (with `about`, the dataset it is of),
+        unless a head of as many entries or more is stored already."""
         if not key or head == NO_LEDGER_HEAD or not head.root:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -168,7 +187,8 @@ class SeenHeads:
                 if old is not None and old["head"]["entries"] >= head.entries:
                     old["seen"] = time.time()
                 else:
-                    heads[name] = {"head": asdict(head), "seen": time.time()}
+                    heads[name] = {"head": asdict(head), "seen": time.time(),
+                                   "about": about or (old or {}).get("about", "")}
                 tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
                 with open(tmp, "w") as f:
                     json.dump({"version": 1, "heads": heads}, f)

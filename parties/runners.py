@@ -352,7 +352,16 @@ async def check_welcome_head(channel: Channel, heads: SeenHeads | None, welcome:
         with contextlib.suppress(PeerGone, PeerTimeout):
             await _send_error(channel, exc.code, str(exc))
         raise
-    heads.keep(key, welcome.ledger)
+    about = dataset_of(welcome)
+    warning = heads.other_log(key, welcome.ledger, about)
+    if warning is not None:
+        log.warning("%s", warning)
+    heads.keep(key, welcome.ledger, about)
+
+
+def dataset_of(welcome: Welcome) -> str:
+    """What a kept head is of, as the Welcome tells: 'scenario SCENARIO, n = N'."""
+    return f"scenario {welcome.params.scenario}, n = {welcome.params.n}"
 
 
 def check_closing_head(channel: Channel, heads: SeenHeads | None, welcome: Welcome,
@@ -368,7 +377,7 @@ def check_closing_head(channel: Channel, heads: SeenHeads | None, welcome: Welco
     why = extends(welcome.ledger, end.ledger, start, end.consistency)
     if why is not None:
         raise LedgerInconsistent(f"the curator's closing End: {why}")
-    heads.keep(key, end.ledger)
+    heads.keep(key, end.ledger, dataset_of(welcome))
 
 
 async def closing_head(channel: Channel) -> LedgerHead | None:

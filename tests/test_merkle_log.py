@@ -427,7 +427,8 @@ def test_a_version_5_transcript_still_audits(tmp_path, params, release):
     assert PROTOCOL_VERSION == 6 and all(r.ok for r in reports), [r.violations for r in reports]
 
 
-def test_sessions_alongside_do_not_refuse_each_other_and_a_forged_end_is_refused(tmp_path):
+def test_sessions_alongside_do_not_refuse_each_other_and_a_forged_end_is_refused(tmp_path,
+                                                                                  params):
     """Two sessions of one modeler at once: B's Hello named 5, A's End stored 10 meanwhile,
     B's Welcome commits to 9 with the proof from 5: accepted (checked against the head B
     named), and the store keeps 10. A closing End whose proof from the Welcome's head
@@ -453,7 +454,7 @@ def test_sessions_alongside_do_not_refuse_each_other_and_a_forged_end_is_refused
     store.keep(key, _head(9, leaves))
     assert store.last(key).entries == 10
     channel = SimpleNamespace(peer_key=key)
-    welcome = Welcome(PROTOCOL_VERSION, "s", None, key, _head(9, leaves))
+    welcome = Welcome(PROTOCOL_VERSION, "s", params, key, _head(9, leaves))
     forged = End("closed", _head(12, other), tuple(p.hex() for p in tree.consistency(9, 12)))
     with pytest.raises(LedgerInconsistent, match="closing End.*does not extend"):
         check_closing_head(channel, store, welcome, forged)
@@ -515,3 +516,27 @@ def test_the_ask_tell_client_refuses_a_curator_folder_restored_from_a_backup(tmp
         curator.kill()
     errors = _sent_errors(tmp_path / "m-third" / "modeler.transcript")
     assert [e.code for e in errors] == ["ledger_inconsistent"]
+
+
+def test_a_new_log_for_a_dataset_the_key_served_before_is_warned_of(tmp_path, monkeypatch,
+                                                                    caplog):
+    """A curator whose journal and head file were deleted starts a new ledger (a new log):
+    nothing to check it against, so the session goes on, but the modeler says in its log
+    that the key serves a new log for the same scenario and n. Another dataset's log of
+    the same key is no such warning."""
+    heads = SeenHeads(tmp_path / "heads.json")
+    folder = tmp_path / "c"
+    folder.mkdir()
+    journal = folder / "curator.journal"
+    assert _restart(journal, tmp_path / "a", 1, monkeypatch, heads)[1]["status"] == "ok"
+    shutil.rmtree(folder)  # the operator deletes the curator's folder: a new ledger
+    folder.mkdir()
+    with caplog.at_level("WARNING"):
+        _, fresh = _restart(journal, tmp_path / "b", 1, monkeypatch, heads)
+    assert fresh["status"] == "ok"  # a new ledger is not a rewritten one: not refused
+    warned = [r.getMessage() for r in caplog.records if "new ledger log" in r.getMessage()]
+    assert len(warned) == 1 and "scenario synthetic, n = 64" in warned[0] \
+        and "4 entries seen" in warned[0], warned
+    key = fresh["sign_keys"]["curator"]
+    leaves = [leaf_hash(b"x")]
+    assert heads.other_log(key, _head(1, leaves, "99" * 16), "scenario other, n = 5") is None
