@@ -27,7 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pobo.parties.checkpoints import LedgerChain
-from pobo.parties.journal import Journal
+from pobo.parties.journal import Journal, JournalError
 from pobo.protocol.checkpoint import check_head, entry_record, extends
 from pobo.protocol.errors import LedgerInconsistent, ProtocolError
 from pobo.protocol.filelock import lock, unlock
@@ -92,6 +92,9 @@ class LedgerLog(LedgerChain):
     def _block_leaves(self, start: int, stop: int) -> list[bytes]:
         """The leaf hashes of entries [start, stop) of one block, read back from the journal."""
         rows = self.journal.ledger_rows(self._block_after[start >> self.floor], stop - start)
+        if len(rows) != stop - start:  # entries taken out under a running curator
+            raise JournalError(f"the journal {self.journal.path} no longer holds ledger "
+                               f"entries {start} to {stop - 1}, which its heads committed to")
         return [leaf_hash(entry_record(*row[1:])) for row in rows]
 
 
