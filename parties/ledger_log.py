@@ -15,11 +15,14 @@ Modeler: `SeenHeads` keeps the last head it saw of each (curator key, log) in a 
 file away from any journal (by default in the user's pobo home, beside its keys), and
 `check` refuses a head that is not an extension of it (protocol.checkpoint.extends):
 a rolled-back journal, even restored together with the curator's head file, or one
-rolled back and padded past the old size.
+rolled back and padded past the old size. `check_welcome_head` and `check_closing_head`
+are what a modeler's session runs on the curator's Welcome and closing End.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import secrets
 import time
@@ -28,11 +31,12 @@ from pathlib import Path
 
 from pobo.parties.checkpoints import LedgerChain
 from pobo.parties.journal import Journal, JournalError
+from pobo.protocol.channel import Channel
 from pobo.protocol.checkpoint import check_head, entry_record, extends
-from pobo.protocol.errors import LedgerInconsistent, ProtocolError
+from pobo.protocol.errors import LedgerInconsistent, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.filelock import lock, unlock
 from pobo.protocol.merkle import MerkleTree, leaf_hash
-from pobo.protocol.messages import NO_LEDGER_HEAD, LedgerHead
+from pobo.protocol.messages import NO_LEDGER_HEAD, End, Error, LedgerHead, Welcome
 
 LOG_KEY = "ledger_log"  # the journal's meta key of its log id
 FLOOR = 4  # subtrees of 2^FLOOR entries and up are kept in memory; below, read back
@@ -220,3 +224,47 @@ def proof_start(named: LedgerHead | None, head: LedgerHead) -> int | None:
     """The size a Welcome's consistency proof starts from, given the head the Hello named
     (None: it named none of this log, so no proof was asked)."""
     return named.entries if named is not None and named.log == head.log else None
+
+
+async def check_welcome_head(channel: Channel, heads: SeenHeads | None, welcome: Welcome,
+                             named: LedgerHead | None) -> None:
+    """Refuse the session unless the Welcome's ledger head extends the last one seen of its
+    log from this curator key (its consistency proof starting at `named`, the head the
+    Hello named): a typed Error tells the curator why, and the transcript records it
+    before LedgerInconsistent is raised. Else the head is kept as the last seen."""
+    if heads is None:
+        return
+    key = channel.peer_key or ""
+    try:
+        heads.check(key, welcome.ledger, proof_start(named, welcome.ledger),
+                    welcome.consistency, named)
+    except LedgerInconsistent as exc:
+        with contextlib.suppress(PeerGone, PeerTimeout):
+            await channel.send(Error(exc.code.value, str(exc)[:1000]))
+        raise
+    about = dataset_of(welcome)
+    warning = heads.other_log(key, welcome.ledger, about)
+    if warning is not None:
+        logging.getLogger("pobo.session").warning("%s", warning)
+    heads.keep(key, welcome.ledger, about)
+
+
+def dataset_of(welcome: Welcome) -> str:
+    """What a kept head is of, as the Welcome tells: 'scenario SCENARIO, n = N'."""
+    return f"scenario {welcome.params.scenario}, n = {welcome.params.n}"
+
+
+def check_closing_head(channel: Channel, heads: SeenHeads | None, welcome: Welcome,
+                       end: End | None) -> None:
+    """The curator's closing End: its head must extend the Welcome's (by its consistency
+    proof), else LedgerInconsistent (the session is over: the End is in the transcript);
+    then it is kept as the last head seen (unless one of more entries is kept already:
+    a session alongside)."""
+    if heads is None or end is None or end.ledger == NO_LEDGER_HEAD:
+        return
+    key = channel.peer_key or ""
+    start = welcome.ledger.entries if welcome.ledger.log == end.ledger.log else None
+    why = extends(welcome.ledger, end.ledger, start, end.consistency)
+    if why is not None:
+        raise LedgerInconsistent(f"the curator's closing End: {why}")
+    heads.keep(key, end.ledger, dataset_of(welcome))

@@ -13,7 +13,9 @@ import numpy as np
 
 from pobo.parties.curator import Curator
 from pobo.parties.journal import JournalFault
-from pobo.parties.ledger_log import SeenHeads, named_head, proof_start
+from pobo.parties.ledger_log import (
+    SeenHeads, check_closing_head, check_welcome_head, named_head,
+)
 from pobo.parties.modeler import HyperFit, Modeler
 from pobo.parties.objective import EvaluationFailed
 from pobo.parties.strategies import (
@@ -25,10 +27,7 @@ from pobo.protocol.policy import CURATOR
 from pobo.protocol.codec import decode
 from pobo.protocol.signing import SharedBody, body_of
 from pobo.protocol.transcript import REFUSED, blob_dirs, read_transcript
-from pobo.protocol.checkpoint import extends
-from pobo.protocol.errors import (
-    ErrorCode, LedgerInconsistent, PeerError, PeerGone, PeerTimeout, ProtocolError,
-)
+from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, LedgerHead, Pending,
     ProjectedDataset, Query, Release, ReleaseRequest, Reward, SessionParams, Welcome, new_nonce,
@@ -334,50 +333,6 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         modeler.ledger_head = (None if end is None or end.ledger == NO_LEDGER_HEAD
                                else end.ledger)
     return modeler
-
-
-async def check_welcome_head(channel: Channel, heads: SeenHeads | None, welcome: Welcome,
-                             named: LedgerHead | None) -> None:
-    """Refuse the session unless the Welcome's ledger head extends the last one seen of its
-    log from this curator key (its consistency proof starting at `named`, the head the
-    Hello named): a typed Error tells the curator why, and the transcript records it
-    before LedgerInconsistent is raised. Else the head is kept as the last seen."""
-    if heads is None:
-        return
-    key = channel.peer_key or ""
-    try:
-        heads.check(key, welcome.ledger, proof_start(named, welcome.ledger),
-                    welcome.consistency, named)
-    except LedgerInconsistent as exc:
-        with contextlib.suppress(PeerGone, PeerTimeout):
-            await _send_error(channel, exc.code, str(exc))
-        raise
-    about = dataset_of(welcome)
-    warning = heads.other_log(key, welcome.ledger, about)
-    if warning is not None:
-        log.warning("%s", warning)
-    heads.keep(key, welcome.ledger, about)
-
-
-def dataset_of(welcome: Welcome) -> str:
-    """What a kept head is of, as the Welcome tells: 'scenario SCENARIO, n = N'."""
-    return f"scenario {welcome.params.scenario}, n = {welcome.params.n}"
-
-
-def check_closing_head(channel: Channel, heads: SeenHeads | None, welcome: Welcome,
-                       end: End | None) -> None:
-    """The curator's closing End: its head must extend the Welcome's (by its consistency
-    proof), else LedgerInconsistent (the session is over: the End is in the transcript);
-    then it is kept as the last head seen (unless one of more entries is kept already:
-    a session alongside)."""
-    if heads is None or end is None or end.ledger == NO_LEDGER_HEAD:
-        return
-    key = channel.peer_key or ""
-    start = welcome.ledger.entries if welcome.ledger.log == end.ledger.log else None
-    why = extends(welcome.ledger, end.ledger, start, end.consistency)
-    if why is not None:
-        raise LedgerInconsistent(f"the curator's closing End: {why}")
-    heads.keep(key, end.ledger, dataset_of(welcome))
 
 
 async def closing_head(channel: Channel) -> LedgerHead | None:

@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pobo.parties.ledger_log import SeenHeads, named_head
-from pobo.parties.runners import (
-    PendingCallback, QueryWindow, check_closing_head, check_welcome_head, closing_end, expect,
+from pobo.parties.ledger_log import (
+    SeenHeads, check_closing_head, check_welcome_head, named_head,
 )
+from pobo.parties.runners import PendingCallback, QueryWindow, closing_end, expect
 from pobo.protocol.errors import PeerError, PeerTimeout
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD,

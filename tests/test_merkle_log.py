@@ -435,7 +435,7 @@ def test_sessions_alongside_do_not_refuse_each_other_and_a_forged_end_is_refused
     fails is refused; an honest one is kept."""
     from types import SimpleNamespace
 
-    from pobo.parties.runners import check_closing_head
+    from pobo.parties.ledger_log import check_closing_head
 
     leaves = [leaf_hash(bytes([i])) for i in range(16)]
     other = [leaf_hash(bytes([i, 2])) for i in range(16)]
