@@ -26,13 +26,14 @@ from pobo.parties.choices import DEFAULT_LIFT, LIFT_MODES  # noqa: F401  (re-exp
 from pobo.parties.budget import DatasetLedger, session_ledger
 from pobo.parties.budget_history import fixed_budget
 from pobo.parties.checkpoints import (
-    HeadFile, LedgerBehind, LedgerChain, check_head_kept, check_not_behind,
+    HeadFile, LedgerBehind, check_head_kept, check_not_behind,
 )
 from pobo.parties.curator import Curator, Oracle
 from pobo.parties.dataset import Problem, dataset_digest
 from pobo.parties.journal import (
     Journal, JournalError, JournalFault, JournaledSession, Superseded,
 )
+from pobo.parties.ledger_log import LedgerLog
 from pobo.parties.ldp import POOL_SIZE, ConvertToLaplace, subweibull_clip
 from pobo.parties.noise import SECURE, SEEDED, NoiseSource, rng_for
 from pobo.parties.objective import (
@@ -271,7 +272,7 @@ class CuratorService:
                                f"{self.digest[:16]}...): each dataset keeps its own journal "
                                "(a dataset generated from the seed needs the same --seed; a "
                                "file, the same --data)")
-        self.chain = LedgerChain(self.journal)
+        self.chain = LedgerLog(self.journal)  # the hash chain and the Merkle log
         self.head_file = None if head_file is None else HeadFile(Path(head_file), self.digest)
         self._committed = self.head_file.read() if self.head_file is not None else None
         if self.head_file is not None and self._committed is None:
@@ -454,13 +455,26 @@ class CuratorService:
         self.journal.flush()
         with self.journal.snapshot():  # count, chain and totals of the same entries
             entries, chain = self.chain.current()
-            head = ledger_head(entries, chain, self.journal.basic_totals())  # no accountant
+            head = ledger_head(entries, chain, self.journal.basic_totals(),  # no accountant
+                               self.chain.root(entries), self.chain.log)
         if self.head_file is not None and (self._committed is None
                                            or head.entries > self._committed.entries):
             self.head_file.write(head)
             self.journal.note_head_file(self.head_file.path)  # where its heads are kept now
             self._committed = head
         return head
+
+    def consistency(self, seen_log: str, seen: int, head: LedgerHead) -> tuple[str, ...]:
+        """The RFC 9162 consistency proof from the head of `seen` entries of log
+        `seen_log` (a Hello's) to `head` (a checkpoint's): empty when that is another log,
+        no earlier head or one this ledger does not reach (a journal rolled back past it:
+        logged, the modeler refuses)."""
+        if seen_log != head.log or not 0 < seen < head.entries:
+            if seen_log == head.log and seen > head.entries:
+                log.warning("a modeler has seen a ledger head of %d entries, this journal's "
+                            "ledger holds %d: it was rolled back", seen, head.entries)
+            return ()
+        return self.chain.consistency(seen, head.entries)
 
     def keep_head(self, session_id: str) -> None:
         """`checkpoint` as a session ends, however it ends (a modeler that vanished sends

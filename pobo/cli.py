@@ -372,6 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curator-sign-key", type=Path, metavar="FILE",
                    help="the curator's public signing key (curator.sign_public): refuse a "
                         "curator that signs with another key or none")
+    p.add_argument("--ledger-heads", type=Path, metavar="FILE",
+                   help="where the last ledger head seen of each curator key's ledger is "
+                        "kept and checked (a head that does not extend it refuses the "
+                        "session; default: $POBO_HOME/ledger_heads.json)")
     p.add_argument("--out", type=Path, default=Path("runs/modeler"))
     _output_arguments(p, "-v: one line per query")
     p.set_defaults(handler=_cmd_modeler)
@@ -1090,6 +1094,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     from pobo.parties.budget import describe_journal_ledger, journal_ledger
     from pobo.parties.checkpoints import LedgerChain
     from pobo.parties.journal import Journal
+    from pobo.parties.ledger_log import LOG_KEY, LedgerLog
     from pobo.session import ledger_head_path
 
     head_file = args.ledger_head
@@ -1104,16 +1109,21 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         bad = journal.bad_entries()
         problems, checked = journal_findings(journal, head_file, args.transcripts, bad)
         ledger = None if bad else journal_ledger(journal)
-        entries, head = LedgerChain(journal).current() if ledger is not None else (None, None)
+        log = journal.meta(LOG_KEY)  # a journal that never signed a version-6 head has none
+        follower = LedgerLog(journal) if log else LedgerChain(journal)
+        entries, head = follower.current() if ledger is not None else (None, None)
+        root = follower.root() if log and ledger is not None else None
     finally:
         journal.close()
     chain = {"entries": entries, "head": head}  # what the curator's heads commit to
+    merkle = {"entries": entries, "root": root, "log": log}  # the same, as a Merkle log
     if args.json:
-        print(json.dumps({**(ledger or {}), "chain": chain,
+        print(json.dumps({**(ledger or {}), "chain": chain, "merkle": merkle,
                           "checked": {"heads": checked, "problems": problems}}, indent=1))
     else:
         print((describe_journal_ledger(ledger) + "\n" if ledger is not None else "")
               + (f"ledger chain: {entries} entries, head {head}\n" if head else "")
+              + (f"ledger Merkle log {log}: root {root}\n" if root else "")
               + (f"checked: every entry is a charge, and the journal holds all {checked} "
                  f"ledger head(s) the curator committed to (head file: {head_file or 'none'};"
                  f" transcripts: {len(args.transcripts)})"
@@ -1192,7 +1202,8 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
                                       if args.curve_secret else None,
                                       timeout=args.timeout, resume=args.resume,
                                       verbose=args.verbose, batch=args.batch,
-                                      patience=args.patience, signing=Signing(
+                                      patience=args.patience,
+                                      ledger_heads=args.ledger_heads, signing=Signing(
                                           modeler=own_signer(args, "modeler"),
                                           curator_key=load_verify_key(args.curator_sign_key)
                                           if args.curator_sign_key else None)))

@@ -428,7 +428,8 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
                           non_private: bool = False, curve: CurveClient | None = None,
                           timeout: float = 60.0, resume: bool = False,
                           verbose: bool = False, signing: Signing | None = None,
-                          batch: int = 1, patience: float = 86400.0) -> dict:
+                          batch: int = 1, patience: float = 86400.0,
+                          ledger_heads: Path | None = None) -> dict:
     """Connect a DEALER to the curator at `connect` (CURVE-encrypted to its key when
     `curve` is given) and run one session as the modeler, keeping up to `batch` queries
     outstanding; with `resume`, continue the session recorded in out/modeler.transcript
@@ -436,7 +437,15 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
     `curator_key` it expects if given) every frame is signed and every curator frame
     verified. A curator lost while one of our queries was pending (an evaluation on
     demand: a restart, a network cut) is reconnected to, resuming the session from the
-    transcript, for up to `patience` seconds."""
+    transcript, for up to `patience` seconds. Every ledger head the curator signs is
+    checked against the last one seen of its key's ledger, kept in `ledger_heads`
+    (default: ledger_heads.json in the user's pobo home; parties.ledger_log.SeenHeads):
+    a head that does not extend it refuses the session (LedgerInconsistent)."""
+    from pobo.parties.ledger_log import SeenHeads
+    from pobo.transport.keyfiles import pobo_home
+
+    heads = SeenHeads(ledger_heads if ledger_heads is not None
+                      else pobo_home() / SeenHeads.NAME)
     state = None
     if resume:
         if out is None:
@@ -456,7 +465,7 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
                 return await _modeler_session(connect, out, seed, strategy, hyper, beta_scale,
                                               release, non_private, curve, timeout, state,
                                               verbose, signing or Signing(), batch,
-                                              current.append)
+                                              current.append, heads)
             except (PeerTimeout, PeerGone, ProtocolError, PeerError) as exc:
                 state = _reconnectable(exc, out, deadline)
                 if state is None:
@@ -516,7 +525,7 @@ def _reconnectable(exc: Exception, out: Path | None, deadline: float):
 
 async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, release,
                            non_private, curve, timeout, state, verbose, signing: Signing,
-                           batch: int, on_channel=None) -> dict:
+                           batch: int, on_channel=None, heads=None) -> dict:
     """One connection of the modeler: a fresh DEALER, its channel and the session."""
     ctx = new_context()
     pipe = channel = None
@@ -528,7 +537,8 @@ async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, rele
         if on_channel is not None:
             on_channel(channel)
         return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
-                              release=release, resume=state, verbose=verbose, batch=batch)
+                              release=release, resume=state, verbose=verbose, batch=batch,
+                              heads=heads)
     finally:
         if channel is not None:
             channel.close()

@@ -367,7 +367,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
             channel, curator, session.params, session.release, sid, on_answer=progress,
             on_release=handler, hello=hello, measure=session.measure, on_evaluate=evaluating,
             on_measured=session.measured, checkpoint=service.checkpoint,
-            dataset=session.service.dataset_body,
+            prove=service.consistency, dataset=session.service.dataset_body,
             asked={**{seq: row for seq, (row, _) in curator.answered.items()},
                    **curator.reserved},
             on_end=lambda why: record_status(ended(why)))  # before the End is answered
@@ -459,10 +459,11 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                    out: Path | None = None, *, hyper: HyperFit = HyperFit(),
                    beta_scale: float | None = None, release: ReleaseRequest | None = None,
                    resume: ResumeState | None = None, verbose: bool = False,
-                   batch: int = 1, keep: list | None = None) -> dict:
+                   batch: int = 1, keep: list | None = None, heads=None) -> dict:
     """Run the modeler's side of one session (asking for a DP `release` of the result at
     the end, if given); return what it saw and chose, written to out/modeler.json even
-    when the session fails part-way (and appended to `keep`)."""
+    when the session fails part-way (and appended to `keep`). `heads`: the
+    parties.ledger_log.SeenHeads the curator's ledger heads are checked against and kept in."""
     started, status, fits, released = time.perf_counter(), "error", [], {}
     answers: dict[int, tuple[int, float]] = {}  # seq -> (row, reward): a batch answers out of order
 
@@ -482,7 +483,8 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
         modeler = await run_modeler(channel, make_strategy(strategy, beta_scale),
                                     rng_for(seed, "modeler"),
                                     hyper=hyper, on_step=progress, release=release,
-                                    resume=resume, batch=batch, on_pending=pending)
+                                    resume=resume, batch=batch, on_pending=pending,
+                                    heads=heads)
         released = {**(modeler.timing or {}),
                     "release": None if modeler.release is None else asdict(modeler.release),
                     "release_error": modeler.release_error,

@@ -66,7 +66,7 @@ from pobo.protocol.chunks import with_body
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import ErrorCode, ProtocolError
 from pobo.protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
-from pobo.protocol.checkpoint import Checkpoint, charged_floor, forks
+from pobo.protocol.checkpoint import Checkpoint, charged_floor, forks, inconsistencies
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Release, Reward,
     Welcome,
@@ -241,6 +241,7 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
     report.floors = charged_floors(messages, role, report.checkpoints)
     report.violations += undercharged(messages, welcome, report.checkpoints)
     report.violations += [why for _, why in forks(report.checkpoints)]
+    report.violations += [why for _, why in inconsistencies(report.checkpoints)[0]]
     if X is not None:
         _check_data(messages, welcome, np.asarray(X, float), f, report)
     return report
@@ -289,15 +290,29 @@ def checkpoints(messages: list, role: str, path: str) -> list[Checkpoint]:
     """The ledger heads the curator's Welcomes and Ends carry in a transcript, in order."""
     by_curator = "sent" if role == CURATOR else "recv"
     session, opened, out = "", 0.0, []
+    hello, welcomed = None, NO_LEDGER_HEAD  # the connection's Hello and Welcome's head
     for r, m in messages:
         if r.kind == "hello":  # a connection opens: the heads it carries are computed later
-            opened = r.time
+            opened, hello, welcomed = r.time, m, NO_LEDGER_HEAD
         if isinstance(m, Welcome):
             session = m.session
         if (isinstance(m, (Welcome, End)) and r.dir == by_curator
                 and m.ledger != NO_LEDGER_HEAD):
-            out.append(Checkpoint(session, r.kind, r.time, m.ledger, path, r.seq, opened))
+            start = _proof_start(m, hello, welcomed)  # version 6: where its proof starts
+            out.append(Checkpoint(session, r.kind, r.time, m.ledger, path, r.seq, opened,
+                                  start, m.consistency))
+            if isinstance(m, Welcome):
+                welcomed = m.ledger
     return out
+
+
+def _proof_start(message: Welcome | End, hello, welcomed) -> int:
+    """The ledger size a Welcome's or End's consistency proof starts from: the head its
+    connection's Hello named, or its Welcome's (-1: none of this log)."""
+    if isinstance(message, Welcome):
+        named = isinstance(hello, Hello) and hello.ledger_log == message.ledger.log
+        return hello.ledger_seen if named and hello.ledger_seen else -1
+    return welcomed.entries if welcomed.log and welcomed.log == message.ledger.log else -1
 
 
 def charged_floors(messages: list, role: str, heads: list[Checkpoint]) -> list[Checkpoint]:

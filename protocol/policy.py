@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pobo.protocol.checkpoint import check_head
+from pobo.protocol.checkpoint import check_head, check_proof, check_seen
 from pobo.protocol.errors import ErrorCode, PolicyViolation, ProtocolError
 from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, End, Error, Hello, Message, Pending, Query, Release, ReleaseRequest, Reward,
@@ -91,6 +91,7 @@ def check_message(policy: Policy, sender: str, message: Message) -> None:
                               f"this side enforces {policy.name!r}")
     if isinstance(message, (Welcome, End)):
         check_head(message.ledger, sender)  # a garbled checkpoint is a typed refusal
+        check_proof(message.consistency, message.ledger, sender)
     if isinstance(message, Dataset):
         release = message.release
         if release.mechanism not in policy.dataset_mechanisms:
@@ -300,6 +301,7 @@ class Boundary:
                                    and all(c in "0123456789abcdef" for c in message.cookie)):
             raise ProtocolError("a hello's cookie is 64 lowercase hex digits, and comes with "
                                 "a nonce, or is ''")
+        check_seen(message.ledger_log, message.ledger_seen)
         if message.release_delta > 0 and message.strategy != KUSNER_UCB:
             raise ProtocolError(f"a release delta declares Kusner et al.'s GP-UCB beta; "
                                 f"the strategy is {message.strategy!r}")

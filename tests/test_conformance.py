@@ -137,6 +137,20 @@ def _valid_messages() -> list[tuple[str, object]]:
         ("retry", Retry(_COOKIE)),
         ("hello-cookie", Hello(V, "spec-client", nonce="00112233445566778899aabbccddeeff",
                                cookie=_COOKIE)),
+        # version 6: the ledger as a Merkle log (section 4.2); the heads and the proof are
+        # the merkle_log vector's (sizes 2 and 4 of its entries)
+        ("hello-ledger-seen", Hello(V, "spec-client", nonce="00112233445566778899aabbccddeeff",
+                                    ledger_log=_LOG, ledger_seen=2)),
+        ("welcome-merkle-head", Welcome(V, "0123456789abcdef0123456789abcdef", _params(), "",
+                                        LedgerHead(4, _HEAD, 3.0, 1e-05, 3.0, 3e-06,
+                                                   _merkle_log()["roots"][4], _LOG),
+                                        tuple(_merkle_log()["consistency"]["2-4"]))),
+        ("end-merkle-head", End("closed", LedgerHead(4, _HEAD, 3.5, 2e-05, 3.0, 3e-06,
+                                                     _merkle_log()["roots"][4], _LOG),
+                                tuple(_merkle_log()["consistency"]["3-4"]))),
+        ("error-ledger-inconsistent", Error("ledger_inconsistent", "the curator's ledger head "
+                                            "commits to 3 entries, fewer than the 4 of the "
+                                            "head it signed before")),
     ]
 
 
@@ -365,6 +379,46 @@ def _ledger_chain() -> dict:
         out["entries"].append({"entry": list(entry), "record_hex": record.hex(),
                                "head": head.hex()})
     return out
+
+
+_LOG = "a5" * 16  # a ledger log id: 32 lowercase hex digits
+
+
+def _mth(leaves: list[bytes]) -> bytes:
+    """RFC 9162 section 2.1.1's MTH, written from the text (not protocol.merkle)."""
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    if len(leaves) == 1:
+        return leaves[0]
+    k = 1
+    while 2 * k < len(leaves):
+        k *= 2
+    return hashlib.sha256(b"\x01" + _mth(leaves[:k]) + _mth(leaves[k:])).digest()
+
+
+def _subproof(m: int, leaves: list[bytes], whole: bool) -> list[bytes]:
+    """RFC 9162 section 2.1.4.1's SUBPROOF, from the text."""
+    n = len(leaves)
+    if m == n:
+        return [] if whole else [_mth(leaves)]
+    k = 1
+    while 2 * k < n:
+        k *= 2
+    if m <= k:
+        return _subproof(m, leaves[:k], whole) + [_mth(leaves[k:])]
+    return _subproof(m - k, leaves[k:], False) + [_mth(leaves[:k])]
+
+
+def _merkle_log() -> dict:
+    """Section 4.2's Merkle log over section 4's entries: each record's leaf hash
+    (SHA-256 of 0x00 and the record), the root of every prefix, and the consistency
+    proof between every two sizes 0 < m < n."""
+    leaves = [hashlib.sha256(b"\x00" + _ledger_record(e)).digest() for e in LEDGER_ENTRIES]
+    n = len(leaves)
+    return {"leaf_hashes": [h.hex() for h in leaves],
+            "roots": [_mth(leaves[:k]).hex() for k in range(n + 1)],
+            "consistency": {f"{m}-{k}": [h.hex() for h in _subproof(m, leaves[:k], True)]
+                            for k in range(2, n + 1) for m in range(1, k)}}
 
 
 # --------------------------------------------------------------------------- chunks
@@ -625,6 +679,7 @@ def generate() -> dict:
         "session": _session_transcripts(),
         "chunked": _chunked(),
         "ledger_chain": _ledger_chain(),
+        "merkle_log": _merkle_log(),
     }
 
 
@@ -879,3 +934,24 @@ def test_a_session_vector_cut_before_its_ends_is_incomplete(tmp_path, capsys):
     paths[1].write_bytes(b"".join(bytes.fromhex(r) for r in records[:cut]))
     assert pobo_main(["audit", str(paths[1]), "--keys", str(keys)]) == 4
     assert pobo_main(["audit", str(paths[1]), "--keys", str(keys), "--allow-incomplete"]) == 0
+def test_pobo_merkle_log_gives_the_vector_s_roots_and_proofs():
+    """pobo's Merkle log (protocol.merkle, and parties.ledger_log over a journal) gives the
+    vector's leaf hashes, roots and consistency proofs, and verifies each proof; a proof
+    against another size's root fails."""
+    from pobo.protocol.checkpoint import entry_record
+    from pobo.protocol.merkle import MerkleTree, leaf_hash, verify_consistency
+
+    vector = _DATA["merkle_log"]
+    tree = MerkleTree()
+    for entry, expected in zip(LEDGER_ENTRIES, vector["leaf_hashes"], strict=True):
+        leaf = leaf_hash(entry_record(*entry))
+        assert leaf.hex() == expected
+        tree.append(leaf)
+    assert [tree.root(k).hex() for k in range(tree.size + 1)] == vector["roots"]
+    roots = [bytes.fromhex(r) for r in vector["roots"]]
+    for name, proof in vector["consistency"].items():
+        m, n = map(int, name.split("-"))
+        assert [p.hex() for p in tree.consistency(m, n)] == proof
+        nodes = [bytes.fromhex(p) for p in proof]
+        assert verify_consistency(m, n, nodes, roots[m], roots[n])
+        assert not verify_consistency(m, n, nodes, roots[m - 1], roots[n])
