@@ -252,8 +252,9 @@ async def test_a_release_that_can_never_be_granted_is_refused_at_the_hello(tmp_p
     ctx = new_context()
     peer = Peer(ctx, endpoint)
     try:
-        refused = await peer.ask(encode(Hello(PROTOCOL_VERSION, "t", strategy="gp-ucb",
-                                              release_delta=0.01, batch=batch)))
+        hello = await with_cookie(peer.sock, Hello(PROTOCOL_VERSION, "t", strategy="gp-ucb",
+                                                   release_delta=0.01, batch=batch), bare=True)
+        refused = await peer.ask(encode(hello))
         assert isinstance(refused, Error) and refused.code == ErrorCode.POLICY.value, refused
         assert ("distinct" if distinct else "batch") in refused.message
         assert not service.journal.sessions()
