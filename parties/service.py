@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from pobo.parties.choices import DEFAULT_LIFT, LIFT_MODES  # noqa: F401  (re-exported)
-from pobo.parties.budget import DatasetLedger, session_ledger
+from pobo.parties.budget import DatasetLedger, ledger_scope_of, session_ledger
 from pobo.parties.budget_history import fixed_budget
 from pobo.parties.checkpoints import (
     HeadFile, LedgerBehind, check_head_kept, check_not_behind,
@@ -414,7 +414,7 @@ class CuratorService:
                                                                              self.ldp),
             noise=problem.noise, budget_epsilon=budget["budget_epsilon"] or 0.0,
             budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0,
-            distinct=bool(s.distinct))
+            distinct=bool(s.distinct), ledger_scope=ledger_scope_of(self.journal))
 
     def new_session(self, security: str = "in-process", owner: str = "in-process",
                     batch: int = 1) -> CuratorSession:

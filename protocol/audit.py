@@ -65,7 +65,7 @@ import numpy as np
 from pobo.protocol.chunks import with_body
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import ErrorCode, ProtocolError
-from pobo.protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
+from pobo.protocol.ledger import CENTRAL, LOCAL, PROCESS_ONLY, PROCESS_SCOPE, Entry, Ledger
 from pobo.protocol.checkpoint import Checkpoint, charged_floor, forks, inconsistencies
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Release, Reward,
@@ -236,6 +236,9 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
                             + "; alone it cannot vouch for its tail: records cut from its "
                             "end (a later release, say) cannot be seen (PROTOCOL.md 12.3)")
         report.complete = False
+    if welcome.params.ledger_scope == PROCESS_SCOPE:
+        report.notes.append(f"{PROCESS_ONLY}: the curator kept its ledger in memory "
+                            "(ledger_scope 'process'); a restart of it started a new budget")
     report.ledger = recompute_ledger(messages, welcome).to_dict()
     report.checkpoints = checkpoints(messages, role, str(path))
     report.floors = charged_floors(messages, role, report.checkpoints)

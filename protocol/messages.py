@@ -66,6 +66,9 @@ class SessionParams:
     security: str = "in-process"  # 'curve', 'plaintext' (ZeroMQ) or 'in-process'
     batch: int = 1  # queries the modeler may keep outstanding (its Hello's, capped by the curator)
     distinct: bool = False  # the scenario's public rule: never query a row twice (a test result)
+    # version 6: where the budget holds: 'dataset' (a journal on disk: every restart of the
+    # curator on the data), 'process' (memory: this curator process only); '' = unstated
+    ledger_scope: str = ""
 
 
 @dataclass(frozen=True)

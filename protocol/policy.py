@@ -193,6 +193,9 @@ class Boundary:
                 raise ProtocolError("a second welcome in one session", ErrorCode.SEQUENCE)
             if not 1 <= message.params.batch <= MAX_BATCH:
                 raise ProtocolError(f"a welcome granting a batch of {message.params.batch}")
+            if message.params.ledger_scope not in ("", "dataset", "process"):
+                raise ProtocolError(f"a welcome's ledger_scope is 'dataset', 'process' or '', "
+                                    f"not {message.params.ledger_scope[:40]!r}")
             why = None if self.hello is None else release_refusal(self.hello, message.params)
             if why is not None:  # the curator refuses such a Hello: it welcomes none
                 raise PolicyViolation(f"a welcome to a hello it must refuse: {why}")
