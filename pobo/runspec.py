@@ -16,6 +16,13 @@ from pobo.parties.choices import DEFAULT_DURABILITY, DEFAULT_LIFT, HyperFit, str
 from pobo.scenarios.registry import DISTINCT_ROWS, public_inputs
 
 LISTENING = "[curator] listening on "  # then the endpoint: what `pobo run` waits for
+# the fields of a curator's records that must not leave it: the unsalted SHA-256 of
+# (X, f) (a guess of the data is checked against it), the exact sigma_min of X (the
+# statistic the private lift test protects) and f*, the best value of f over every row.
+# Every curator.json names them in its "curator_private" field; the curator's own
+# commands use them (`pobo audit --data` checks a file by the digest), `pobo report` and
+# anything made for an auditor leave them out (pobo.party_records.without_curator_private).
+CURATOR_PRIVATE = ("dataset_digest", "sigma_min", "f_star")
 ROLES = ("curator", "modeler")  # protocol.policy's CURATOR and MODELER (no numpy here)
 
 

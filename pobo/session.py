@@ -34,7 +34,7 @@ from pobo.progress import step
 from pobo.scenarios.registry import build_problem
 from pobo.releases import release_handler
 from pobo.runspec import (  # noqa: F401  (re-exported: defined without numpy)
-    LISTENING, RunConfig, merge_results, startup_warnings, write_json,
+    CURATOR_PRIVATE, LISTENING, RunConfig, merge_results, startup_warnings, write_json,
 )
 
 
@@ -395,6 +395,7 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "dataset_digest": service.digest, "ledger": session.ledger_view(),
         "privacy_unit": service.privacy_unit(),
         "authors_code": AUTHORS_CODE_NOTE if s.additive_lift else None,
+        "curator_private": list(CURATOR_PRIVATE),  # never to leave the curator (runspec)
     }
 
 

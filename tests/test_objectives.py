@@ -774,7 +774,7 @@ def test_pobo_answer_lists_and_enters_values(tmp_path, capsys):
     assert "already has the value 0.25" in capsys.readouterr().err
     assert main(["answer", "--journal", str(tmp_path / "j.db"), "s1", "1"]) == 1
     assert main(["answer", "--journal", str(tmp_path / "nope.db"), "--list"]) == 1
-    assert main(["curator", "synthetic", "--objective-wait"]) == 1  # needs --journal
+    assert main(["curator", "synthetic", "--bind", "tcp://127.0.0.1:0", "--objective-wait"]) == 1  # needs --journal
     assert "--objective-wait needs --journal" in capsys.readouterr().err
 
 
