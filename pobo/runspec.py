@@ -79,10 +79,12 @@ class RunConfig:
         return strategy_spec(self.strategy, self.moma_k, bool(self.distinct), self.authors_code)
 
 
-def startup_warnings(config: RunConfig, n: int | None = None) -> list[str]:
+def startup_warnings(config: RunConfig, n: int | None = None,
+                     command: str = "curator") -> list[str]:
     """What a curator started with `config` (on `n` rows, when known) says loudly before
     it serves: every setting that removes or weakens the DP guarantee or its budget,
-    a delta given at or above 1/n among them."""
+    a delta given at or above 1/n among them. `command`: what the user typed, `pobo
+    curator` or `pobo run` (which seeds every run: its seed is not a flag the user gave)."""
     out = []
     given = [("--delta", config.delta), ("--budget-delta", config.budget_delta),
              ("--ldp-row-delta", config.ldp_row_delta)]
@@ -97,7 +99,13 @@ def startup_warnings(config: RunConfig, n: int | None = None) -> list[str]:
     elif config.lift == "paper":
         out.append("--lift paper: Algorithm 1 as published branches on the exact sigma_min; "
                    "the release is NOT covered by the DP claim (every record says dp: false)")
-    if config.seed is not None:
+    if config.seed is not None and command == "run":
+        out.append(f"this run is a seeded simulation (seed {config.seed}; pobo run seeds "
+                   "every run, 0 unless --seed): its projection, noise and measurements can "
+                   "be recomputed, so it is NOT differentially private (every record says "
+                   "randomness: seeded, dp: false); a deployment runs `pobo curator` "
+                   "without --seed")
+    elif config.seed is not None:
         out.append(f"--seed {config.seed} draws the projection, the noise and the session's "
                    "measurements from a known seed: for simulation only, NOT differentially "
                    "private (every record says randomness: seeded, dp: false)")

@@ -479,7 +479,7 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     out = Path(out)
     session = prepare_curator(config, problem)
     if verbose:  # said once the dataset is built (a broken scenario is one error line)
-        for line in startup_warnings(config, session.service.problem.X.shape[0]):
+        for line in startup_warnings(config, session.service.problem.X.shape[0], "run"):
             CURATOR_LOG.warning("warning: %s", line)
     cpipe, mpipe = pipe_pair()
     where = out if transcripts else None
