@@ -262,10 +262,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "you trust (by default: exit status 3)")
     p.set_defaults(handler=_cmd_audit)
 
-    p = sub.add_parser("report", help="write one self-contained HTML page about a run or a "
-                                      "sweep folder: parameters, ledger, audit, regret curves")
+    p = sub.add_parser("report", help="write one self-contained HTML page about a run, a "
+                                      "sweep or a deployment's curator or modeler folder: "
+                                      "answer, privacy, ledger, audit, curves")
     p.add_argument("folder", type=Path, metavar="RUN_OR_SWEEP_DIR",
-                   help="a run folder (result.json) or a sweep folder (runs.csv)")
+                   help="a run folder (result.json), a sweep folder (runs.csv), or a "
+                        "curator's session or a modeler's folder (curator.json, "
+                        "modeler.json)")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="where to write the page (default RUN_OR_SWEEP_DIR/report.html)")
     p.set_defaults(handler=_cmd_report)
@@ -275,8 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", type=Path, nargs="?", default=Path("runs"), metavar="DIR",
                    help="where to look (default ./runs), down to 4 levels: a folder with "
                         "result.json is a run, one with runs.csv a sweep (its runs/ are "
-                        "summarised on its line, not listed), one with only a party's record "
-                        "an incomplete run; TIME is when the result (runs.csv) was written")
+                        "summarised on its line, not listed), one with a party's record a "
+                        "deployment's curator or modeler (or a run not merged); STATUS is "
+                        "ok, failed or interrupted; TIME is when its record was written")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(handler=_cmd_runs)
 
