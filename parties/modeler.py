@@ -24,7 +24,7 @@ from pobo.parties.gp import IncrementalGP
 from pobo.parties.kernels import kernel_by_name, noisy_input_kernel
 from pobo.parties.likelihood import Fit, fit_hyperparameters
 from pobo.parties.robust import ROBUST, RewardModel
-from pobo.parties.strategies import KusnerUCB, Robust, Strategy, avoiding
+from pobo.parties.strategies import KusnerUCB, Robust, Strategy, avoiding, chooses_around
 from pobo.protocol.messages import ProjectedDataset, Release, ReleaseRequest, SessionParams
 from pobo.protocol.policy import LDP_REWARD
 
@@ -143,12 +143,8 @@ class Modeler:
         """The row to query in the next round (initial design first, when fitting), given
         the rewards told and the pending queries hallucinated (GP-BUCB)."""
         asked = len(self._asked)
-        if self.learner is not None:
-            chosen = self.learner.next_index(self.rng)
-            if chosen in self.spent:
-                raise ValueError(f"{self._name()} chose row {chosen}, whose privacy budget "
-                                 "is spent, and cannot choose around it")
-            return chosen
+        if self.learner is not None:  # (never given a spent row: `withdraw` refuses)
+            return self.learner.next_index(self.rng)
         self._hallucinate()
         if asked < self._design.size and int(self._design[asked]) not in self.spent:
             return int(self._design[asked])
@@ -162,10 +158,12 @@ class Modeler:
         budget (PROTOCOL.md 7.1: a refused query is not asked; its seq is asked again),
         and never choose that row again; returns the row. Only the slot asked last, not
         yet hallucinated into the GP (every slot of a session with one query
-        outstanding), can be taken back: ValueError otherwise."""
+        outstanding), of a strategy that can choose around a row (GP-UCB, random), can be
+        taken back: ValueError otherwise."""
         last = len(self._asked) - 1
-        if slot != last or slot not in self._engine_slot or (
-                self.learner is None and self._deferred != slot):
+        if self.learner is not None or not chooses_around(self.strategy):
+            raise ValueError(f"{self._name()} cannot choose around a row")
+        if slot != last or slot not in self._engine_slot or self._deferred != slot:
             raise ValueError(f"slot {slot} cannot be taken back (only the slot asked last, "
                              "before another query is chosen)")
         row = self._asked.pop()

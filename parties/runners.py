@@ -322,8 +322,8 @@ def ask_again(modeler: Modeler, refusal: Error) -> None:
         row = modeler.withdraw(refusal.seq - 1)
         log.info("query %d: row %d's privacy budget is spent (%s): asking again with "
                  "another row", refusal.seq, row, refusal.message)
-    except ValueError as exc:
-        raise PeerError(refusal.code, f"{refusal.message} ({exc})") from None
+    except ValueError:  # as before: the curator's refusal ends the session
+        raise PeerError(refusal.code, refusal.message) from None
 
 
 async def closing_head(channel: Channel) -> LedgerHead | None:

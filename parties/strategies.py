@@ -146,6 +146,13 @@ class Distinct:
         return argmax_breaking_ties(score, rng)
 
 
+def chooses_around(strategy) -> bool:
+    """Whether `avoiding` can choose for `strategy` (GP-UCB, Kusner's, random, each under
+    a Distinct rule or not); not the robust learners nor a caller's own strategy."""
+    inner = strategy.inner if isinstance(strategy, Distinct) else strategy
+    return isinstance(inner, (GPUCB, KusnerUCB, RandomChoice))
+
+
 def avoiding(strategy, gp: IncrementalGP, t: int, rng: np.random.Generator,
              spent: set[int]) -> int:
     """`strategy`'s choice at round t among the rows not in `spent` (rows whose privacy
