@@ -242,9 +242,10 @@ def test_batches_of_four_find_the_optimum_about_as_well_as_sequential_gp_ucb():
 
 
 @pytest.mark.slow
+@pytest.mark.full  # reduced, it was the test above on 10 more seeds: pytest --full
 def test_batches_of_four_match_sequential_gp_ucb_on_many_seeds():
     """As above on seeds 0-119 with slack 0.02 (measured: q1 0.093, q4 0.099, gap 0.006 +-
-    0.008); reduced (without pytest --full): seeds 0-39, slack 0.05."""
+    0.008); reduced: seeds 0-39, slack 0.05."""
     seeds, slack = (range(40), 0.05) if REDUCED else (range(120), 0.02)
     mean, se = _regret_gap(seeds)
     assert mean <= 2 * se + slack, (mean, se)

@@ -855,6 +855,7 @@ def test_a_deferred_answer_entered_after_a_curator_restart_completes_the_session
     assert np.allclose(record["measured"], [-((r % 8) - 3) ** 2 / 10 for r in record["queries"]])
 
 
+@pytest.mark.full  # 26 s of waiting for the 10 s lines: pytest --full
 def test_a_standalone_modeler_says_every_10_s_that_the_curator_is_unreachable(tmp_path):
     """The issue (22, item 10): a modeler whose curator died with a query pending retries
     for its --patience; it must not be silent meanwhile."""
