@@ -47,6 +47,9 @@ class CuratorProcess:
                 line = self.proc.stdout.readline()
                 if "listening on" in line or not line:
                     break
+        if "listening on" not in line and self.proc.poll() is not None:
+            raise AssertionError(f"the curator exited ({self.proc.returncode}) before "
+                                 f"listening: {self.proc.stderr.read()[-2000:]}")
         assert "listening on" in line, (line, self.proc.poll())
         self.endpoint = line.split("listening on", 1)[1].strip()
 
