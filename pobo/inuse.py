@@ -25,6 +25,10 @@ def holding(folder: Path | str) -> Iterator[Path]:
     run holds it. Where the file system keeps no locks, nothing is held (as the
     transcript's writers: protocol.filelock)."""
     folder = Path(folder)
+    made = folder.absolute()  # the outermost folder made here (to remove if left empty)
+    while not made.parent.exists():
+        made = made.parent
+    made = None if folder.exists() else made
     folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
@@ -39,3 +43,17 @@ def holding(folder: Path | str) -> Iterator[Path]:
             unlock(fd)
     finally:
         os.close(fd)
+        if made is not None:  # a run that wrote nothing leaves no folder behind
+            _remove_empty(folder.absolute(), made)
+
+
+def _remove_empty(folder: Path, up_to: Path) -> None:
+    """Remove `folder` and its parents up to `up_to` while they are empty."""
+    while True:
+        try:
+            folder.rmdir()  # only if empty
+        except OSError:
+            return
+        if folder == up_to or folder.parent == folder:
+            return
+        folder = folder.parent
