@@ -57,3 +57,20 @@ def _remove_empty(folder: Path, up_to: Path) -> None:
         if folder == up_to or folder.parent == folder:
             return
         folder = folder.parent
+
+
+def in_use(folder: Path | str) -> bool:
+    """Whether a live run holds `folder` now (`holding`), without waiting or holding it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return False
+    try:
+        try:
+            if lock(fd, timeout=0):
+                unlock(fd)
+            return False
+        except LockBusy:
+            return True
+    finally:
+        os.close(fd)

@@ -9,7 +9,8 @@ folders are runs too, each described by what its side can know (pobo.party_recor
 curator's session folder (curator.json: kind "curator"), a modeler's or an ask/tell
 client's folder (modeler.json: kind "modeler"), and a `pobo run` folder holding both
 parties' records but no result.json (a run that failed or was stopped: kind "run").
-Every status is ok, failed (its cause in `note`) or interrupted. A run that carries no
+Every status is ok, failed (its cause in `note`) or interrupted, or running while a
+`pobo run` still holds the folder (pobo.inuse). A run that carries no
 DP claim (seeded, --lift paper, non-private) says "no DP claim" where its epsilon would
 be. Other folders are searched, down to MAX_DEPTH levels. A record that cannot be read
 is listed with status "unreadable" and a one-line note, never a traceback.
@@ -28,6 +29,7 @@ from pobo.headline import (
 from pobo.party_records import (
     TRANSCRIPTS, folder_kind, modeler_view, party_status, read_record, status_of,
 )
+from pobo.inuse import in_use
 from pobo.runspec import nominal_reason
 
 MAX_DEPTH = 4  # how deep under DIR to look for runs and sweeps
@@ -100,6 +102,8 @@ def describe(folder: Path, root: Path) -> dict:
             entry.update(describe_run(read_result(record)))
         else:
             entry.update(describe_party(folder, kind))
+            if in_use(folder):  # a `pobo run` still going: its records are not final
+                entry.update(status="running", note="a run is still going in this folder")
     except (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         entry.update(status="unreadable", note=f"{record.name}: {type(exc).__name__}: "
                                                 f"{one_line(exc)}")

@@ -188,3 +188,19 @@ def test_a_seeded_run_says_no_dp_claim_in_runs_and_report(tmp_path):
     assert modeler["kind"] == "modeler" and modeler["dp_claim"] is False
     assert "no DP claim" in runs_table([modeler])
     assert "no DP claim (seeded" in _section(_report(side, tmp_path), "result")
+
+
+def test_a_folder_a_live_run_holds_is_running_not_interrupted(tmp_path):
+    """A `pobo run` still going has transcripts and no record yet: `pobo runs` says it is
+    running (it holds the folder: pobo.inuse), not that it was interrupted."""
+    from pobo.inuse import holding
+
+    out = tmp_path / "live"
+    out.mkdir()
+    (out / "curator.transcript").write_bytes(b"")
+    (out / "modeler.transcript").write_bytes(b"")
+    with holding(out):
+        [entry] = list_runs(out)
+        assert entry["status"] == "running", entry
+    [entry] = list_runs(out)
+    assert entry["status"] == "interrupted" and "no record" in entry["note"]
