@@ -291,7 +291,8 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
     dataset = expect(await channel.recv(), Dataset)
     modeler = Modeler(welcome.params, dataset.release, under_rules(strategy, welcome.params),
                       rng, hyper)
-    window = QueryWindow(channel, retries, retry_delay, on_pending)
+    window = QueryWindow(channel, retries, retry_delay, on_pending,
+                         give_back=(ErrorCode.PRIVACY_BUDGET.value,))
     q = max(1, min(batch, welcome.params.batch))
     next_seq = 1
     if resume is not None:
@@ -319,6 +320,10 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                 await window.send(Query(next_seq, modeler.ask()))
                 next_seq += 1
             reward = await window.next_reward()
+            if isinstance(reward, Error):  # its row's budget is spent: another row
+                ask_again(modeler, reward)
+                next_seq = reward.seq
+                continue
             modeler.tell(reward.seq - 1, reward.value)
             if on_step is not None:
                 on_step(reward.seq, reward.index, reward.value)
@@ -344,6 +349,19 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         modeler.ledger_head = (None if end is None or end.ledger == NO_LEDGER_HEAD
                                else end.ledger)
     return modeler
+
+
+def ask_again(modeler: Modeler, refusal: Error) -> None:
+    """Take back the query the curator refused for its row's privacy budget, so that its
+    seq is asked again with another row (PROTOCOL.md 7.1: a refused query is not asked);
+    the refusal as a PeerError when the modeler cannot (a robust learner, or a batch
+    whose later queries were chosen around it)."""
+    try:
+        row = modeler.withdraw(refusal.seq - 1)
+        log.info("query %d: row %d's privacy budget is spent (%s): asking again with "
+                 "another row", refusal.seq, row, refusal.message)
+    except ValueError:  # as before: the curator's refusal ends the session
+        raise PeerError(refusal.code, refusal.message) from None
 
 
 async def closing_head(channel: Channel) -> LedgerHead | None:
@@ -391,9 +409,11 @@ class QueryWindow:
     `retry_delay` seconds, `retries` times. A late duplicate is skipped."""
 
     def __init__(self, channel: Channel, retries: int = 2, retry_delay: float = 1.0,
-                 on_pending: PendingCallback | None = None) -> None:
+                 on_pending: PendingCallback | None = None,
+                 give_back: tuple[str, ...] = ()) -> None:
         self.channel, self.retries, self.retry_delay = channel, int(retries), float(retry_delay)
         self.on_pending = on_pending
+        self.give_back = give_back  # refusal codes returned as the Error (not raised)
         self.outstanding: dict[int, int] = {}  # seq -> row
         self.pending: dict[int, float] = {}  # seq -> seconds waited, as the curator last said
         self.failures: dict[int, int] = {}
@@ -409,8 +429,9 @@ class QueryWindow:
         for seq in seqs:
             await self.channel.send(Query(seq, self.outstanding[seq]))
 
-    async def next_reward(self) -> Reward:
-        """The next reward for any outstanding query."""
+    async def next_reward(self) -> Reward | Error:
+        """The next reward for any outstanding query (or the curator's refusal of one, for
+        a code in `give_back`)."""
         while True:
             timeout = self.channel.timeout / 2 if self.pending else self.channel.timeout
             try:
@@ -440,6 +461,11 @@ class QueryWindow:
                 self.pending.pop(message.seq, None)
                 await asyncio.sleep(self.retry_delay)
                 await self._resend([message.seq])
+            elif (isinstance(message, Error) and message.seq in self.outstanding
+                  and message.seq not in self.pending and message.code in self.give_back):
+                del self.outstanding[message.seq]  # refused: not asked (PROTOCOL.md 7.1)
+                self.failures.pop(message.seq, None)
+                return message
             else:
                 reward = expect(message, Reward)
                 del self.outstanding[reward.seq]

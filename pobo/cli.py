@@ -128,10 +128,39 @@ def _stop_with_parent() -> bool:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: the mistake and where help is, not the whole usage."""
+    """argparse with one-line errors: the mistake, the nearest flag or choice to what was
+    mistyped (difflib), and where help is, not the whole usage. A flag no subcommand
+    knows is reported by the subcommand it was given to (`pobo run: error: ...`), not by
+    `pobo`."""
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            subcommands = getattr(self, "subcommands", {})
+            where = subcommands.get(getattr(parsed, "command", None), self)
+            where.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{self.nearest(message)} "
+                     f"(see {self.prog} --help)\n")
+
+    def nearest(self, message: str) -> str:
+        """'; did you mean --eps?' for a mistyped flag or choice named in `message`."""
+        import difflib
+        import re
+
+        if message.startswith("unrecognized arguments:"):
+            known = [o for o in self._option_string_actions if o.startswith("--")]
+            typed = [t.split("=")[0] for t in message.split(":", 1)[1].split()
+                     if t.startswith("-")]
+        else:
+            found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+            if found is None:
+                return ""
+            typed, known = [found.group(1)], re.findall(r"'?([\w.+-]+)'?", found.group(2))
+        guesses = [g for t in typed for g in difflib.get_close_matches(t, known, n=1)]
+        return f"; did you mean {' or '.join(dict.fromkeys(guesses))}?" if guesses else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,10 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "peer, whose tail it cannot vouch for (by default: exit status 4)")
     p.set_defaults(handler=_cmd_audit)
 
-    p = sub.add_parser("report", help="write one self-contained HTML page about a run or a "
-                                      "sweep folder: parameters, ledger, audit, regret curves")
+    p = sub.add_parser("report", help="write one self-contained HTML page about a run, a "
+                                      "sweep or a deployment's curator or modeler folder: "
+                                      "answer, privacy, ledger, audit, curves")
     p.add_argument("folder", type=Path, metavar="RUN_OR_SWEEP_DIR",
-                   help="a run folder (result.json) or a sweep folder (runs.csv)")
+                   help="a run folder (result.json), a sweep folder (runs.csv), or a "
+                        "curator's session or a modeler's folder (curator.json, "
+                        "modeler.json)")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="where to write the page (default RUN_OR_SWEEP_DIR/report.html)")
     p.set_defaults(handler=_cmd_report)
@@ -249,8 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", type=Path, nargs="?", default=Path("runs"), metavar="DIR",
                    help="where to look (default ./runs), down to 4 levels: a folder with "
                         "result.json is a run, one with runs.csv a sweep (its runs/ are "
-                        "summarised on its line, not listed), one with only a party's record "
-                        "an incomplete run; TIME is when the result (runs.csv) was written")
+                        "summarised on its line, not listed), one with a party's record a "
+                        "deployment's curator or modeler (or a run not merged); STATUS is "
+                        "ok, failed or interrupted; TIME is when its record was written")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(handler=_cmd_runs)
 
@@ -719,7 +752,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     elif refused:
         print(f"DP release refused: {refused}")
     print(f"result: {Path(out) / 'result.json'}")
+    print(next_commands(Path(out)))
     return 0
+
+
+def next_commands(out: Path) -> str:
+    """What a person does after `pobo run`: the report page and the audit of the two
+    transcripts (as shell words: a folder name with spaces is quoted)."""
+    import shlex
+
+    folder = shlex.quote(str(out))
+    transcripts = " ".join(shlex.quote(str(out / f"{role}.transcript"))
+                           for role in ("curator", "modeler"))
+    return ("next: pobo report " + folder + "   (one HTML page: answer, privacy, ledger, "
+            "audit)\n      pobo audit " + transcripts + "   (check both records, trusting "
+            "neither party)\n      pobo runs " + shlex.quote(str(out.parent)) +
+            "   (every run there, one line each)")
 
 
 def timing_line(modeler: dict) -> str | None:
@@ -999,9 +1047,10 @@ def _cmd_curator(args: argparse.Namespace) -> int:
                       else None)
     check_bindable(args.bind)  # before the journal or OUT is written: it could not serve
     writable(args.out)  # refused now, not after a modeler's Hello
+    command = "run" if args.under_run else "curator"  # what the user typed
     warning = new_journal_warning(config)
     if warning is not None:
-        print(f"pobo curator: warning: {warning}", file=sys.stderr, flush=True)
+        print(f"pobo {command}: warning: {warning}", file=sys.stderr, flush=True)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
     service = None
     try:
@@ -1011,8 +1060,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
             print(f"pobo curator: the dataset's ledger: {service.journal.path} (its own journal;"
                   " --journal to place it, --ephemeral-ledger for this process only)",
                   file=sys.stderr, flush=True)
-        for line in startup_warnings(config, service.problem.X.shape[0]):  # once it is built
-            print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
+        for line in startup_warnings(config, service.problem.X.shape[0], command):  # built
+            print(f"pobo {command}: warning: {line}", file=sys.stderr, flush=True)
         result = spin.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                         max_sessions=args.max_sessions,
                                         max_sessions_per_key=args.max_sessions_per_key,

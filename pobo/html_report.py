@@ -37,6 +37,7 @@ from pobo.headline import (
     varied_fields,
 )
 from pobo.report import dp_notice, frontier, markdown_table
+from pobo.party_records import folder_kind
 from pobo.runspec import nominal_reason
 
 REPORT_NAME = "report.html"
@@ -62,9 +63,10 @@ class Curve:
 
 
 def write_html_report(folder: Path | str, out: Path | str | None = None) -> Path:
-    """Write the HTML report of a run or sweep folder to `out` (default FOLDER/report.html)
-    and return its path; ReportError for a folder that is neither, or whose records
-    hold values of the wrong shape (a list where a number belongs, ...)."""
+    """Write the HTML report of a run, sweep or party's folder (a deployment's curator or
+    modeler: pobo.party_report) to `out` (default FOLDER/report.html) and return its
+    path; ReportError for a folder that is none of them, or whose records hold values of
+    the wrong shape (a list where a number belongs, ...)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReportError(f"no folder at {folder}")
@@ -73,9 +75,13 @@ def write_html_report(folder: Path | str, out: Path | str | None = None) -> Path
             page = run_report_html(folder)
         elif (folder / "runs.csv").is_file():
             page = sweep_report_html(folder)
+        elif folder_kind(folder) is not None:  # a deployment's curator or modeler folder
+            from pobo.party_report import party_report_html
+
+            page = party_report_html(folder, folder_kind(folder))
         else:
-            raise ReportError(f"{folder} is neither a run folder (result.json) nor a sweep "
-                              "folder (runs.csv)")
+            raise ReportError(f"{folder} holds no run (result.json), sweep (runs.csv) nor "
+                              "party's record (curator.json, modeler.json, a transcript)")
     except ReportError:
         raise
     except (TypeError, KeyError, AttributeError, IndexError, ValueError) as exc:
@@ -94,7 +100,7 @@ RUN_PARAMETERS = (
     ("scenario", "scenario"), ("status", "status"), ("end_reason", "end reason"),
     ("n", "n (rows)"), ("d", "d (columns)"), ("r", "r (projection dimension)"), ("T", "T"),
     ("policy", "policy"), ("epsilon", "ε"), ("delta", "δ"), ("lift", "lift"),
-    ("lifted", "lifted"), ("sigma_min", "σ_min(X)"),
+    ("lifted", "lifted"),  # (not sigma_min: curator-private, pobo.party_records)
     ("omega", "ω: the release's noise parameter (the Gaussian σ of gaussian-rows)"),
     ("ldp_epsilon", "LDP ε (rewards)"), ("seed", "seed"), ("randomness", "randomness"),
     ("batch", "batch"), ("objective", "objective"), ("metric", "metric"),
@@ -125,7 +131,8 @@ def run_report_html(folder: Path) -> str:
                                            for k, v in result["kernel"].items())))
     body = [f"<h1>pobo run: {_e(result.get('scenario', '?'))}</h1>", _where(folder),
             "<section id='result'>", "<h2>Result</h2>", run_result_html(result),
-            "<h3>Privacy</h3>", privacy_html(result.get("privacy_unit"), result.get("ledger")),
+            "<h3>Privacy</h3>", privacy_html(result.get("privacy_unit"), result.get("ledger"),
+                                             nominal_spent(result)),
             "</section>",
             f"<h2 id='regret'>{'Hits' if result.get('metric') == 'hits' else 'Regret'}</h2>",
             _run_figure(result),
@@ -153,15 +160,14 @@ def run_result_html(result: dict) -> str:
     elif head["metric"] == "measured":
         rows += [("best measured value", number(head["best"], 6))]
     elif head["value"] is not None:
-        rows += [("best f found", number(head["best"], 6)), ("f* (the best row)",
-                                                             number(head["optimum"], 6)),
+        rows += [("best f found", number(head["best"], 6)),  # (not f*: curator-private)
                  ("simple regret S_T", f"{head['regret']:.4g} = {head['value']:.4g} σ_y "
                   f"(σ_y = {head['sigma_y']:.4g}, {result.get('sigma_y_source') or '?'})")]
     modeler = result.get("modeler") if isinstance(result.get("modeler"), dict) else {}
     rows += [("queries", len(result.get("queries") or [])), ("T", result.get("T")),
              ("strategy", modeler.get("strategy")), ("policy", policy_text(result)),
              ("status", result.get("status"))]
-    return (f"<p class='answer'>{_e(head['text'])}</p>"
+    return (f"<p class='answer'>{_e(head.get('public', head['text']))}</p>"
             + _table(("", ""), rows, head=False))
 
 
@@ -187,6 +193,14 @@ def privacy_html(unit: object, ledger: object, spent_line: str | None = None) ->
     spent = spent_line if spent_line is not None else spent_text(ledger_spent(ledger))
     parts.append(f"<p class='spent'>Ledger: {_e(spent)}</p>")
     return "\n".join(parts)
+
+
+def nominal_spent(result: dict) -> str | None:
+    """The ledger's line for a run with no DP claim (its epsilons are nominal, not spent
+    under a guarantee); None for a run that carries one."""
+    why = nominal_reason(result)
+    return None if why is None else (f"no DP claim ({why}): nominally "
+                                     + spent_text(ledger_spent(result.get("ledger"))))
 
 
 def _ledger_html(ledger: object, nominal: str | None = None) -> str:

@@ -16,6 +16,13 @@ from pobo.parties.choices import DEFAULT_DURABILITY, DEFAULT_LIFT, HyperFit, str
 from pobo.scenarios.registry import DISTINCT_ROWS, public_inputs
 
 LISTENING = "[curator] listening on "  # then the endpoint: what `pobo run` waits for
+# the fields of a curator's records that must not leave it: the unsalted SHA-256 of
+# (X, f) (a guess of the data is checked against it), the exact sigma_min of X (the
+# statistic the private lift test protects) and f*, the best value of f over every row.
+# Every curator.json names them in its "curator_private" field; the curator's own
+# commands use them (`pobo audit --data` checks a file by the digest), `pobo report` and
+# anything made for an auditor leave them out (pobo.party_records.without_curator_private).
+CURATOR_PRIVATE = ("dataset_digest", "sigma_min", "f_star")
 ROLES = ("curator", "modeler")  # protocol.policy's CURATOR and MODELER (no numpy here)
 
 
@@ -76,10 +83,12 @@ class RunConfig:
         return strategy_spec(self.strategy, self.moma_k, bool(self.distinct), self.authors_code)
 
 
-def startup_warnings(config: RunConfig, n: int | None = None) -> list[str]:
+def startup_warnings(config: RunConfig, n: int | None = None,
+                     command: str = "curator") -> list[str]:
     """What a curator started with `config` (on `n` rows, when known) says loudly before
     it serves: every setting that removes or weakens the DP guarantee or its budget,
-    a delta given at or above 1/n among them."""
+    a delta given at or above 1/n among them. `command`: what the user typed, `pobo
+    curator` or `pobo run` (which seeds every run: its seed is not a flag the user gave)."""
     out = []
     given = [("--delta", config.delta), ("--budget-delta", config.budget_delta),
              ("--ldp-row-delta", config.ldp_row_delta)]
@@ -94,7 +103,13 @@ def startup_warnings(config: RunConfig, n: int | None = None) -> list[str]:
     elif config.lift == "paper":
         out.append("--lift paper: Algorithm 1 as published branches on the exact sigma_min; "
                    "the release is NOT covered by the DP claim (every record says dp: false)")
-    if config.seed is not None:
+    if config.seed is not None and command == "run":
+        out.append(f"this run is a seeded simulation (seed {config.seed}; pobo run seeds "
+                   "every run, 0 unless --seed): its projection, noise and measurements can "
+                   "be recomputed, so it is NOT differentially private (every record says "
+                   "randomness: seeded, dp: false); a deployment runs `pobo curator` "
+                   "without --seed")
+    elif config.seed is not None:
         out.append(f"--seed {config.seed} draws the projection, the noise and the session's "
                    "measurements from a known seed: for simulation only, NOT differentially "
                    "private (every record says randomness: seeded, dp: false)")

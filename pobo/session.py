@@ -37,7 +37,7 @@ from pobo.progress import step
 from pobo.scenarios.registry import build_problem, public_inputs
 from pobo.releases import release_handler
 from pobo.runspec import (  # noqa: F401  (re-exported: defined without numpy)
-    LISTENING, RunConfig, merge_results, startup_warnings, write_json,
+    CURATOR_PRIVATE, LISTENING, RunConfig, merge_results, startup_warnings, write_json,
 )
 
 
@@ -447,6 +447,7 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "dataset_digest": service.digest, "ledger": session.ledger_view(),
         "privacy_unit": service.privacy_unit(),
         "authors_code": AUTHORS_CODE_NOTE if s.additive_lift else None,
+        "curator_private": list(CURATOR_PRIVATE),  # never to leave the curator (runspec)
     }
 
 
@@ -532,7 +533,7 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     out = Path(out)
     session = prepare_curator(config, problem)
     if verbose:  # said once the dataset is built (a broken scenario is one error line)
-        for line in startup_warnings(config, session.service.problem.X.shape[0]):
+        for line in startup_warnings(config, session.service.problem.X.shape[0], "run"):
             CURATOR_LOG.warning("warning: %s", line)
     cpipe, mpipe = pipe_pair()
     where = out if transcripts else None

@@ -35,6 +35,24 @@ def pytest_configure(config: pytest.Config) -> None:
             config.option.timeout = FULL_TIMEOUT
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Without --full, leave out the tests marked `full`: long checks (minutes of
+    processes or repetitions) whose guarantee a faster test also covers, so that the
+    README's suite stays within a few minutes on 2 cores; `pytest --full` runs them."""
+    if config.getoption("--full"):
+        return
+    later = [item for item in items if item.get_closest_marker("full")]
+    if later:
+        config.hook.pytest_deselected(items=later)
+        items[:] = [item for item in items if not item.get_closest_marker("full")]
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return ("pobo: the full-length checks run (--full)" if config.getoption("--full") else
+            "pobo: statistical checks reduced, tests marked `full` left out (pytest --full "
+            "runs them)")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove this test session's key store (one folder per run was left in /tmp)."""
     home = os.environ.get("POBO_HOME", "")

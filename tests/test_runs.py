@@ -25,8 +25,8 @@ def folder(tmp_path_factory) -> Path:
     """runs/ with a run, a non-private run, a sweep, a broken run, a broken sweep, an
     incomplete run and an empty folder, their records written at known times."""
     root = tmp_path_factory.mktemp("runs")
-    asyncio.run(run_inproc(RunConfig("synthetic", T=6, epsilon=8.0, options={"grid": 10}),
-                           root / "run-a"))
+    asyncio.run(run_inproc(RunConfig("synthetic", T=6, epsilon=8.0, options={"grid": 10},
+                                     seed=None), root / "run-a"))  # the OS CSPRNG: DP
     asyncio.run(run_inproc(RunConfig("synthetic", T=6, non_private=True,
                                      options={"grid": 10}), root / "deeper" / "run-np"))
     rows = run_sweep(SWEEP, root / "sweep", executor=ThreadPoolExecutor(1), progress=None)
@@ -52,7 +52,7 @@ def test_every_run_and_sweep_once_oldest_first(folder):
     entries = list_runs(folder)
     assert [Path(e["path"]).relative_to(folder).as_posix() for e in entries] == [
         "sweep", "broken", "run-a", "stopped", "bad-sweep", "deeper/run-np"]
-    assert [e["kind"] for e in entries] == ["sweep", "run", "run", "incomplete", "sweep",
+    assert [e["kind"] for e in entries] == ["sweep", "run", "run", "modeler", "sweep",
                                             "run"]
     times = [e["time"] for e in entries]
     assert times == sorted(times) and times[0] == "2023-11-14T22:13:20+00:00"
@@ -104,7 +104,7 @@ def test_unreadable_folders_are_one_line_notes(folder):
     assert by["broken"]["note"].startswith("result.json: JSONDecodeError: ")
     assert by["bad-sweep"]["status"] == "unreadable"
     assert by["bad-sweep"]["note"].startswith("runs.csv: ReportError: ")
-    assert by["stopped"]["status"] == "incomplete"
+    assert by["stopped"]["status"] == "failed"  # a record with no status: not "ok"
     for entry in by.values():
         assert entry["note"] is None or "\n" not in entry["note"]
     # a result.json of the wrong shape is a note too
@@ -130,7 +130,9 @@ def test_the_command_prints_a_table_and_json(folder):
     assert lines[1:] == runs_table(list_runs(folder)).splitlines()[1:]
     assert len(lines) == 7 and "Traceback" not in text.stdout
     assert "7.999" in lines[3].split() and "result.json: JSONDecodeError" in lines[2]
-    assert "n/a (no DP)" in lines[6]  # non-private: no epsilon, and no protection either
+    assert "no DP claim (non-private)" in lines[6]  # no epsilon, and no protection either
+    # the sweep's runs are seeded: their ledgers are nominal, not an epsilon spent
+    assert "no DP claim" in lines[1] and " of " not in lines[1].split("no DP claim")[0][-12:]
     as_json = pobo(str(folder), "--json")
     assert as_json.returncode == 0
     entries = json.loads(as_json.stdout)

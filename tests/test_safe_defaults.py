@@ -287,7 +287,7 @@ def test_pobo_ledger_json_into_head_ends_quietly(tmp_path):
 def test_a_public_key_as_curve_secret_is_named_as_such(tmp_path):
     from pobo.transport.security import make_keys
     paths = make_keys(tmp_path / "keys")
-    done = _pobo("curator", "synthetic", "--grid", "8", "--curve-secret",
+    done = _pobo("curator", "synthetic", "--grid", "8", "--bind", "tcp://127.0.0.1:0", "--curve-secret",
                  str(paths["curator_public"]), "--curve-allow", str(paths["allowed"]),
                  "--out", str(tmp_path / "o"))
     assert done.returncode == 1 and "is a public key, not a secret one" in done.stderr

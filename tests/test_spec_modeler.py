@@ -309,6 +309,7 @@ def test_spec_modeler_signed_session_with_refusals(tmp_path):
     keys = tmp_path / "keys"
     keys.mkdir()
     (keys / "curator.sign_secret").write_text(curator_secret.hex())
+    os.chmod(keys / "curator.sign_secret", 0o600)  # a secret key others may read is refused
     spec = SpecModeler(None, 0, modeler_key)
     (keys / "modeler.sign_public").write_text(spec.sign_key)
     T = 3
@@ -356,6 +357,7 @@ def test_spec_transcript_passes_pobo_audit(tmp_path):
     keys = tmp_path / "keys"
     keys.mkdir()
     (keys / "curator.sign_secret").write_text(curator_secret.hex())
+    os.chmod(keys / "curator.sign_secret", 0o600)  # a secret key others may read is refused
     (keys / "curator.sign_public").write_text(_public_hex(curator_secret) + "\n")
     (keys / "modeler.sign_public").write_text(_public_hex(modeler_secret) + "\n")
     T = 4
