@@ -41,6 +41,12 @@ truth, an optimism of at most the gap between `nearest` and `bayes`, both kept).
 The positions of the anchors in Z are taken as known (a release in file order, or rows
 the modeler has queried and recognised); the measurement does not cover finding them.
 
+Each feature also gets anonymeter's framing of inference risk (`residual_risk`: the
+share of what the baseline misses that an attack recovers). anonymeter itself is not
+used: its inference attack looks rows up in synthetic records by nearest neighbour (not
+this threat model: Z is a noised rotation of X, not a sample of records), and it needs
+pandas, scikit-learn, numba, polars and pyarrow with numpy < 1.27 (pobo runs on numpy 2).
+
 Plain numpy; scipy.linalg is imported only inside `anchored_estimate`.
 """
 from __future__ import annotations
@@ -255,6 +261,16 @@ def attack_rates(grids: list[FeatureGrid], estimate: np.ndarray, truth: np.ndarr
     return out
 
 
+def residual_risk(attack: float, baseline: float) -> float:
+    """Anonymeter's inference risk (Giomi et al. 2022): the attack's success beyond the
+    baseline's, as a share of what the baseline leaves to gain, (a - b) / (1 - b),
+    clipped to [0, 1] (0: nothing beyond the marginals; 1: every row the baseline
+    misses is recovered)."""
+    if baseline >= 1.0:
+        return 0.0
+    return float(min(1.0, max(0.0, (attack - baseline) / (1.0 - baseline))))
+
+
 FLAG_MARGIN = 0.05  # a feature is flagged when an attack beats the marginal's guess by more
 
 
@@ -300,7 +316,9 @@ def measure_risk(X: np.ndarray, Z: np.ndarray, names: list[str] | tuple[str, ...
                 "anchored_bayes": float(np.mean(rates["bayes"])),
                 "unanchored": b["best"], "unanchored_nearest": b["nearest"],
                 "unanchored_bayes": b["bayes"]}
-        item["flagged"] = max(item["anchored"], item["unanchored"]) > item["baseline"] + FLAG_MARGIN
+        best = max(item["anchored"], item["unanchored"])
+        item["residual"] = residual_risk(best, item["baseline"])
+        item["flagged"] = best > item["baseline"] + FLAG_MARGIN
         features.append(item)
     mean = lambda key: float(np.mean([f[key] for f in features]))  # noqa: E731
     return {"anchors": int(anchors), "repeats": int(repeats), "seed": int(seed),
@@ -308,6 +326,6 @@ def measure_risk(X: np.ndarray, Z: np.ndarray, names: list[str] | tuple[str, ...
                                           and Z.shape[1] >= d else "least squares"),
             "features": features, "flagged": [f["feature"] for f in features if f["flagged"]],
             "summary": {"baseline": mean("baseline"), "anchored": mean("anchored"),
-                        "unanchored": mean("unanchored"),
+                        "unanchored": mean("unanchored"), "residual": mean("residual"),
                         "best": float(np.mean([max(f["anchored"], f["unanchored"])
                                                for f in features]))}}

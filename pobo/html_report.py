@@ -201,7 +201,8 @@ def risk_html(risk: object) -> str:
     rows = [(f.get("feature"), f.get("grid"), pct(f.get("baseline")),
              pct(f.get("anchored")) + (f" ± {100 * f['anchored_sd']:.0f}"
                                        if f.get("anchored_sd") is not None else ""),
-             pct(f.get("unanchored")), "yes" if f.get("flagged") else "no")
+             pct(f.get("unanchored")), number(f.get("residual"), 2),
+             "yes" if f.get("flagged") else "no")
             for f in risk["features"] if isinstance(f, dict)]
     flagged = risk.get("flagged") or []
     return (f"<h3 id='risk'>Measured risk: what a modeler recovers</h3>"
@@ -212,7 +213,8 @@ def risk_html(risk: object) -> str:
             "to the public marginals. Share of rows whose value it recovers, against the "
             "best guess from the public marginal:</p>"
             + _table(("feature", "grid (recovered means)", "marginal's best guess",
-                      f"{k} known rows", "none known", "flagged"), rows)
+                      f"{k} known rows", "none known",
+                      "residual risk (anonymeter's)", "flagged"), rows)
             + f"<p class='risk-flag'>Flagged (an attack beats the marginal's guess by more "
               f"than 5 points): {_e(', '.join(flagged) if flagged else 'none')}.</p>")
 
@@ -372,9 +374,10 @@ def sweep_report_html(folder: Path) -> str:
             *([f"<p class='verdict bad'>{_e(dp_notice(rows).replace('**', ''))}</p>"]
               if dp_notice(rows) else []),
             sweep_result_html(rows, results), "</section>"]
-    if len({r.get("lift") for r in rows if r.get("policy") == "private"}) > 1:
+    measured = frontier_risk(rows)
+    if len({r.get("lift") for r in rows if r.get("policy") == "private"}) > 1 or measured:
         body += ["<h2 id='frontier'>Privacy-utility frontier</h2>", frontier_chart(rows)]
-    if frontier_risk(rows):
+    if measured:
         body += ["<h2 id='frontier-risk'>Measured risk against ε</h2>", risk_chart(rows),
                  markdown_html(frontier_risk_table(rows))]
     body += ["<h2 id='regret'>Curves</h2>", sweep_figure(rows, results, missing),

@@ -322,9 +322,9 @@ def write_report(rows: list[dict], out: Path | str, *, scenario: str, options: d
     notice = dp_notice(rows)
     if notice:
         table = notice + "\n" + table
-    if len({r["lift"] for r in rows if r["policy"] == "private"}) > 1:
-        table += "\n" + frontier_table(rows)
     risk = frontier_risk_table(rows)
+    if len({r["lift"] for r in rows if r["policy"] == "private"}) > 1 or risk:
+        table += "\n" + frontier_table(rows)  # utility beside the risk: the two axes
     if risk:
         table += "\n" + risk
     about = dataset if dataset is not None else admissible_r(scenario, options, epsilons, rs)

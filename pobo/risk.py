@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pobo.parties.dataset import Problem, dataset_digest
-from pobo.parties.risk import measure_risk
+from pobo.parties.risk import GRID_BINS, measure_risk
 from pobo.protocol.messages import Dataset, ProjectedDataset
 from pobo.protocol.policy import GAUSSIAN_ROWS, IDENTITY
 from pobo.runspec import RunConfig, write_json
@@ -47,6 +47,15 @@ def release_risk(problem: Problem, release: ProjectedDataset, anchors: int = DEF
     measured = measure_risk(X, Z, names, anchors=anchors, seed=seed, repeats=repeats,
                             noise_std=float(release.noise_std), isometric=isometric,
                             bounds=bounds)
+    if domain is not None:  # a bin's width in the feature's own units, for a person
+        for j, item in enumerate(measured["features"]):
+            if not item["exact"]:
+                width = (domain.upper[j] - domain.lower[j]) / GRID_BINS
+                other = domain.conversions[j] if domain.conversions else None
+                item["grid"] = (f"{GRID_BINS} bins, within one bin ({width:.3g} "
+                                f"{domain.units[j]}".rstrip()
+                                + (f", about {width * other[0]:.3g} {other[1]}" if other
+                                   else "") + ")")
     return {"mechanism": release.mechanism, "epsilon": release.epsilon,
             "delta": release.delta, "noise_std": float(release.noise_std),
             "n": int(X.shape[0]), "d": int(d), "r": int(Z.shape[1]), **measured,
@@ -138,16 +147,18 @@ def risk_lines(risk: dict) -> list[str]:
             f"marginal")
     k = risk["anchors"]
     over = f" (mean of {risk['repeats']} draws)" if risk.get("repeats", 1) > 1 else ""
-    lines = [head, f"  {'feature':<22} {'grid':<34} {'marginal':>8} {f'{k} known rows':>15}"
-                   f" {'none known':>11}"]
+    lines = [head, f"  {'feature':<22} {'grid':<48} {'marginal':>8} {f'{k} known rows':>15}"
+                   f" {'none known':>11} {'residual':>9}"]
     for f in risk["features"]:
         sd = f" ±{100 * f['anchored_sd']:.0f}" if f.get("anchored_sd") is not None else ""
         anchored = f"{100 * f['anchored']:.0f}%{sd}"
-        lines.append(f"  {f['feature']:<22} {f['grid']:<34} {100 * f['baseline']:>7.0f}% "
-                     f"{anchored:>15} {100 * f['unanchored']:>10.0f}%")
+        lines.append(f"  {f['feature']:<22} {f['grid']:<48} {100 * f['baseline']:>7.0f}% "
+                     f"{anchored:>15} {100 * f['unanchored']:>10.0f}% "
+                     f"{f.get('residual', 0):>9.2f}")
     lines.append(f"  ({k} known rows: {risk.get('alignment')} on them{over}; none known: "
                  "principal axes and the public marginals; decoded to the nearest grid value or "
-                 "by the marginal as prior, whichever recovers more)")
+                 "by the marginal as prior, whichever recovers more; residual: anonymeter's "
+                 "inference risk of the better attack, (recovered - marginal) / (1 - marginal))")
     flagged = risk.get("flagged") or []
     lines.append(f"  flagged (an attack beats the marginal's guess by > 5 points): "
                  + (", ".join(flagged) if flagged else "none"))
