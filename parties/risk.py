@@ -186,14 +186,15 @@ def unanchored_estimate(Z: np.ndarray, mean: np.ndarray, cov: np.ndarray,
     """Estimates of every row of X from Z and public statistics only: Z's top-d principal
     axes mapped onto X's (mean, covariance), one sign per axis chosen by coordinate
     ascent on the marginal likelihood of a sample of decoded rows (SIGN_STARTS seeded
-    starts). A non-isometric release's axes are rescaled to X's variances."""
+    starts). A non-isometric release's axes are rescaled to X's variances; one into
+    r < d dimensions keeps X's top r axes."""
     Z = np.asarray(Z, dtype=float)
-    d = len(mean)
+    d = min(len(mean), Z.shape[1])  # axes matched (a JL release into r < d keeps r)
     Zc = Z - Z.mean(axis=0)
     lz, U = np.linalg.eigh(Zc.T @ Zc / len(Z))
     lx, V = np.linalg.eigh(np.asarray(cov, dtype=float))
     U, lz = U[:, ::-1][:, :d], lz[::-1][:d]
-    V, lx = V[:, ::-1], lx[::-1]
+    V, lx = V[:, ::-1][:, :d], lx[::-1][:d]
     scores = Zc @ U  # n x d: the rows' coordinates on Z's axes
     if not isometric:
         scores *= np.sqrt(np.maximum(lx, 0) / np.maximum(lz, 1e-300))

@@ -43,7 +43,7 @@ def release_risk(problem: Problem, release: ProjectedDataset, anchors: int = DEF
         lo, _ = domain.prepare(np.asarray([domain.lower], dtype=float))
         hi, _ = domain.prepare(np.asarray([domain.upper], dtype=float))
         bounds = (lo[0], hi[0])
-    isometric = release.mechanism in (GAUSSIAN_ROWS, IDENTITY)
+    isometric = release.mechanism in (GAUSSIAN_ROWS, IDENTITY) and Z.shape[1] >= d
     measured = measure_risk(X, Z, names, anchors=anchors, seed=seed, repeats=repeats,
                             noise_std=float(release.noise_std), isometric=isometric,
                             bounds=bounds)
