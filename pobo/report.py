@@ -182,8 +182,8 @@ def frontier_risk_table(rows: list[dict]) -> str:
         for name in lifts:
             found = [p for p in risk[name] if p[0] == e]
             cells.append("—" if not found else
-                         f"{100 * found[0][1]:.0f}% ± {100 * found[0][2]:.0f} / "
-                         f"{100 * found[0][3]:.0f}% ± {100 * found[0][4]:.0f}")
+                         f"{100 * found[0][1]:.0f}% ± {100 * found[0][2]:.1f} / "
+                         f"{100 * found[0][3]:.0f}% ± {100 * found[0][4]:.1f}")
         out.append(f"| {e:.4g} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
 
