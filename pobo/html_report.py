@@ -464,7 +464,7 @@ def risk_chart(rows: list[dict]) -> str:
     curves.append(Curve("marginals' best guess", tuple(100 * risk["baseline"]
                                                        for _ in epsilons), "2 4", COLOURS[8]))
     return svg_chart(curves, title="feature values recovered against ε, per release",
-                     ident="frontier-risk", xlabel="ε (in order, not to scale)",
+                     ident="fig-frontier-risk", xlabel="ε (in order, not to scale)",
                      xnames=[eps_text(e) for e in epsilons],
                      ylabel="rows recovered, mean over features (%)")
 
