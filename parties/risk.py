@@ -297,12 +297,13 @@ def measure_risk(X: np.ndarray, Z: np.ndarray, names: list[str] | tuple[str, ...
     rng = np.random.default_rng(seed)
     grids = feature_grids(X, names, bounds)
     floor = noise_std if isometric else 0.0
-    draws = []
+    draws, fits = [], []
     for _ in range(repeats):
         known = np.sort(rng.choice(n, size=anchors, replace=False))
         rows = np.setdiff1d(np.arange(n), known)
-        draws.append(attack_rates(grids, anchored_estimate(Z, known, X[known], isometric),
-                                  X, rows, floor))
+        estimate = anchored_estimate(Z, known, X[known], isometric)
+        fits.append(float(np.sqrt(np.mean((estimate[known] - X[known]) ** 2))))
+        draws.append(attack_rates(grids, estimate, X, rows, floor))
     cov = np.cov(X.T, bias=True).reshape(d, d)
     blind = attack_rates(grids, unanchored_estimate(Z, X.mean(axis=0), cov, grids, noise_std,
                                                     rng, isometric), X, np.arange(n), floor)
@@ -323,7 +324,8 @@ def measure_risk(X: np.ndarray, Z: np.ndarray, names: list[str] | tuple[str, ...
         features.append(item)
     mean = lambda key: float(np.mean([f[key] for f in features]))  # noqa: E731
     return {"anchors": int(anchors), "repeats": int(repeats), "seed": int(seed),
-            "rows": int(n), "alignment": ("orthogonal Procrustes" if isometric
+            "rows": int(n), "anchor_fit_rms": float(np.mean(fits)),
+            "alignment": ("orthogonal Procrustes" if isometric
                                           and Z.shape[1] >= d else "least squares"),
             "features": features, "flagged": [f["feature"] for f in features if f["flagged"]],
             "summary": {"baseline": mean("baseline"), "anchored": mean("anchored"),

@@ -155,3 +155,20 @@ def test_the_papers_release_gives_every_row_back():
     assert all(f["anchored"] == 1.0 for f in paper["features"])
     narrow = scenario_risk(RunConfig("hospital", r=5, options={"n": 1500}))
     assert narrow["r"] == 5 and narrow["alignment"] == "least squares"
+
+
+def test_a_release_in_another_row_order_is_refused_not_measured_as_safe():
+    """Z's rows shuffled against X's (a release in a secret order measured without the
+    curator's permutation) would read as marginal-level risk: refused, one line (fails
+    without the anchors' fit check)."""
+    from dataclasses import replace
+
+    from pobo.risk import RiskError, release_risk
+    from pobo.session import prepare_service
+
+    service = prepare_service(RunConfig("hospital", options={"n": 1500}))
+    fine = release_risk(service.problem, service.release)
+    assert 0.5 < fine["anchor_fit_rms"] / service.release.noise_std < 1.5
+    shuffled = np.random.default_rng(0).permutation(service.release.Z)
+    with pytest.raises(RiskError, match="do not line up"):
+        release_risk(service.problem, replace(service.release, Z=shuffled))
