@@ -251,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unsigned", action="store_true",
                    help="exit 0 for transcripts without a signature verified against a key "
                         "you trust (by default: exit status 3)")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="exit 0 for a transcript audited alone that holds no End from its "
+                        "peer, whose tail it cannot vouch for (by default: exit status 4)")
     p.set_defaults(handler=_cmd_audit)
 
     p = sub.add_parser("report", help="write one self-contained HTML page about a run or a "
@@ -305,7 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SQLite journal of the dataset: its projection, ledger and sessions; "
                         "answers are committed before they are sent, and a restarted curator "
                         "serves the same Z, keeps the same ledger and resumes the sessions in "
-                        "it (without it the ledger lives for the process only)")
+                        "it (default: the dataset's own journal under $POBO_HOME/ledgers, "
+                        "unless --ephemeral-ledger or a seeded run)")
     p.add_argument("--ledger-head", type=Path, metavar="FILE",
                    help="where the curator keeps the last ledger head it signed, outside the "
                         "journal (default JOURNAL.head; beside its keys is better): it refuses "
@@ -388,6 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curator-sign-key", type=Path, metavar="FILE",
                    help="the curator's public signing key (curator.sign_public): refuse a "
                         "curator that signs with another key or none")
+    p.add_argument("--ledger-heads", type=Path, metavar="FILE",
+                   help="where the last ledger head seen of each curator key's ledger is "
+                        "kept and checked (a head that does not extend it refuses the "
+                        "session; default: $POBO_HOME/ledger_heads.json)")
     p.add_argument("--out", type=Path, default=Path("runs/modeler"))
     _output_arguments(p, "-v: one line per query")
     p.set_defaults(handler=_cmd_modeler)
@@ -459,6 +467,23 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--budget-delta", type=probability,
                    help="the budget's delta (default 1/n with --budget-eps; else the "
                         "projection's, its test's and one release's)")
+    p.add_argument("--budget-releases", type=count, metavar="N",
+                   help="how many results (Kusner et al.'s releases) the dataset may ever "
+                        "release, at any (eps, delta) (default: 1 with the default budget; no "
+                        "limit but the budget's with --budget-eps)")
+    p.add_argument("--raise-budget", action="store_true",
+                   help="let this start's budget flags exceed the budget the dataset's journal "
+                        "fixed at its first serve (recorded in the journal, shown by pobo "
+                        "ledger); without it a start asking for more is refused")
+    p.add_argument("--new-release", action="store_true",
+                   help="draw (and charge) a second release of a dataset whose journal holds "
+                        "one already under other settings (--eps, --r, --lift); without it such "
+                        "a start is refused, and the same settings serve the stored release")
+    p.add_argument("--ephemeral-ledger", action="store_true",
+                   help="keep the ledger in memory, for this process only (default without "
+                        "--journal: the dataset's own journal in $POBO_LEDGERS or $POBO_HOME/ledgers, so "
+                        "every restart on the same data spends from one budget); every record "
+                        "then says 'budget covers this process only'")
     p.add_argument("--ldp-row-budget", type=budget_value, metavar="E",
                    help="refuse a query whose LDP report would take its row past E in total "
                         "(the PLD accountant's eps at --ldp-row-delta, or the basic sum; "
@@ -535,7 +560,9 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
                    help="ask the curator for a DP release of the result at the end "
                         "(Kusner et al. Algorithm 1, 2 or 3)")
     p.add_argument("--release-eps", type=positive, default=1.0, help="epsilon of the release")
-    p.add_argument("--release-delta", type=probability, default=1e-3, help="delta of the release")
+    p.add_argument("--release-delta", type=probability, default=1e-8,
+                   help="delta of the release (default 1e-8: below 1/n for every n < 5e7; "
+                        "Kusner's two-part releases charge 2 x delta)")
     p.add_argument("--batch", type=positive_int, default=1,
                    help="keep up to q queries outstanding, chosen by GP-BUCB (Desautels et "
                         "al. 2014); the curator's --max-batch caps it (default 1)")
@@ -633,6 +660,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps,
                      budget_epsilon=args.budget_eps, budget_delta=args.budget_delta,
                      ldp_row_budget=args.ldp_row_budget, ldp_row_delta=args.ldp_row_delta,
+                     budget_releases=args.budget_releases, raise_budget=args.raise_budget,
+                     new_release=args.new_release, ephemeral_ledger=args.ephemeral_ledger,
                      lift=args.lift or ("paper" if authors else DEFAULT_LIFT),
                      lift_epsilon=args.lift_eps, lift_delta=args.lift_delta,
                      reward_bound=args.reward_bound, noise_bound=args.noise_bound,
@@ -868,19 +897,28 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     else:
         said = list(dict.fromkeys(line for t in trusts.values() for line in t.lines()))
         print("\n".join([*said, *(r.text() for r in reports)]))
-    return audit_status(reports, args.allow_unsigned)
+    return audit_status(reports, args.allow_unsigned, args.allow_incomplete)
 
 
-def audit_status(reports: list, allow_unsigned: bool = False) -> int:
+def audit_status(reports: list, allow_unsigned: bool = False,
+                 allow_incomplete: bool = False) -> int:
     """`pobo audit`'s exit status: 2 for a violation, 3 when some frame is not verified
     against a trusted key (unsigned, or signed by a key the user does not trust) unless
-    `allow_unsigned`, else 0."""
+    `allow_unsigned`, 4 when a transcript audited without its peer's holds no End from
+    the peer (nothing then vouches for its tail: a party may have cut it, a release
+    say, and rehashed) unless `allow_incomplete`, else 0."""
     if not all(r.ok for r in reports):
         return 2
     if not allow_unsigned and not all(r.signatures == "verified" for r in reports):
         print("pobo audit: not every frame verifies against a key you trust (exit 3; "
               "--allow-unsigned accepts it)", file=sys.stderr)
         return 3
+    alone = [r.path for r in reports if not r.complete and not r.paired]
+    if alone and not allow_incomplete:
+        print(f"pobo audit: {', '.join(alone)} holds no End from its peer: alone it cannot "
+              "vouch for its tail, which its party may have cut (give the peer's transcript "
+              "too; exit 4; --allow-incomplete accepts it)", file=sys.stderr)
+        return 4
     return 0
 
 
@@ -1020,9 +1058,14 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     if warning is not None:
         print(f"pobo curator: warning: {warning}", file=sys.stderr, flush=True)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
+    service = None
     try:
         with preparing(config.scenario):
             service = prepare_service(config, journal=journal, head_file=args.ledger_head)
+        if journal is None and service.journal.path != ":memory:":
+            print(f"pobo curator: the dataset's ledger: {service.journal.path} (its own journal;"
+                  " --journal to place it, --ephemeral-ledger for this process only)",
+                  file=sys.stderr, flush=True)
         for line in startup_warnings(config, service.problem.X.shape[0]):  # once it is built
             print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
         result = spin.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
@@ -1034,6 +1077,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     finally:
         if journal is not None:
             journal.close()
+        elif service is not None:  # the dataset's default journal, opened by the service
+            service.journal.close()
     results = result if isinstance(result, list) else [result]
     earlier = getattr(result, "earlier", None)
     if earlier:
@@ -1104,6 +1149,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     from pobo.parties.budget import describe_journal_ledger, journal_ledger
     from pobo.parties.checkpoints import LedgerChain
     from pobo.parties.journal import Journal
+    from pobo.parties.ledger_log import LOG_KEY, LedgerLog
     from pobo.session import ledger_head_path
 
     head_file = args.ledger_head
@@ -1118,16 +1164,21 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         bad = journal.bad_entries()
         problems, checked = journal_findings(journal, head_file, args.transcripts, bad)
         ledger = None if bad else journal_ledger(journal)
-        entries, head = LedgerChain(journal).current() if ledger is not None else (None, None)
+        log = journal.meta(LOG_KEY)  # a journal that never signed a version-6 head has none
+        follower = LedgerLog(journal) if log else LedgerChain(journal)
+        entries, head = follower.current() if ledger is not None else (None, None)
+        root = follower.root() if log and ledger is not None else None
     finally:
         journal.close()
     chain = {"entries": entries, "head": head}  # what the curator's heads commit to
+    merkle = {"entries": entries, "root": root, "log": log}  # the same, as a Merkle log
     if args.json:
-        print(json.dumps({**(ledger or {}), "chain": chain,
+        print(json.dumps({**(ledger or {}), "chain": chain, "merkle": merkle,
                           "checked": {"heads": checked, "problems": problems}}, indent=1))
     else:
         print((describe_journal_ledger(ledger) + "\n" if ledger is not None else "")
               + (f"ledger chain: {entries} entries, head {head}\n" if head else "")
+              + (f"ledger Merkle log {log}: root {root}\n" if root else "")
               + (f"checked: every entry is a charge, and the journal holds all {checked} "
                  f"ledger head(s) the curator committed to (head file: {head_file or 'none'};"
                  f" transcripts: {len(args.transcripts)})"
@@ -1206,7 +1257,8 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
                                       if args.curve_secret else None,
                                       timeout=args.timeout, resume=args.resume,
                                       verbose=args.verbose, batch=args.batch,
-                                      patience=args.patience, signing=Signing(
+                                      patience=args.patience,
+                                      ledger_heads=args.ledger_heads, signing=Signing(
                                           modeler=own_signer(args, "modeler"),
                                           curator_key=load_verify_key(args.curator_sign_key)
                                           if args.curator_sign_key else None)))

@@ -261,7 +261,10 @@ def audit_html(folder: Path) -> str:
                 f"{_e(exc)}</p>")
     ok = all(r.ok for r in reports)
     verified = ok and all(r.signatures == "verified" for r in reports)
-    verdict = "OK" if verified else "NOT VERIFIED" if ok else "VIOLATIONS"
+    vouched = all(r.complete or r.paired for r in reports)  # a tail alone: pobo audit's exit 4
+    verdict = ("VIOLATIONS" if not ok else "NOT VERIFIED" if not verified
+               else "INCOMPLETE" if not vouched else "OK")
+    verified = verified and vouched
     lines = [f"<p class='verdict {'ok' if verified else 'bad'}'>"
              f"{verdict}: {len(reports)} transcript(s) audited</p>"]
     lines += [f"<p class='note'>{_e(line)}</p>" for line in trust.lines()]

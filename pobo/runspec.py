@@ -38,9 +38,13 @@ class RunConfig:
     beta_scale: float | None = None  # None: the strategy's documented default
     release: str | None = None  # DP release of the result: noisy, noise-free, lipschitz
     release_epsilon: float = 1.0
-    release_delta: float = 1e-3
+    release_delta: float = 1e-8  # pobo.session.DEFAULT_RELEASE_DELTA: below 1/n
     budget_epsilon: float | None = None  # the dataset's central privacy budget
     budget_delta: float | None = None
+    budget_releases: int | None = None  # how many results may ever be released
+    raise_budget: bool = False  # a budget above the one the dataset's journal holds
+    new_release: bool = False  # a second release of a dataset whose journal holds one
+    ephemeral_ledger: bool = False  # the ledger in memory: covers this process only
     ldp_row_budget: float | None = None  # the LDP epsilon any one row may accumulate
     ldp_row_delta: float | None = None  # the delta of that row budget (None: ROW_DELTA)
     lift: str = DEFAULT_LIFT  # paper | always | private (PO-GP-UCB Algorithm 1's branch)

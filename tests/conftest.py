@@ -3,6 +3,7 @@
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,6 +40,17 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     home = os.environ.get("POBO_HOME", "")
     if os.path.basename(home).startswith("pobo-home-"):
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def own_ledgers(tmp_path_factory: pytest.TempPathFactory,
+                monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own folder of the datasets' default ledgers ($POBO_LEDGERS), inherited
+    by the processes it starts: a dataset's ledger spent by one test never refuses another
+    (the key store stays the test session's, which module fixtures share)."""
+    folder = tmp_path_factory.mktemp("ledgers")
+    monkeypatch.setenv("POBO_LEDGERS", str(folder))
+    return folder
 
 
 @pytest.fixture

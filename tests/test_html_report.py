@@ -115,6 +115,28 @@ def test_a_tampered_transcript_turns_the_verdict(run_dir, tmp_path):
     assert "VIOLATIONS" in page and "OK: 2 transcript" not in page
 
 
+def test_a_lone_transcript_cut_before_its_end_is_incomplete(run_dir, tmp_path):
+    """Issue 45: a curator transcript cut before the modeler's End, re-anchored, with the
+    modeler's transcript gone: what `pobo audit` exits 4 for, the page calls INCOMPLETE."""
+    import hashlib
+
+    import msgpack
+
+    from pobo.protocol.transcript import raw_records
+    folder = copy_run(run_dir, tmp_path)
+    (folder / "modeler.transcript").unlink()
+    raws = [raw for raw, _ in raw_records((folder / "curator.transcript").read_bytes())]
+    end = next(i for i, raw in enumerate(raws)
+               if msgpack.unpackb(raw, raw=False)["kind"] == "end")
+    (folder / "curator.transcript").write_bytes(b"".join(raws[:end]))
+    record = json.loads((folder / "curator.json").read_text())  # re-anchored by its party
+    record["transcript_head"] = {"records": end,
+                                 "last": hashlib.sha256(raws[end - 1]).hexdigest()}
+    (folder / "curator.json").write_text(json.dumps(record))
+    page = write_html_report(folder).read_text()
+    assert "INCOMPLETE: 1 transcript(s)" in page and "OK: 1 transcript" not in page, page
+
+
 def test_text_from_result_json_is_escaped(run_dir, tmp_path):
     evil = "<script>alert('x')</script>"
     folder = copy_run(run_dir, tmp_path, scenario=evil, source=evil + "&")

@@ -264,7 +264,8 @@ def test_a_projection_stored_without_its_charge_is_named_by_pobo_ledger(tmp_path
         def free(self, key, release, report, entries, budget):
             return store(self, key, release, report, [], budget)
         monkeypatch.setattr(Journal, "store_projection", free)
-        prepare_service(replace(CONFIG, epsilon=2.0), journal=j)  # a second Z, uncharged
+        prepare_service(replace(CONFIG, epsilon=2.0, new_release=True),
+                        journal=j)  # a second Z, uncharged
         found, _ = journal_findings(j, None, [])
     finally:
         j.close()
