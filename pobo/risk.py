@@ -78,11 +78,12 @@ def release_risk(problem: Problem, release: ProjectedDataset, anchors: int = DEF
 
 def scenario_risk(config: RunConfig, anchors: int = DEFAULT_ANCHORS, repeats: int = 1) -> dict:
     """The risk of the release a curator started with `config` would serve (prepared as
-    it would be, with an in-memory ledger; a `config.seed` of None draws it from the OS
-    CSPRNG, as a deployment does)."""
+    it would be, with an in-memory ledger: a measurement charges no dataset's journal; a
+    `config.seed` of None draws it from the OS CSPRNG, as a deployment does)."""
+    from pobo.parties.journal import Journal
     from pobo.session import prepare_service
 
-    service = prepare_service(config)
+    service = prepare_service(config, journal=Journal())
     return {"scenario": service.problem.name, "source": service.problem.source,
             **release_risk(service.problem, service.release, anchors,
                            0 if config.seed is None else config.seed, repeats)}

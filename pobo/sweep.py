@@ -135,10 +135,11 @@ async def _run_all(runs: list[tuple[str, RunConfig]], out: Path, problem,
 def release_risk_of(cfg: RunConfig, problem, anchors: int) -> dict:
     """The measured risk (pobo.risk) of the release a curator with `cfg` serves on
     `problem`: prepared again from the run's seed, so the very Z of the run."""
+    from pobo.parties.journal import Journal
     from pobo.risk import RiskError, release_risk
     from pobo.session import prepare_service
 
-    service = prepare_service(cfg, problem)
+    service = prepare_service(cfg, problem, journal=Journal())  # in memory: charges nothing
     try:
         return release_risk(problem, service.release, anchors, RISK_SEED)
     except RiskError as exc:  # kept in the record, not a lost sweep
