@@ -172,3 +172,14 @@ def test_a_release_in_another_row_order_is_refused_not_measured_as_safe():
     shuffled = np.random.default_rng(0).permutation(service.release.Z)
     with pytest.raises(RiskError, match="do not line up"):
         release_risk(service.problem, replace(service.release, Z=shuffled))
+
+
+def test_a_measurement_charges_no_dataset_ledger(tmp_path, monkeypatch):
+    """`pobo risk` on a deployment's settings (no seed: the OS CSPRNG draws the release)
+    prepares it with an in-memory ledger: nothing is written where the dataset's own
+    journal lives (fails if it prepares the service with the default journal)."""
+    ledgers = tmp_path / "ledgers"
+    monkeypatch.setenv("POBO_LEDGERS", str(ledgers))
+    measured = scenario_risk(RunConfig("hospital", seed=None, options={"n": 600}))
+    assert measured["features"]
+    assert not ledgers.exists() or not any(ledgers.iterdir())
