@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from pobo.sweep import SweepSpec
 
 NEEDED = {"run": ("scenario",), "curator": ("scenario",), "modeler": ("connect",),
-          "sweep": (), "export-data": ("scenario",)}  # what a command needs from its flags or its --config
+          "sweep": (), "export-data": ("scenario",),
+          "risk": ("scenario",)}  # what a command needs from its flags or its --config
 SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objective",
                     "minimise", "bounds", "prep")
 
@@ -188,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=positive_int,
                    help="the most queries the curator lets the modeler keep outstanding "
                         "(default: --batch)")
+    _risk_argument(p, "after the run, measure")
     p.set_defaults(handler=_cmd_run)
 
     p = sub.add_parser("sweep", help="run every combination of eps, r, strategy and seed")
@@ -234,7 +236,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit-every", type=positive_int, default=10)
     p.add_argument("--restarts", type=count, default=3)
     p.add_argument("--out", type=Path, help="output folder (default runs/sweep-NAME)")
+    _risk_argument(p, "for every release swept, measure (the frontier preset: K = 20)")
     p.set_defaults(handler=_cmd_sweep)
+
+    p = sub.add_parser("risk", help="measure what a modeler could learn about rows from a "
+                                    "release: recovery per feature against the marginals")
+    _scenario_arguments(p, default_seed=0)
+    for action in p._actions:  # SCENARIO, or a run folder holding a transcript
+        if action.dest == "scenario":
+            action.type, action.metavar = scenario_or_run, "SCENARIO|RUN_DIR"
+            action.help = ("a scenario (its release prepared as the curator would, with the "
+                           "options below), or a run folder: Z from its transcript, X rebuilt "
+                           "with the options the run used (--data, --n) and checked against "
+                           "its dataset digest; the result is added to its result.json")
+    p.add_argument("--anchors", type=positive_int, default=20, metavar="K",
+                   help="rows the modeler knows already, with their positions (default 20)")
+    p.add_argument("--repeats", type=positive_int, default=1,
+                   help="draws of the K known rows to average (default 1)")
+    p.add_argument("--json", action="store_true", help="print the measurement as JSON")
+    p.set_defaults(handler=_cmd_risk)
 
     p = sub.add_parser("audit", help="verify transcripts: chain, policy, ledger, agreement")
     p.add_argument("transcripts", nargs="+", type=Path,
@@ -581,6 +601,36 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
                         "al. 2014); the curator's --max-batch caps it (default 1)")
 
 
+def _risk_argument(p: argparse.ArgumentParser, when: str) -> None:
+    """--risk [K]: measure the release's risk (`pobo risk`) with K known rows."""
+    p.add_argument("--risk", type=positive_int, nargs="?", const=20, metavar="K",
+                   help=f"{when} what a modeler recovers from the release with K known rows "
+                        "(default 20) and with none, as `pobo risk` does; kept in "
+                        "result.json under risk")
+
+
+def scenario_or_run(text: str) -> str:
+    """`pobo risk`'s target: a run folder (one with result.json), else a scenario."""
+    if (Path(text) / "result.json").is_file():
+        return text
+    return scenario_arg(text)
+
+
+def _cmd_risk(args: argparse.Namespace) -> int:
+    from pobo.risk import folder_risk, risk_lines, scenario_risk
+
+    if args.scenario is None:
+        raise ValueError("name a scenario or a run folder")
+    if (Path(args.scenario) / "result.json").is_file():
+        options = {k: getattr(args, k) for k in SCENARIO_OPTIONS
+                   if getattr(args, k, None) is not None}
+        risk = folder_risk(args.scenario, options, args.anchors, args.repeats)
+    else:
+        risk = scenario_risk(config_from_args(args), args.anchors, args.repeats)
+    print(json.dumps(risk, indent=1) if args.json else "\n".join(risk_lines(risk)))
+    return 0
+
+
 def release_from_args(args: argparse.Namespace) -> ReleaseRequest | None:
     """The release request the modeler options describe."""
     if args.release is None:
@@ -751,6 +801,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"{released['value']:.6g} (Laplace scale {released['scale']:.4g})")
     elif refused:
         print(f"DP release refused: {refused}")
+    if args.risk:
+        from pobo.risk import folder_risk, risk_lines
+
+        print("\n".join(risk_lines(folder_risk(out, config.options, args.risk))))
     print(f"result: {Path(out) / 'result.json'}")
     print(next_commands(Path(out)))
     return 0
@@ -842,7 +896,8 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
         lift=args.lift or (preset.lifts[0] if preset else
                            "paper" if args.authors_code else DEFAULT_LIFT),
         lifts=() if args.lift or not preset else preset.lifts,
-        authors_code=bool(args.authors_code))
+        authors_code=bool(args.authors_code),
+        risk_anchors=args.risk or (preset.risk_anchors if preset else None))
     return spec, preset
 
 

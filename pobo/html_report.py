@@ -36,7 +36,9 @@ from pobo.headline import (
     setting_of, spent_text, strategy_label, sweep_headline, sweep_spent, sweep_spent_text,
     varied_fields,
 )
-from pobo.report import dp_notice, frontier, markdown_table
+from pobo.report import (
+    dp_notice, frontier, frontier_risk, frontier_risk_table, markdown_table,
+)
 from pobo.party_records import folder_kind
 from pobo.runspec import nominal_reason
 
@@ -133,7 +135,7 @@ def run_report_html(folder: Path) -> str:
             "<section id='result'>", "<h2>Result</h2>", run_result_html(result),
             "<h3>Privacy</h3>", privacy_html(result.get("privacy_unit"), result.get("ledger"),
                                              nominal_spent(result)),
-            "</section>",
+            risk_html(result.get("risk")), "</section>",
             f"<h2 id='regret'>{'Hits' if result.get('metric') == 'hits' else 'Regret'}</h2>",
             _run_figure(result),
             "<h2 id='parameters'>Parameters</h2>", _table(("parameter", "value"), params),
@@ -201,6 +203,36 @@ def nominal_spent(result: dict) -> str | None:
     why = nominal_reason(result)
     return None if why is None else (f"no DP claim ({why}): nominally "
                                      + spent_text(ledger_spent(result.get("ledger"))))
+
+
+def risk_html(risk: object) -> str:
+    """The measured risk (pobo.risk) beside the epsilon table: per feature, the share of
+    rows a modeler recovers with k known rows and with none, against the public
+    marginal's best guess; a note when the run measured none."""
+    if not isinstance(risk, dict) or not isinstance(risk.get("features"), list):
+        return ("<p class='risk none'>Risk not measured for this run (`pobo risk RUN_DIR`, "
+                "or `pobo run --risk`, measures what a modeler recovers).</p>")
+    k = risk.get("anchors")
+    pct = lambda v: "—" if v is None else f"{100 * float(v):.0f}%"  # noqa: E731
+    rows = [(f.get("feature"), f.get("grid"), pct(f.get("baseline")),
+             pct(f.get("anchored")) + (f" ± {100 * f['anchored_sd']:.0f}"
+                                       if f.get("anchored_sd") is not None else ""),
+             pct(f.get("unanchored")), number(f.get("residual"), 2),
+             "yes" if f.get("flagged") else "no")
+            for f in risk["features"] if isinstance(f, dict)]
+    flagged = risk.get("flagged") or []
+    return (f"<h3 id='risk'>Measured risk: what a modeler recovers</h3>"
+            f"<p class='risk'>From this release ({_e(risk.get('mechanism'))}, noise std "
+            f"{number(risk.get('noise_std'), 4)}), a modeler that knows {_e(k)} rows and their "
+            f"positions aligns Z to them ({_e(risk.get('alignment'))}) and decodes every "
+            "other row to each feature's grid; one that knows none aligns Z's principal axes "
+            "to the public marginals. Share of rows whose value it recovers, against the "
+            "best guess from the public marginal:</p>"
+            + _table(("feature", "grid (recovered means)", "marginal's best guess",
+                      f"{k} known rows", "none known",
+                      "residual risk (anonymeter's)", "flagged"), rows)
+            + f"<p class='risk-flag'>Flagged (an attack beats the marginal's guess by more "
+              f"than 5 points): {_e(', '.join(flagged) if flagged else 'none')}.</p>")
 
 
 def _ledger_html(ledger: object, nominal: str | None = None) -> str:
@@ -361,8 +393,12 @@ def sweep_report_html(folder: Path) -> str:
             *([f"<p class='verdict bad'>{_e(dp_notice(rows).replace('**', ''))}</p>"]
               if dp_notice(rows) else []),
             sweep_result_html(rows, results), "</section>"]
-    if len({r.get("lift") for r in rows if r.get("policy") == "private"}) > 1:
+    measured = frontier_risk(rows)
+    if len({r.get("lift") for r in rows if r.get("policy") == "private"}) > 1 or measured:
         body += ["<h2 id='frontier'>Privacy-utility frontier</h2>", frontier_chart(rows)]
+    if measured:
+        body += ["<h2 id='frontier-risk'>Measured risk against ε</h2>", risk_chart(rows),
+                 markdown_html(frontier_risk_table(rows))]
     body += ["<h2 id='regret'>Curves</h2>", sweep_figure(rows, results, missing),
              "<h2 id='table'>Table</h2>",
              ("<p>The paper's column: preset " + _e(preset.name) + " (" + _e(preset.caption)
@@ -427,6 +463,29 @@ def frontier_chart(rows: list[dict]) -> str:
     return svg_chart(curves, title="the metric against ε, per release", ident="frontier",
                      xlabel="ε (in order, not to scale)", xnames=[eps_text(e) for e in epsilons],
                      ylabel="hits (more is better)" if hits else "S_T / σ_y (less is better)")
+
+
+def risk_chart(rows: list[dict]) -> str:
+    """The measured risk against epsilon (in order): per release, the mean share of
+    feature values recovered with k known rows (solid) and with none (dashed), and the
+    marginals' best guess (dotted)."""
+    risk = frontier_risk(rows)
+    lifts = [name for name in risk if name != "baseline"]
+    epsilons = sorted({e for name in lifts for e, *_ in risk[name]})
+    curves = []
+    for i, name in enumerate(lifts):
+        by_eps = {p[0]: p for p in risk[name]}
+        colour = COLOURS[i % len(COLOURS)]
+        curves.append(Curve(f"{name}: known rows", tuple(
+            100 * by_eps[e][1] if e in by_eps else math.nan for e in epsilons), None, colour))
+        curves.append(Curve(f"{name}: none known", tuple(
+            100 * by_eps[e][3] if e in by_eps else math.nan for e in epsilons), "6 4", colour))
+    curves.append(Curve("marginals' best guess", tuple(100 * risk["baseline"]
+                                                       for _ in epsilons), "2 4", COLOURS[8]))
+    return svg_chart(curves, title="feature values recovered against ε, per release",
+                     ident="fig-frontier-risk", xlabel="ε (in order, not to scale)",
+                     xnames=[eps_text(e) for e in epsilons],
+                     ylabel="rows recovered, mean over features (%)")
 
 
 def sweep_parameters(rows: list[dict]) -> list[tuple[str, object]]:
