@@ -203,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit", choices=FIT_MODES, default="auto")
     p.add_argument("--n-init", type=at_least_two, default=5)
     p.add_argument("--fit-every", type=positive_int, default=10)
+    p.add_argument("--fit-hold", type=at_least_two, default=20)
     p.add_argument("--restarts", type=count, default=3)
     p.add_argument("--out", type=Path, help="output folder (default runs/sweep-NAME)")
     p.set_defaults(handler=_cmd_sweep)
@@ -505,12 +506,18 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
                    help="gp-ucb, random: never query a row twice (default: on for hospital, "
                         "whose tabulated outcome is exact)")
     p.add_argument("--fit", choices=FIT_MODES, default="auto",
-                   help="hyperparameters: fixed (declared), once after --n-init random rows, "
-                        "or every --fit-every rounds (maximum likelihood on Z and rewards); "
-                        "auto: fixed if the curator declares them public, else every")
-    p.add_argument("--n-init", type=at_least_two, default=5, help="initial design size when fitting")
-    p.add_argument("--fit-every", type=positive_int, default=10, help="refit period for --fit every")
-    p.add_argument("--restarts", type=count, default=3, help="L-BFGS-B restarts per fit")
+                   help="hyperparameters: fixed (declared); map: the declared values until "
+                        "--fit-hold rewards, then every --fit-every rounds a fit with log-normal "
+                        "priors centred on them, kept only while its evidence beats theirs; "
+                        "once after --n-init random rows, or every --fit-every rounds "
+                        "(maximum likelihood on Z and rewards); "
+                        "auto: fixed if the curator declares them public, else map")
+    p.add_argument("--n-init", type=at_least_two, default=5,
+                   help="initial design size for --fit once/every")
+    p.add_argument("--fit-every", type=positive_int, default=10, help="refit period (map, every)")
+    p.add_argument("--fit-hold", type=at_least_two, default=20,
+                   help="--fit map: rewards told before the first fit (default 20)")
+    p.add_argument("--restarts", type=count, default=3, help="L-BFGS-B starts per fit")
     p.add_argument("--release", choices=("noisy", "noise-free", "lipschitz"),
                    help="ask the curator for a DP release of the result at the end "
                         "(Kusner et al. Algorithm 1, 2 or 3)")
@@ -532,7 +539,8 @@ def release_from_args(args: argparse.Namespace) -> ReleaseRequest | None:
 
 def hyper_from_args(args: argparse.Namespace) -> HyperFit:
     """The modeler's hyperparameter policy that the options describe."""
-    return HyperFit(args.fit, args.n_init, args.fit_every, args.restarts, args.kernel)
+    return HyperFit(args.fit, args.n_init, args.fit_every, args.restarts, args.kernel,
+                    args.fit_hold)
 
 
 def _spin_argument(p: argparse.ArgumentParser, whose: str = "this process's event loop") -> None:

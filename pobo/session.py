@@ -438,8 +438,13 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                     else asdict(modeler.ledger_head)}
         fits = [{"kernel": f.kernel.name, "lengthscales": list(f.kernel.lengthscales),
                  "signal_var": f.kernel.variance, "noise_var": f.noise_var,
-                 "prior_mean": f.prior_mean, "log_likelihood": f.log_likelihood}
+                 "prior_mean": f.prior_mean, "log_likelihood": f.log_likelihood,
+                 "declared_log_likelihood": f.declared_log_likelihood, "kept": f.kept,
+                 "base_lengthscales": None if f.base is None else list(f.base.lengthscales),
+                 "base_signal_var": None if f.base is None else f.base.variance,
+                 "base_noise_var": f.base_noise_var}
                 for f in modeler.fits]
+        released["fit_seconds"] = modeler.fit_seconds
         status = "ok"
     finally:
         queries = [answers[seq][0] for seq in sorted(answers)]
