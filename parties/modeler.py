@@ -242,7 +242,9 @@ class Modeler:
     def _refit(self) -> None:
         """Fit the hyperparameters to the rewards told (MAP around the declared values, or
         maximum likelihood) and hold the fit only if its evidence beats the declared
-        values' on the same rewards; otherwise hold the declared values. Nothing is fitted
+        model's (declared values, prior mean 0: what the engine starts with) on the same
+        rewards by more than one nat per fitted parameter (Akaike's penalty); otherwise
+        hold the declared model. Nothing is fitted
         on rewards that are all equal (no evidence about any length-scale), nor after
         the session's last reward (no query left to use it)."""
         y = np.asarray(self.rewards)
@@ -263,9 +265,12 @@ class Modeler:
             np.append(self._fitted.base.theta, np.log(self._fitted.base_noise_var)),)
         fit = map_fit(kernel, noise, self.input_noise, X, y, self.rng, prior=prior,
                       bounds=bounds, starts=starts, restarts=self.hyper.restarts)
-        declared = evidence(kernel, noise, self.input_noise, X, y, fit.prior_mean)
+        # the declared model as the engine holds it (prior mean 0); the fit must beat it
+        # by more than the parameters it chose (Akaike: one nat each, the mean included)
+        declared = evidence(kernel, noise, self.input_noise, X, y, 0.0)
+        margin = len(kernel.lengthscales) + 3
         fit = replace(fit, declared_log_likelihood=declared,
-                      kept=fit.log_likelihood > declared)
+                      kept=fit.log_likelihood > declared + margin)
         self.fits.append(fit)
         if fit.kept:
             self._gp = self._gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean, in_place=True)

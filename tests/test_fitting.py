@@ -1,0 +1,120 @@
+"""The modeler's default fit (parties/fitting.py, `--fit map`): the rules that keep it
+from throwing the release away -- no fit on equal rewards, the declared values held until
+enough rewards and until a fit beats them, the fitted values inside their bounds, the
+input-noise widening on top of the fit -- and the gradient the fit climbs."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pobo.parties.choices import HyperFit
+from pobo.parties.fitting import (
+    LENGTHSCALE_RANGE, InputNoise, _evidence, declared_prior, map_fit, widened,
+)
+from pobo.parties.kernels import noisy_input_kernel, squared_exponential
+from pobo.parties.modeler import Modeler
+from pobo.parties.strategies import GPUCB
+from pobo.protocol.messages import KernelParams, ProjectedDataset, SessionParams
+
+N, LS = 400, 1.0
+
+
+def _modeler(T=40, noise_std=0.0, hyper=HyperFit("auto"), status="initial", seed=1):
+    Z = np.random.default_rng(6).uniform(-3, 3, size=(N, 2))
+    params = SessionParams("t", N, 2, T, "private", (),
+                           KernelParams("se", LS, 1.0, 1e-2, status), "seeded")
+    return Modeler(params, ProjectedDataset("x", 1.0, 1e-5, 0.0, Z, noise_std), GPUCB(),
+                   np.random.default_rng(seed), hyper)
+
+
+def _run(modeler, f, T):
+    for _ in range(T):
+        i = modeler.next_index()
+        modeler.observe(i, float(f(modeler.gp.Z[i])))
+    return modeler
+
+
+def test_auto_on_initial_values_is_map_and_on_public_values_fixed():
+    assert _modeler().hyper.mode == "map"
+    assert _modeler(status="public").hyper.mode == "fixed"
+    assert HyperFit("map").design == 0 and HyperFit("every").design == 5
+
+
+def test_no_fit_on_rewards_that_are_all_equal():
+    """A hospital's first rewards are often all 0: nothing to learn a length-scale from."""
+    modeler = _run(_modeler(), lambda z: 0.0, 40)
+    assert modeler.fits == [] and modeler.gp.kernel == _modeler().gp.kernel
+
+
+def test_the_declared_values_are_held_until_hold_rewards_and_then_until_beaten():
+    """Rewards drawn from the declared model itself (prior mean 0): no fit beats it by
+    its parameters' worth, so the engine keeps the declared kernel although fits run;
+    the same rewards shifted by 5 are not the declared model's (mean 0): a fit wins."""
+    rng = np.random.default_rng(3)
+    declared = _modeler()
+    Z = declared.gp.Z
+    K = squared_exponential(LS)(Z, Z) + 1e-2 * np.eye(N)
+    sample = np.linalg.cholesky(K + 1e-9 * np.eye(N)) @ rng.standard_normal(N)
+    rows = {tuple(z): i for i, z in enumerate(Z)}
+    kept = _run(_modeler(T=45), lambda z: sample[rows[tuple(z)]], 45)
+    assert [len(f.kernel.lengthscales) for f in kept.fits] and not any(f.kept for f in kept.fits)
+    assert kept.gp.kernel == declared.gp.kernel and kept.gp.prior_mean == 0.0
+    shifted = _modeler(T=45)
+    for t in range(45):
+        i = shifted.next_index()
+        shifted.observe(i, float(sample[i] + 5.0))
+        if t + 1 < 20:
+            assert not shifted.fits  # held until --fit-hold (20) rewards
+    assert len(shifted.fits) == 3 and shifted.fits[-1].kept  # after 20, 30 and 40
+    assert shifted.gp.prior_mean == pytest.approx(np.mean(shifted.rewards[:40]))
+
+
+def test_fitted_values_stay_within_their_bounds_and_the_noise_above_the_nugget():
+    """Rewards that vary on a scale 10x shorter than the declared length-scale, and
+    exactly (no noise): maximum likelihood would shrink the length-scale and the noise
+    without limit; the MAP fit stays within x2 of the declared length-scale, and the
+    effective noise never drops below the release's nugget."""
+    std = 0.3
+    modeler = _run(_modeler(T=60, noise_std=std), lambda z: math.sin(10 * z[0]) * 3, 60)
+    assert modeler.fits and any(f.kept for f in modeler.fits)
+    dims = modeler.input_noise.dims
+    for fit in modeler.fits:
+        lo, hi = LS / LENGTHSCALE_RANGE, LS * LENGTHSCALE_RANGE
+        assert all(lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9) for v in fit.base.lengthscales)
+        lz, _, nugget = noisy_input_kernel(fit.base.lengthscales[0], fit.base.variance, std, dims)
+        assert fit.kernel.lengthscales[0] == pytest.approx(lz)
+        assert fit.noise_var >= nugget > 0
+    ml = map_fit(*modeler.declared, modeler.input_noise, modeler.gp.Z[modeler.queries],
+                 np.asarray(modeler.rewards), np.random.default_rng(0), prior=None)
+    assert ml.base.lengthscales[0] < LS / LENGTHSCALE_RANGE  # what the bounds prevent
+
+
+def test_the_widening_matches_the_declared_kernel_arithmetic_to_the_bit():
+    """`widened` of the declared values is the engine's starting kernel (fixed mode's
+    numbers do not move)."""
+    lz, sf2, nugget = noisy_input_kernel(0.7, 1.3, 0.25, 5)
+    kernel, noise = widened(squared_exponential(0.7, 1.3), 1e-2, InputNoise(0.25, 5, 0.5))
+    assert kernel.lengthscales == (lz,) and kernel.variance == sf2
+    assert noise == 1e-2 + 0.5 + nugget
+
+
+@pytest.mark.parametrize("k, std", [(1, 0.0), (1, 0.4), (3, 0.4)])
+def test_the_evidence_gradient_through_the_widening_is_the_finite_difference(k, std):
+    rng = np.random.default_rng(k)
+    X, y = rng.normal(size=(25, 3)), rng.normal(size=25)
+    noise = InputNoise(std, 3, 0.01)
+    p = np.append(rng.normal(size=k + 1) * 0.3, -3.0)
+    value, grad = _evidence(p, "se", noise, X, y, 0.1)
+    h = 1e-6
+    numeric = [(_evidence(p + e, "se", noise, X, y, 0.1)[0]
+                - _evidence(p - e, "se", noise, X, y, 0.1)[0]) / (2 * h) for e in np.eye(k + 2) * h]
+    assert np.allclose(grad, numeric, rtol=1e-5, atol=1e-6)
+
+
+def test_the_prior_is_centred_on_the_declared_values_and_its_box_is_relative():
+    prior, box = declared_prior(squared_exponential(2.0, 0.5), 1e-3)
+    assert np.allclose(np.exp(prior.centre), [2.0, 0.5, 1e-3])
+    assert np.allclose(np.exp(box[0]), [1.0, 4.0])
+    assert prior.log_density(prior.centre)[0] == 0.0
