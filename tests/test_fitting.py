@@ -11,7 +11,7 @@ import pytest
 
 from pobo.parties.choices import HyperFit
 from pobo.parties.fitting import (
-    LENGTHSCALE_RANGE, InputNoise, _evidence, declared_prior, map_fit, widened,
+    LENGTHSCALE_RANGE, VARIANCE_RANGE, InputNoise, _evidence, declared_prior, map_fit, widened,
 )
 from pobo.parties.kernels import noisy_input_kernel, squared_exponential
 from pobo.parties.modeler import Modeler
@@ -73,9 +73,10 @@ def test_the_declared_values_are_held_until_hold_rewards_and_then_until_beaten()
 
 def test_fitted_values_stay_within_their_bounds_and_the_noise_above_the_nugget():
     """Rewards that vary on a scale 10x shorter than the declared length-scale, and
-    exactly (no noise): maximum likelihood would shrink the length-scale and the noise
-    without limit; the MAP fit stays within x2 of the declared length-scale, and the
-    effective noise never drops below the release's nugget."""
+    exactly (no noise): maximum likelihood takes the length-scale below the declared
+    one's half (or, in its wide box, explains them as noise far above the declared
+    noise); the MAP fit stays within x2 of the declared length-scale and x100 of the
+    declared variances, and the effective noise never drops below the release's nugget."""
     std = 0.3
     modeler = _run(_modeler(T=60, noise_std=std), lambda z: math.sin(10 * z[0]) * 3, 60)
     assert modeler.fits and any(f.kept for f in modeler.fits)
@@ -83,6 +84,8 @@ def test_fitted_values_stay_within_their_bounds_and_the_noise_above_the_nugget()
     for fit in modeler.fits:
         lo, hi = LS / LENGTHSCALE_RANGE, LS * LENGTHSCALE_RANGE
         assert all(lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9) for v in fit.base.lengthscales)
+        assert 1.0 / VARIANCE_RANGE <= fit.base.variance <= VARIANCE_RANGE * (1 + 1e-9)
+        assert 1e-2 / VARIANCE_RANGE <= fit.base_noise_var <= 1e-2 * VARIANCE_RANGE * (1 + 1e-9)
         lz, _, nugget = noisy_input_kernel(fit.base.lengthscales[0], fit.base.variance, std, dims)
         assert fit.kernel.lengthscales[0] == pytest.approx(lz)
         assert fit.noise_var >= nugget > 0
