@@ -735,13 +735,20 @@ def summary(result: dict) -> str:
         return (f"{head}: {len(result['queries'])} evaluations ({result.get('objective')}); "
                 f"best measured {result['measured'][best]:.6g} at row {result['queries'][best]}"
                 " (no regret: f is not known for every row)")
+    rank = ("" if result.get("best_rank") is None else
+            f"; best row found ranks {result['best_rank']} of {result['n']}")
     if result.get("metric") == "hits":
         return (f"{head}: {result['hits'][-1]:.0f} distinct positives in "
                 f"{len(result['queries'])} queries ({len(set(result['queries']))} distinct rows) "
-                f"(random selection expects {result['random_hits_expected']:.1f})")
-    return (f"{head}: simple regret {result['simple_regret'][-1]:.4g} "
-            f"({result['simple_regret'][-1] / sy:.3g} sigma_y), cumulative "
-            f"{result['cumulative_regret'][-1]:.4g}")
+                f"(random selection expects {result['random_hits_expected']:.1f})" + rank)
+    top = ("" if result.get("top1_hits") is None else
+           f"; top-1% rows found {result['top1_hits']} of {result['top1_rows']} (random "
+           f"selection expects {result['random_top1_expected']:.2g})")
+    sf = result.get("simple_regret_sigma_f")
+    return (f"{head}: simple regret {result['simple_regret'][-1]:.4g} ("
+            + ("" if sf is None else f"{sf:.3g} sigma_f, ")
+            + f"{result['simple_regret'][-1] / sy:.3g} sigma_y), cumulative "
+            f"{result['cumulative_regret'][-1]:.4g}" + top + rank)
 
 
 def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | None]:

@@ -36,7 +36,7 @@ from pobo.headline import (
     setting_of, spent_text, strategy_label, sweep_headline, sweep_spent, sweep_spent_text,
     varied_fields,
 )
-from pobo.report import dp_notice, frontier, markdown_table
+from pobo.report import dp_notice, frontier, markdown_table, regret_column
 from pobo.runspec import nominal_reason
 
 REPORT_NAME = "report.html"
@@ -155,8 +155,14 @@ def run_result_html(result: dict) -> str:
     elif head["value"] is not None:
         rows += [("best f found", number(head["best"], 6)), ("f* (the best row)",
                                                              number(head["optimum"], 6)),
-                 ("simple regret S_T", f"{head['regret']:.4g} = {head['value']:.4g} σ_y "
-                  f"(σ_y = {head['sigma_y']:.4g}, {result.get('sigma_y_source') or '?'})")]
+                 ("simple regret S_T", f"{head['regret']:.4g} = {head['value']:.4g} σ_f "
+                  f"(σ_f = {head['sigma_f']:.4g}, std of f over the rows) = "
+                  f"{head['value_sigma_y']:.4g} σ_y (σ_y = {head['sigma_y']:.4g}, "
+                  f"{result.get('sigma_y_source') or '?'})")]
+    if head.get("top1_hits") is not None:
+        rows += [("top-1% rows found", f"{head['top1_hits']} of {result.get('top1_rows')} "
+                  f"(random selection expects {number(result.get('random_top1_expected'), 3)})"),
+                 ("best row found ranks", f"{head['best_rank']} of {result.get('n')}")]
     modeler = result.get("modeler") if isinstance(result.get("modeler"), dict) else {}
     rows += [("queries", len(result.get("queries") or [])), ("T", result.get("T")),
              ("strategy", modeler.get("strategy")), ("policy", policy_text(result)),
@@ -409,7 +415,8 @@ def frontier_chart(rows: list[dict]) -> str:
     hits = rows[0].get("metric") == "hits"
     return svg_chart(curves, title="the metric against ε, per release", ident="frontier",
                      xlabel="ε (in order, not to scale)", xnames=[eps_text(e) for e in epsilons],
-                     ylabel="hits (more is better)" if hits else "S_T / σ_y (less is better)")
+                     ylabel="hits (more is better)" if hits
+                     else f"{regret_column(rows)[1]} (less is better)")
 
 
 def sweep_parameters(rows: list[dict]) -> list[tuple[str, object]]:

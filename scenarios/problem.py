@@ -1,6 +1,8 @@
 """What a scenario hands the curator: the dataset, the objective and public defaults."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pobo.parties.kernels import squared_exponential
@@ -74,6 +76,31 @@ def distinct_hits(f: np.ndarray, queries: list[int]) -> list[float]:
             hits += f[i] > 0
         out.append(float(hits))
     return out
+
+
+TOP_SHARE = 0.01  # "top-1% hits": queried rows among the best 1% of f
+
+
+def top_rows_threshold(f: np.ndarray, share: float = TOP_SHARE) -> float:
+    """The value of the ceil(share n)-th best row: rows at or above it are the top
+    `share` of f (ties at the threshold included)."""
+    v = np.sort(np.asarray(f, dtype=float))[::-1]
+    return float(v[max(1, math.ceil(share * v.size)) - 1])
+
+
+def top_hits(f: np.ndarray, queries: list[int], threshold: float) -> int:
+    """Distinct queried rows whose f is at or above `threshold` (`top_rows_threshold`):
+    a metric that separates methods where simple regret cannot (one outlier optimum)."""
+    rows = np.unique(np.asarray(queries, dtype=np.int64))
+    return int(np.count_nonzero(np.asarray(f)[rows] >= threshold)) if rows.size else 0
+
+
+def best_rank(f: np.ndarray, queries: list[int]) -> int | None:
+    """The rank among all rows (1 = f*) of the best row queried: 1 + rows strictly better."""
+    if not len(queries):
+        return None
+    f = np.asarray(f)
+    return 1 + int(np.count_nonzero(f > f[np.asarray(queries, dtype=np.int64)].max()))
 
 
 def subsample(arrays: tuple[np.ndarray, ...], n: int | None, seed: int | None,

@@ -65,9 +65,10 @@ def test_a_run_line_holds_its_ledger_and_its_answer(folder):
     assert run["scenario"] == "synthetic" and run["status"] == "ok"
     assert run["policy"] == f"private ({result['lift']})"
     assert run["epsilon_spent"] == result["ledger"]["central"]["epsilon"] == 8.0
-    regret = result["simple_regret"][-1] / result["sigma_y"]
+    regret = result["simple_regret"][-1] / result["sigma_f"]  # the data's own spread
     assert run["value"] == pytest.approx(regret)
-    assert run["result"].startswith(f"S_T {regret:.3g} σ_y")
+    assert run["result"].startswith(f"S_T {regret:.3g} σ_f")
+    assert f"top-1% {result['top1_hits']}, rank {result['best_rank']}" in run["result"]
     private = by["run-np"]
     assert private["policy"] == "non-private"
     assert private["epsilon_spent"] == json.loads(
@@ -87,7 +88,7 @@ def test_a_sweep_is_one_line_with_its_runs_summarised(folder):
     assert sweep["epsilon_spent_sum"] == pytest.approx(8.0 * private_runs)
     assert sweep["best_private"]["setting"] == "gp-ucb, ε = 8"
     assert sweep["random"] is not None and sweep["non_private"] is not None
-    assert sweep["result"].startswith("S_T/σ_y private ")
+    assert sweep["result"].startswith("S_T/σ_f private ")
     # a run of it gone: the line says so, nothing raises
     gone = folder.parent / "sweep-copy"
     shutil.copytree(folder / "sweep", gone)
