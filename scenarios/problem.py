@@ -16,6 +16,7 @@ from pobo.protocol.messages import KernelParams
 MAX_NORM = 25.0
 SIGNAL_SAMPLE = 300  # rows of the prepared dataset the sigma_y fit uses (O(sample^3))
 ML_SIGMA_Y = "curator's maximum-likelihood fit on the prepared dataset"
+HITS_UNIT = "std(f) over the rows (a hits scenario: no sigma_y is fitted to a 0/1 outcome)"
 PREPARATION_SEED = 0  # the dataset's preparation stream: independent of the run seed
 
 
@@ -149,9 +150,12 @@ def data_problem(name: str, X_raw: np.ndarray, objective: np.ndarray, seed: int 
         X = prepare_inputs(X_raw, f, PREPARATION_SEED, scaling)
         domain, preparation = None, DATA_DEPENDENT[scaling]
         defaults.setdefault("kernel", fitted_prior())
-    sigma_y = fit_signal_std(X, f, rng_for(PREPARATION_SEED, "signal-std"))
+    if defaults.get("metric") == "hits":  # a 0/1 outcome: no regret to put in a unit
+        sigma_y, unit = float(np.std(f)), HITS_UNIT
+    else:
+        sigma_y, unit = fit_signal_std(X, f, rng_for(PREPARATION_SEED, "signal-std")), ML_SIGMA_Y
     return Problem(name, X, f, sense=sense, source=source, dropped=dict(dropped or {}),
-                   signal_std=sigma_y, signal_std_source=ML_SIGMA_Y, domain=domain,
+                   signal_std=sigma_y, signal_std_source=unit, domain=domain,
                    clipped=clipped, preparation=preparation, **defaults)
 
 
