@@ -263,8 +263,12 @@ class Modeler:
         prior, bounds = declared_prior(kernel, noise) if self.hyper.mode == "map" else (None, None)
         starts = () if self._fitted is None else (
             np.append(self._fitted.base.theta, np.log(self._fitted.base_noise_var)),)
+        # MAP starts from the declared values and the fit held, no random point: in its
+        # small box random starts only jump between optima (realestate, 20 seeds: top-1%
+        # rows 3.05 +- 0.28 without them, 2.95 +- 0.25 with one)
         fit = map_fit(kernel, noise, self.input_noise, X, y, self.rng, prior=prior,
-                      bounds=bounds, starts=starts, restarts=self.hyper.restarts)
+                      bounds=bounds, starts=starts,
+                      restarts=0 if self.hyper.mode == "map" else self.hyper.restarts)
         # the declared model as the engine holds it (prior mean 0); the fit must beat it
         # by more than the parameters it chose (Akaike: one nat each, the mean included)
         declared = evidence(kernel, noise, self.input_noise, X, y, 0.0)

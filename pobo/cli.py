@@ -517,7 +517,9 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fit-every", type=positive_int, default=10, help="refit period (map, every)")
     p.add_argument("--fit-hold", type=at_least_two, default=20,
                    help="--fit map: rewards told before the first fit (default 20)")
-    p.add_argument("--restarts", type=count, default=3, help="L-BFGS-B starts per fit")
+    p.add_argument("--restarts", type=count, default=3,
+                   help="L-BFGS-B starts per maximum-likelihood fit (once, every; map starts "
+                        "from the declared values and the fit held)")
     p.add_argument("--release", choices=("noisy", "noise-free", "lipschitz"),
                    help="ask the curator for a DP release of the result at the end "
                         "(Kusner et al. Algorithm 1, 2 or 3)")
