@@ -35,6 +35,7 @@ class Fit:
     base_noise_var: float | None = None
     declared_log_likelihood: float | None = None
     kept: bool = True
+    rebuilt: bool = True  # False: kept, but so close to the held fit that the engine stayed
 
 
 def log_marginal_likelihood(kernel: Kernel, noise_var: float, X: np.ndarray, y: np.ndarray,

@@ -57,6 +57,21 @@ def noise_dims(Z: np.ndarray) -> int:
     return max(1, int(np.linalg.matrix_rank(sample)))
 
 
+REBUILD_TOLERANCE = 0.1  # a fit this close to the held one leaves the engine as it is
+
+
+def close_fits(new: Fit, held: Fit, tolerance: float = REBUILD_TOLERANCE) -> bool:
+    """Whether `new` is the held model to `tolerance`: every length-scale, the signal and
+    the noise variance within a factor e^tolerance (~10%), and the prior means within
+    `tolerance` signal standard deviations. Rebuilding the engine for it (O(n t^2))
+    would move the posterior by about as little."""
+    logs = np.log(np.r_[new.kernel.lengthscales, new.kernel.variance, new.noise_var]
+                  / np.r_[held.kernel.lengthscales, held.kernel.variance, held.noise_var])
+    return bool(np.all(np.abs(logs) <= tolerance)
+                and abs(new.prior_mean - held.prior_mean)
+                <= tolerance * np.sqrt(held.kernel.variance))
+
+
 _DEFERRED = -2  # the engine slot of a slot asked but not hallucinated yet (Modeler._deferred)
 
 
@@ -275,14 +290,23 @@ class Modeler:
         margin = len(kernel.lengthscales) + 3
         fit = replace(fit, declared_log_likelihood=declared,
                       kept=fit.log_likelihood > declared + margin)
+        if fit.kept and self._fitted is not None and close_fits(fit, self._fitted):
+            fit = replace(fit, rebuilt=False)  # the held model, to REBUILD_TOLERANCE: kept
         self.fits.append(fit)
         if fit.kept:
-            self._gp = self._gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean, in_place=True)
-            self._fitted = fit
+            if fit.rebuilt:
+                self._gp = self._gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean,
+                                            in_place=True)
+                self._fitted = fit
         elif self._fitted is not None:  # back to the declared values, as the engine began
             self._gp = self._gp.rebuilt(*widened(kernel, noise, self.input_noise), 0.0,
                                         in_place=True)
             self._fitted = None
+
+    @property
+    def held(self) -> Fit | None:
+        """The fit the engine holds (None: the declared values, prior mean 0)."""
+        return self._fitted
 
     def _name(self) -> str:
         """The strategy's name as the sequential-only refusal gives it."""

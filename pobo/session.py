@@ -461,6 +461,7 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                  "signal_var": f.kernel.variance, "noise_var": f.noise_var,
                  "prior_mean": f.prior_mean, "log_likelihood": f.log_likelihood,
                  "declared_log_likelihood": f.declared_log_likelihood, "kept": f.kept,
+                 "rebuilt": f.rebuilt,
                  "base_lengthscales": None if f.base is None else list(f.base.lengthscales),
                  "base_signal_var": None if f.base is None else f.base.variance,
                  "base_noise_var": f.base_noise_var}

@@ -14,7 +14,8 @@ from pobo.parties.fitting import (
     LENGTHSCALE_RANGE, VARIANCE_RANGE, InputNoise, _evidence, declared_prior, map_fit, widened,
 )
 from pobo.parties.kernels import noisy_input_kernel, squared_exponential
-from pobo.parties.modeler import Modeler
+from pobo.parties.gp import IncrementalGP
+from pobo.parties.modeler import Modeler, close_fits
 from pobo.parties.strategies import GPUCB
 from pobo.protocol.messages import KernelParams, ProjectedDataset, SessionParams
 
@@ -67,8 +68,35 @@ def test_the_declared_values_are_held_until_hold_rewards_and_then_until_beaten()
         shifted.observe(i, float(sample[i] + 5.0))
         if t + 1 < 20:
             assert not shifted.fits  # held until --fit-hold (20) rewards
-    assert len(shifted.fits) == 3 and shifted.fits[-1].kept  # after 20, 30 and 40
-    assert shifted.gp.prior_mean == pytest.approx(np.mean(shifted.rewards[:40]))
+    assert len(shifted.fits) == 3 and all(f.kept for f in shifted.fits)  # after 20, 30, 40
+    assert shifted.held is not None and shifted.held.prior_mean > 4.0
+    _holds(shifted)
+
+
+def _holds(modeler):
+    """The engine is exactly a fresh engine of the held model (declared, or a fit)."""
+    held = modeler.held
+    kernel, noise, mean = ((held.kernel, held.noise_var, held.prior_mean) if held is not None
+                           else (*widened(*modeler.declared, modeler.input_noise), 0.0))
+    fresh = IncrementalGP(modeler.gp.Z, kernel, noise, modeler.params.T, prior_mean=mean)
+    for i, y in zip(modeler.queries, modeler.rewards):
+        fresh.add(i, y)
+    assert np.allclose(modeler.gp.mean, fresh.mean, rtol=1e-9, atol=1e-10)
+    assert np.allclose(modeler.gp.var, fresh.var, rtol=1e-9, atol=1e-12)
+
+
+def test_a_fit_close_to_the_held_one_leaves_the_engine_and_a_far_one_rebuilds_it():
+    """Fits within REBUILD_TOLERANCE of the held one are kept without a rebuild (the
+    engine stays the held model's, exactly); any other kept fit is rebuilt."""
+    modeler = _run(_modeler(T=100), lambda z: math.sin(2 * z[0]) + 4.0, 100)
+    kept = [f for f in modeler.fits if f.kept]
+    assert len(kept) == 8 and kept[0].rebuilt
+    held = None
+    for fit in kept:
+        assert fit.rebuilt == (held is None or not close_fits(fit, held))
+        held = fit if fit.rebuilt else held
+    assert modeler.held is held and not all(f.rebuilt for f in kept)
+    _holds(modeler)
 
 
 def test_fitted_values_stay_within_their_bounds_and_the_noise_above_the_nugget():
