@@ -255,11 +255,12 @@ class Modeler:
             self._refit()
 
     def _refit(self) -> None:
-        """Fit the hyperparameters to the rewards told (MAP around the declared values, or
-        maximum likelihood) and hold the fit only if its evidence beats the declared
-        model's (declared values, prior mean 0: what the engine starts with) on the same
-        rewards by more than one nat per fitted parameter (Akaike's penalty); otherwise
-        hold the declared model. Nothing is fitted
+        """Fit the hyperparameters to the rewards told: MAP around the declared values
+        (`map`), held only if its evidence beats the declared model's (declared values,
+        prior mean 0: what the engine starts with) on the same rewards by more than one
+        nat per fitted parameter (Akaike's penalty), otherwise the declared model is
+        held, and not rebuilt when it is within REBUILD_TOLERANCE of the held fit; or
+        maximum likelihood (`once`, `every`), held as fitted. Nothing is fitted
         on rewards that are all equal (no evidence about any length-scale), nor after
         the session's last reward (no query left to use it)."""
         y = np.asarray(self.rewards)
@@ -288,9 +289,10 @@ class Modeler:
         # by more than the parameters it chose (Akaike: one nat each, the mean included)
         declared = evidence(kernel, noise, self.input_noise, X, y, 0.0)
         margin = len(kernel.lengthscales) + 3
+        guarded = self.hyper.mode == "map"  # once / every: plain ML, held as fitted
         fit = replace(fit, declared_log_likelihood=declared,
-                      kept=fit.log_likelihood > declared + margin)
-        if fit.kept and self._fitted is not None and close_fits(fit, self._fitted):
+                      kept=fit.log_likelihood > declared + margin or not guarded)
+        if guarded and fit.kept and self._fitted is not None and close_fits(fit, self._fitted):
             fit = replace(fit, rebuilt=False)  # the held model, to REBUILD_TOLERANCE: kept
         self.fits.append(fit)
         if fit.kept:
