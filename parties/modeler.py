@@ -58,6 +58,7 @@ def noise_dims(Z: np.ndarray) -> int:
 
 
 REBUILD_TOLERANCE = 0.1  # a fit this close to the held one leaves the engine as it is
+EVIDENCE_MARGIN = 1.0  # nats per fitted parameter a fit must beat the declared model by
 
 
 def close_fits(new: Fit, held: Fit, tolerance: float = REBUILD_TOLERANCE) -> bool:
@@ -288,7 +289,7 @@ class Modeler:
         # the declared model as the engine holds it (prior mean 0); the fit must beat it
         # by more than the parameters it chose (Akaike: one nat each, the mean included)
         declared = evidence(kernel, noise, self.input_noise, X, y, 0.0)
-        margin = len(kernel.lengthscales) + 3
+        margin = EVIDENCE_MARGIN * (len(kernel.lengthscales) + 3)
         guarded = self.hyper.mode == "map"  # once / every: plain ML, held as fitted
         fit = replace(fit, declared_log_likelihood=declared,
                       kept=fit.log_likelihood > declared + margin or not guarded)
