@@ -243,7 +243,7 @@ def sweep_headline(rows: list[dict]) -> dict:
              f"non-private {out['non_private']['mean']:.3g}" if out["non_private"] else ""]
     out["short"] = (f"{'hits' if higher else name.replace(' ', '')} "
                     + ", ".join(x for x in short if x) if parts else out["text"])
-    if best and best.get("top1_hits") is not None and parts:
+    if best and best.get("top1_hits") is not None and parts and not higher:  # hits: the same
         out["short"] += f"; top-1% private {best['top1_hits']:.3g}" + (
             f", random {out['random']['top1_hits']:.3g}"
             if out["random"] and out["random"].get("top1_hits") is not None else "")
