@@ -8,7 +8,8 @@ the declared values' (parties/fitting.py); or by maximum likelihood once after a
 initial design of uniformly random rows (`once`), or again every m rounds (`every`).
 Every fit scores the release's widened model (the input-noise widening applies on top
 of what is fitted), none is made on rewards that are all equal, and the engine is
-rebuilt (O(n t^2), BLAS-3) only when the model changes. Under Kusner et al.'s GP-UCB
+rebuilt (O(n t^2), BLAS-3) only when the model changes. A Gaussian sketch (`--lift jl`)
+is first projected on its principal directions above the noise (`principal_sketch`). Under Kusner et al.'s GP-UCB
 (the noisy release, Algorithm 1) they stay fixed for the whole session: its proofs
 assume one known kernel, and the curator replays the queries with it.
 
@@ -19,6 +20,7 @@ the sequential loop (`next_index()` then `observe()`) to the bit.
 """
 from __future__ import annotations
 
+import math
 import time
 from bisect import bisect
 from dataclasses import replace
@@ -33,7 +35,7 @@ from pobo.parties.likelihood import Fit, one_blas_thread
 from pobo.parties.robust import ROBUST, RewardModel
 from pobo.parties.strategies import KusnerUCB, Robust, Strategy
 from pobo.protocol.messages import ProjectedDataset, Release, ReleaseRequest, SessionParams
-from pobo.protocol.policy import LDP_REWARD
+from pobo.protocol.policy import GAUSSIAN_SKETCH, LDP_REWARD
 
 
 def kusner_hyper(hyper: HyperFit, declared: str) -> HyperFit:
@@ -73,6 +75,27 @@ def close_fits(new: Fit, held: Fit, tolerance: float = REBUILD_TOLERANCE) -> boo
                 <= tolerance * np.sqrt(held.kernel.variance))
 
 
+SKETCH_PCA = True  # project a Gaussian sketch on its principal directions (post-processing)
+MP_MARGIN = 0.1  # above the Marchenko-Pastur edge: a direction kept is signal, not noise
+
+
+def principal_sketch(Z: np.ndarray, noise_std: float) -> np.ndarray:
+    """A Gaussian sketch Z = (X_c M + omega G) / sqrt(r) on its top-k principal directions,
+    k the directions whose variance clears the noise's Marchenko-Pastur edge
+    noise_std^2 ((1 + sqrt(r / n))^2 + MP_MARGIN): the rows' signal spans at most d of
+    the r directions, the noise all r; the projection (post-processing of the release)
+    keeps the signal and the noise of k directions only, and the widening then counts
+    k noisy dimensions (`noise_dims`). O(n r^2); Z itself if every direction is kept."""
+    n, r = Z.shape
+    cov = Z.T @ Z / n
+    values, vectors = np.linalg.eigh(cov)  # ascending
+    edge = noise_std**2 * ((1.0 + math.sqrt(r / n)) ** 2 + MP_MARGIN)
+    k = max(1, int(np.count_nonzero(values > edge)))
+    if k >= r:
+        return Z
+    return Z @ vectors[:, ::-1][:, :k]
+
+
 _DEFERRED = -2  # the engine slot of a slot asked but not hallucinated yet (Modeler._deferred)
 
 
@@ -99,6 +122,9 @@ class Modeler:
         kp = params.kernel
         model = reward_model(params)
         Z = release.Z
+        if (release.mechanism == GAUSSIAN_SKETCH and release.noise_std > 0
+                and not isinstance(strategy, KusnerUCB) and SKETCH_PCA):
+            Z = principal_sketch(Z, release.noise_std)
         robust = isinstance(strategy, Robust)
         if isinstance(strategy, KusnerUCB):
             hyper = kusner_hyper(hyper, kp.kernel)

@@ -180,3 +180,30 @@ def test_the_default_fit_keeps_what_the_release_gives_on_hospital(tmp_path):
     auto, diff = np.mean(hits["auto"]), np.subtract(hits["auto"], hits["fixed"])
     assert auto >= 1.8 * random, (hits, random)
     assert diff.mean() >= -2 * diff.std(ddof=1) / math.sqrt(seeds), hits
+
+
+def test_a_sketch_is_projected_on_its_signal_directions_and_its_noise_kept_isotropic():
+    """Z = (X M + omega G) / sqrt(r), d = 2 of r = 10: principal_sketch keeps 2 directions,
+    the signal's distances within a few per cent, and the noise in them of the release's
+    std (so the widening counts 2 noisy dimensions, not 10); a modeler of a sketch uses it."""
+    from pobo.parties.modeler import noise_dims, principal_sketch
+    rng = np.random.default_rng(4)
+    n, d, r, omega = 20000, 2, 10, 3.0
+    X = rng.uniform(-10, 10, size=(n, d))
+    X -= X.mean(axis=0)
+    M = rng.standard_normal((d, r))
+    signal, noise = X @ M / math.sqrt(r), omega * rng.standard_normal((n, r)) / math.sqrt(r)
+    Z = signal + noise
+    Zp = principal_sketch(Z, omega / math.sqrt(r))
+    assert Zp.shape == (n, 2) and noise_dims(Zp) == 2
+    basis = np.linalg.lstsq(Z, Zp, rcond=None)[0]  # the projection Z -> Zp
+    assert np.linalg.norm(signal @ basis) / np.linalg.norm(signal) > 0.99
+    assert np.std(noise @ basis) == pytest.approx(omega / math.sqrt(r), rel=0.05)
+    assert principal_sketch(signal + noise / 1e3, omega / math.sqrt(r) / 1e3).shape == (n, 2)
+    full = rng.standard_normal((n, r)) * 5.0  # every direction far above the noise
+    assert principal_sketch(full, 1.0) is full
+    release = ProjectedDataset("gaussian-sketch", 1.0, 1e-5, omega, Z, omega / math.sqrt(r))
+    params = SessionParams("t", n, r, 10, "private", (), KernelParams("se", 1.0, 1.0, 1e-2),
+                           "seeded")
+    modeler = Modeler(params, release, GPUCB(), np.random.default_rng(0), HyperFit("fixed"))
+    assert modeler.gp.Z.shape == (n, 2) and modeler.input_noise.dims == 2
