@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 ROBUST_NAMES = ("tgp-ucb", "ata-gp-ucb", "moma-gp-ucb")
 STRATEGIES = ("gp-ucb", "random", *ROBUST_NAMES)
-FIT_MODES = ("auto", "fixed", "once", "every")
+FIT_MODES = ("auto", "fixed", "map", "once", "every")
 # the dataset release (--lift): "gaussian" (default) and "jl" are the Gaussian releases of
 # parties/gaussian.py; "private" and "always" are PO-GP-UCB's lift at Blocki et al.'s
 # constant (a labelled comparison); "paper" is Algorithm 1 as published (not DP)
@@ -23,8 +23,12 @@ DEFAULT_LIFT = "gaussian"
 class HyperFit:
     """How the modeler sets its GP hyperparameters (and which kernel it uses).
 
-    `auto` keeps the declared values when the curator marks them 'public' and refits
-    every `every` rounds when it marks them 'initial' (starting values only).
+    `auto` keeps the declared values when the curator marks them 'public', and when it
+    marks them 'initial' (starting values only) it is `map`: the declared values until
+    `hold` rewards are told, then every `every` rounds a maximum-a-posteriori fit with
+    log-normal priors centred on the declared values, kept only while its evidence beats
+    theirs (parties/fitting.py). `once` and `every` are plain maximum likelihood after an
+    initial design of `n_init` random rows. No mode fits on rewards that are all equal.
     """
 
     mode: str = "auto"
@@ -32,21 +36,30 @@ class HyperFit:
     every: int = 10
     restarts: int = 3
     kernel: str | None = None  # None: the kernel the curator declared
+    hold: int = 20  # map: rewards told before the first fit
 
     def __post_init__(self) -> None:
         if self.mode not in FIT_MODES:
             raise ValueError(f"unknown fit mode {self.mode!r}; choose from {FIT_MODES}")
-        if self.mode != "fixed" and (self.n_init < 2 or self.every < 1):
-            raise ValueError("fitting needs n_init >= 2 observations and every >= 1")
+        if self.mode != "fixed" and (self.n_init < 2 or self.every < 1 or self.hold < 2):
+            raise ValueError("fitting needs n_init >= 2, hold >= 2 observations and every >= 1")
 
     def resolved(self, status: str) -> HyperFit:
         """This policy with `auto` decided by the declared hyperparameters' status."""
         if self.mode != "auto":
             return self
-        return replace(self, mode="fixed" if status == "public" else "every")
+        return replace(self, mode="fixed" if status == "public" else "map")
+
+    @property
+    def design(self) -> int:
+        """Rows of the initial random design (`once`, `every`; none for `map`, which
+        starts from the declared values)."""
+        return self.n_init if self.mode in ("once", "every") else 0
 
     def refit_due(self, t: int) -> bool:
         """Whether to fit after the t-th observation."""
+        if self.mode == "map":
+            return t >= self.hold and (t - self.hold) % self.every == 0
         if self.mode in ("fixed", "auto") or t < self.n_init:
             return False
         return t == self.n_init or (self.mode == "every" and (t - self.n_init) % self.every == 0)

@@ -340,7 +340,8 @@ class IncrementalGP:
 
     def rebuilt(self, kernel: Kernel, noise_var: float, prior_mean: float = 0.0,
                 in_place: bool = False) -> IncrementalGP:
-        """A fresh engine with new hyperparameters holding the same observations, O(n t^2).
+        """A fresh engine with new hyperparameters holding the same observations, O(n t^2)
+        in BLAS-3 (`_condition_all`).
         `in_place`: it takes this engine's cache over (one T x n cache in memory, not
         two: 4 GB at n = 1e7), and this engine is unusable afterwards.
 
@@ -353,9 +354,64 @@ class IncrementalGP:
                            self.cache)
         if in_place:  # the new cache, never written, was never resident: swap it for ours
             gp.V, self.V = self.V, None
-        for i, y in zip(*observations):
-            gp.add(int(i), float(y))
+        gp._condition_all(*observations)
         return gp
+
+    def _kernel_block(self, indices: np.ndarray, start: int, stop: int) -> np.ndarray:
+        """k(X_t, Z[start:stop]), t x block, from |z / l|^2 computed at set-up (as
+        `kernel_column` does): one small product and one exp pass, no scaled copy of Z."""
+        K = (self.Z[indices] * self._inv_l2) @ self.Z[start:stop].T
+        if self._h is not None:
+            K += self._h[start:stop]
+            K -= (0.5 * self._zz[indices])[:, None]
+            return np.exp(K, out=K)
+        K *= -2.0
+        K += self._zz[start:stop]
+        K += self._zz[indices][:, None]
+        np.maximum(K, 0.0, out=K)
+        self.kernel.profile(K, out=K)
+        K *= self.kernel.variance
+        return K
+
+    def _condition_all(self, indices: np.ndarray, y: np.ndarray) -> None:
+        """Condition a fresh engine on all (indices, y) at once: one Cholesky of the t x t
+        kernel matrix and V = L^-1 K(X_t, Z) by triangular solves over column blocks
+        (BLAS-3, O(n t^2)); the same L, V, mean and variance as t `add` calls, to
+        rounding, 3-10x faster than their t vector-matrix products. A pivot below
+        PIVOT_FLOOR of its diagonal raises NumericalError, as `add` would."""
+        import scipy.linalg  # here, not at import: only a refit rebuilds
+        t = len(indices)
+        if t == 0:
+            return
+        if t > self.capacity:
+            raise ValueError(f"engine is full: capacity {self.capacity} observations")
+        indices = np.asarray(indices, dtype=np.int64)
+        Xt = self.Z[indices]
+        diag = self.kernel.variance + self.noise_var + self.jitter
+        K = self.kernel(Xt, Xt)
+        np.fill_diagonal(K, diag)
+        try:
+            L = np.linalg.cholesky(K)
+        except np.linalg.LinAlgError:
+            L = None
+        if L is None or not (np.diag(L) ** 2 > PIVOT_FLOOR * diag).all():
+            raise NumericalError(f"Cholesky of {t} observations is not positive definite; "
+                                 "raise the noise variance or jitter")
+        r = np.asarray(y, dtype=float) - self.prior_mean
+        alpha = scipy.linalg.solve_triangular(L, r, lower=True, check_finite=False)
+        block = max(256, min(self.n, (1 << 19) // max(t, 1)))  # 4 MB of K a block
+        for start in range(0, self.n, block):
+            stop = min(start + block, self.n)
+            Vb = scipy.linalg.solve_triangular(L, self._kernel_block(indices, start, stop),
+                                               lower=True, check_finite=False, overwrite_b=True)
+            self.V[:t, start:stop] = Vb
+            self.mean[start:stop] += alpha @ Vb
+            self.var[start:stop] -= np.einsum("ij,ij->j", Vb, Vb)
+        np.maximum(self.var, 0.0, out=self.var)
+        self.L[:t, :t] = L
+        self.alpha[:t], self.indices[:t], self.y[:t] = alpha, indices, y
+        self.t = t
+        self._row_at, self._next = -1, None
 
 
 def posterior_dense(Z: np.ndarray, indices: np.ndarray, y: np.ndarray, kernel: Kernel,

@@ -94,7 +94,8 @@ class Kernel:
         Xs = self.scale(X)
         u = sq_distances(Xs, Xs)
         K = self.variance * self.profile(u)
-        dg = self.variance * self.profile_derivative(u)
+        # SE: dg/du = -g / 2, so variance * dg/du is -K / 2 (no second exp pass)
+        dg = -0.5 * K if self.family == "se" else self.variance * self.profile_derivative(u)
         if self.ard:  # du/dlog l_j = -2 (a_j - b_j)^2 / l_j^2
             grads = [-2.0 * dg * (Xs[:, j, None] - Xs[None, :, j]) ** 2
                      for j in range(Xs.shape[1])]

@@ -22,12 +22,20 @@ from pobo.parties.kernels import Kernel
 
 @dataclass(frozen=True)
 class Fit:
-    """Fitted hyperparameters and the log marginal likelihood they reach."""
+    """Fitted hyperparameters and the log marginal likelihood they reach. A modeler's
+    fit (parties/fitting.py) also gives the base values before the release's widening
+    (`kernel` and `noise_var` are then the widened ones the engine uses) and whether it
+    was kept (its evidence beat the declared values')."""
 
     kernel: Kernel
     noise_var: float
     prior_mean: float
     log_likelihood: float
+    base: Kernel | None = None
+    base_noise_var: float | None = None
+    declared_log_likelihood: float | None = None
+    kept: bool = True
+    rebuilt: bool = True  # False: kept, but so close to the held fit that the engine stayed
 
 
 def log_marginal_likelihood(kernel: Kernel, noise_var: float, X: np.ndarray, y: np.ndarray,
@@ -45,10 +53,15 @@ def log_marginal_likelihood(kernel: Kernel, noise_var: float, X: np.ndarray, y: 
         return -math.inf, np.zeros(len(dKs) + 1)
     alpha = scipy.linalg.cho_solve((L, True), r, check_finite=False)
     value = -0.5 * r @ alpha - np.log(np.diag(L)).sum() - 0.5 * t * math.log(2 * math.pi)
-    inner = np.outer(alpha, alpha) - scipy.linalg.cho_solve((L, True), np.eye(t),
-                                                            check_finite=False)
-    grad = [0.5 * np.einsum("ij,ji->", inner, dK) for dK in dKs]
-    grad.append(0.5 * noise_var * np.trace(inner))
+    # the lower triangle P of K_y^-1 from its factor (LAPACK potri: a third of the work
+    # of solving against I; L's upper triangle is zero, so is P's). For a symmetric dK,
+    # tr(K_y^-1 dK) = 2 sum(P * dK) - sum(diag P * diag dK): no full inverse is formed
+    P, info = scipy.linalg.lapack.dpotri(L, lower=1)
+    if info:
+        return -math.inf, np.zeros(len(dKs) + 1)
+    dP = np.diag(P)
+    grad = [0.5 * (alpha @ dK @ alpha - 2.0 * np.vdot(P, dK) + dP @ np.diag(dK)) for dK in dKs]
+    grad.append(0.5 * noise_var * (alpha @ alpha - dP.sum()))
     return float(value), np.asarray(grad)
 
 

@@ -234,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit", choices=FIT_MODES, default="auto")
     p.add_argument("--n-init", type=at_least_two, default=5)
     p.add_argument("--fit-every", type=positive_int, default=10)
+    p.add_argument("--fit-hold", type=at_least_two, default=20)
     p.add_argument("--restarts", type=count, default=3)
     p.add_argument("--out", type=Path, help="output folder (default runs/sweep-NAME)")
     _risk_argument(p, "for every release swept, measure (the frontier preset: K = 20)")
@@ -583,12 +584,20 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
                    help="gp-ucb, random: never query a row twice (default: on for hospital, "
                         "whose tabulated outcome is exact)")
     p.add_argument("--fit", choices=FIT_MODES, default="auto",
-                   help="hyperparameters: fixed (declared), once after --n-init random rows, "
-                        "or every --fit-every rounds (maximum likelihood on Z and rewards); "
-                        "auto: fixed if the curator declares them public, else every")
-    p.add_argument("--n-init", type=at_least_two, default=5, help="initial design size when fitting")
-    p.add_argument("--fit-every", type=positive_int, default=10, help="refit period for --fit every")
-    p.add_argument("--restarts", type=count, default=3, help="L-BFGS-B restarts per fit")
+                   help="hyperparameters: fixed (declared); map: the declared values until "
+                        "--fit-hold rewards, then every --fit-every rounds a fit with log-normal "
+                        "priors centred on them, kept only while its evidence beats theirs; "
+                        "once after --n-init random rows, or every --fit-every rounds "
+                        "(maximum likelihood on Z and rewards); "
+                        "auto: fixed if the curator declares them public, else map")
+    p.add_argument("--n-init", type=at_least_two, default=5,
+                   help="initial design size for --fit once/every")
+    p.add_argument("--fit-every", type=positive_int, default=10, help="refit period (map, every)")
+    p.add_argument("--fit-hold", type=at_least_two, default=20,
+                   help="--fit map: rewards told before the first fit (default 20)")
+    p.add_argument("--restarts", type=count, default=3,
+                   help="L-BFGS-B starts per maximum-likelihood fit (once, every; map starts "
+                        "from the declared values and the fit held)")
     p.add_argument("--release", choices=("noisy", "noise-free", "lipschitz"),
                    help="ask the curator for a DP release of the result at the end "
                         "(Kusner et al. Algorithm 1, 2 or 3)")
@@ -642,7 +651,8 @@ def release_from_args(args: argparse.Namespace) -> ReleaseRequest | None:
 
 def hyper_from_args(args: argparse.Namespace) -> HyperFit:
     """The modeler's hyperparameter policy that the options describe."""
-    return HyperFit(args.fit, args.n_init, args.fit_every, args.restarts, args.kernel)
+    return HyperFit(args.fit, args.n_init, args.fit_every, args.restarts, args.kernel,
+                    args.fit_hold)
 
 
 def _spin_argument(p: argparse.ArgumentParser, whose: str = "this process's event loop") -> None:
@@ -858,13 +868,20 @@ def summary(result: dict) -> str:
         return (f"{head}: {len(result['queries'])} evaluations ({result.get('objective')}); "
                 f"best measured {result['measured'][best]:.6g} at row {result['queries'][best]}"
                 " (no regret: f is not known for every row)")
+    rank = ("" if result.get("best_rank") is None else
+            f"; best row found ranks {result['best_rank']} of {result['n']}")
     if result.get("metric") == "hits":
         return (f"{head}: {result['hits'][-1]:.0f} distinct positives in "
                 f"{len(result['queries'])} queries ({len(set(result['queries']))} distinct rows) "
-                f"(random selection expects {result['random_hits_expected']:.1f})")
-    return (f"{head}: simple regret {result['simple_regret'][-1]:.4g} "
-            f"({result['simple_regret'][-1] / sy:.3g} sigma_y), cumulative "
-            f"{result['cumulative_regret'][-1]:.4g}")
+                f"(random selection expects {result['random_hits_expected']:.1f})" + rank)
+    top = ("" if result.get("top1_hits") is None else
+           f"; top-1% rows found {result['top1_hits']} of {result['top1_rows']} (random "
+           f"selection expects {result['random_top1_expected']:.2g})")
+    sf = result.get("simple_regret_sigma_f")
+    return (f"{head}: simple regret {result['simple_regret'][-1]:.4g} ("
+            + ("" if sf is None else f"{sf:.3g} sigma_f, ")
+            + f"{result['simple_regret'][-1] / sy:.3g} sigma_y), cumulative "
+            f"{result['cumulative_regret'][-1]:.4g}" + top + rank)
 
 
 def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | None]:

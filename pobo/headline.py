@@ -1,10 +1,13 @@
 """The answer of a run or a sweep in a few numbers: what `pobo report` puts first and
 `pobo runs` lists. Pure Python (no numpy), so that listing many folders stays light.
 
-A run's answer is the best f it found against f* (simple regret S_T, in sigma_y), or for
-a hits scenario (hospital) the distinct positives found against random selection's
-expectation. A sweep's is the best private setting's mean metric beside random selection
-and the non-private baseline, where the sweep ran them.
+A run's answer is the best f it found against f* (simple regret S_T, in sigma_f = std of
+f over the rows, the data's own spread; sigma_y, the papers' unit, beside it), or for a
+hits scenario (hospital) the distinct positives found against random selection's
+expectation; with either, the top-1% rows found (against random's expectation) and the
+rank of the best row found among all n, which separate methods where S_T cannot (one
+outlier optimum). A sweep's is the best private setting's mean metric beside random
+selection and the non-private baseline, where the sweep ran them.
 """
 from __future__ import annotations
 
@@ -14,7 +17,20 @@ from collections import defaultdict
 
 # sweep row column of each metric, its name, and whether more is better
 METRIC_COLUMNS = {"hits": ("hits", "hits", True),
-                  "simple_regret": ("simple_regret_sigma_y", "S_T / σ_y", False)}
+                  "simple_regret": ("simple_regret_sigma_f", "S_T / σ_f", False)}
+OLD_REGRET_COLUMN = "simple_regret_sigma_y"  # runs recorded before sigma_f rows existed
+
+
+def top_text(result: dict) -> str:
+    """'; top-1% rows found 3 of 24 (random 1.0); best row found ranks 5 of 2362', or ''
+    for a run that recorded neither."""
+    top, rank = result.get("top1_hits"), result.get("best_rank")
+    if top is None or rank is None:
+        return ""
+    random = result.get("random_top1_expected")
+    return (f"; top-1% rows found {top} of {result.get('top1_rows')}"
+            + ("" if random is None else f" (random {float(random):.1f})")
+            + f"; best row found ranks {rank} of {result.get('n')}")
 
 
 def mean_se(values) -> tuple[float, float]:
@@ -90,8 +106,10 @@ def run_headline(result: dict) -> dict:
         out["text"] = (f"{out['value']:.0f} distinct positives in {len(queries)} queries"
                        + ("" if out["random"] is None else
                           f"; random selection expects {float(out['random']):.1f}"))
+        out["top1_hits"], out["best_rank"] = result.get("top1_hits"), result.get("best_rank")
         out["short"] = (f"{out['value']:.0f} hits" + ("" if out["random"] is None else
-                                                      f" (random {float(out['random']):.1f})"))
+                                                      f" (random {float(out['random']):.1f})")
+                        + (f", rank {result['best_rank']}" if result.get("best_rank") else ""))
         return out
     if result.get("simple_regret") is None or result.get("f_star") is None:
         measured = [float(v) for v in result.get("measured") or []]
@@ -106,17 +124,29 @@ def run_headline(result: dict) -> dict:
         return out
     regret = float(result["simple_regret"][-1])
     sigma_y = float(result.get("sigma_y") or result.get("sigma_f") or 1.0)
+    sigma_f = float(result.get("sigma_f") or sigma_y)
     sign = -1.0 if result.get("sense") == "minimise" else 1.0  # f is stored maximised
     f_star = float(result["f_star"])
-    out.update(value=regret / sigma_y, regret=regret, best=sign * (f_star - regret),
-               optimum=sign * f_star, sigma_y=sigma_y)
+    out.update(value=regret / sigma_f, regret=regret, best=sign * (f_star - regret),
+               optimum=sign * f_star, sigma_y=sigma_y, sigma_f=sigma_f,
+               value_sigma_y=regret / sigma_y, top1_hits=result.get("top1_hits"),
+               best_rank=result.get("best_rank"))
     out["text"] = (f"best f found {out['best']:.4g} (f* = {out['optimum']:.4g}): simple "
-                   f"regret {out['value']:.3g} σ_y after {len(queries)} queries")
-    out["short"] = f"S_T {out['value']:.3g} σ_y (best f {out['best']:.4g}, f* {out['optimum']:.4g})"
+                   f"regret {out['value']:.3g} σ_f ({out['value_sigma_y']:.3g} σ_y) after "
+                   f"{len(queries)} queries" + top_text(result))
+    out["short"] = (f"S_T {out['value']:.3g} σ_f (best f {out['best']:.4g}, f* "
+                    f"{out['optimum']:.4g})" + _top_short(result))
     # without f* (curator-private: pobo.party_records), for a page that may be sent on
-    out["public"] = (f"best f found {out['best']:.4g}: simple regret {out['value']:.3g} σ_y "
-                     f"after {len(queries)} queries")
+    out["public"] = (f"best f found {out['best']:.4g}: simple regret {out['value']:.3g} σ_f "
+                     f"({out['value_sigma_y']:.3g} σ_y) after {len(queries)} queries"
+                     + top_text(result))
     return out
+
+
+def _top_short(result: dict) -> str:
+    """', top-1% 3, rank 5' (or '')."""
+    top, rank = result.get("top1_hits"), result.get("best_rank")
+    return "" if top is None or rank is None else f", top-1% {top}, rank {rank}"
 
 
 def setting_label(setting: tuple, varied: tuple[bool, ...]) -> str:
@@ -160,10 +190,17 @@ def sweep_headline(rows: list[dict]) -> dict:
     error and runs of the metric (S_T / sigma_y, or hits), and one line of text."""
     kind = "hits" if rows and rows[0].get("metric") == "hits" else "simple_regret"
     column, name, higher = METRIC_COLUMNS[kind]
+    if kind == "simple_regret" and not any(row.get(column) not in (None, "") for row in rows):
+        column, name = OLD_REGRET_COLUMN, "S_T / σ_y"  # a sweep recorded before sigma_f
     groups: dict[tuple, list[float]] = defaultdict(list)
+    tops: dict[tuple, list[float]] = defaultdict(list)
+    ranks: dict[tuple, list[float]] = defaultdict(list)
     for row in rows:
-        if row.get(column) is not None:
+        if row.get(column) not in (None, ""):
             groups[setting_of(row)].append(float(row[column]))
+        if row.get("top1_hits") not in (None, ""):
+            tops[setting_of(row)].append(float(row["top1_hits"]))
+            ranks[setting_of(row)].append(float(row["best_rank"]))
     varied = varied_fields(groups)
 
     def summary(keys: list[tuple]) -> dict | None:
@@ -171,8 +208,11 @@ def sweep_headline(rows: list[dict]) -> dict:
             return None
         scored = [(mean_se(groups[k]), k) for k in sorted(keys, key=repr)]  # ties: stable
         (m, se), key = (max if higher else min)(scored, key=lambda s: s[0][0])
+        top = mean_se(tops[key]) if tops.get(key) else (None, None)
         return {"setting": setting_label(key, varied), "epsilon": key[4], "mean": m,
-                "se": se, "runs": len(groups[key]), "key": key}
+                "se": se, "runs": len(groups[key]), "key": key, "top1_hits": top[0],
+                "top1_se": top[1],
+                "best_rank_median": statistics.median(ranks[key]) if ranks.get(key) else None}
 
     private = [k for k in groups if k[4] is not None and not k[0].startswith("random")]
     out = {"metric": name, "higher_is_better": higher, "runs": len(rows),
@@ -181,10 +221,21 @@ def sweep_headline(rows: list[dict]) -> dict:
            "non_private": summary([k for k in groups if k[4] is None
                                    and not k[0].startswith("random")])}
     randoms = [v for k, v in groups.items() if k[0].startswith("random")]
+    random_tops = [v for k, vs in tops.items() if k[0].startswith("random") for v in vs]
+    random_ranks = [v for k, vs in ranks.items() if k[0].startswith("random") for v in vs]
     out["random"] = (None if not randoms else dict(
         zip(("mean", "se"), mean_se([v for vs in randoms for v in vs])),
-        setting="random selection", epsilon=None, runs=sum(map(len, randoms))))
-    parts = [f"{label} {item['mean']:.3g} ± {item['se']:.2g}" for label, item in (
+        setting="random selection", epsilon=None, runs=sum(map(len, randoms)),
+        top1_hits=mean_se(random_tops)[0] if random_tops else None,
+        top1_se=mean_se(random_tops)[1] if random_tops else None,
+        best_rank_median=statistics.median(random_ranks) if random_ranks else None))
+
+    def tail(item: dict) -> str:
+        if item.get("top1_hits") is None:
+            return ""
+        return (f" (top-1% rows {item['top1_hits']:.3g} ± {item['top1_se']:.2g}, median "
+                f"rank of the best row {item['best_rank_median']:.4g})")
+    parts = [f"{label} {item['mean']:.3g} ± {item['se']:.2g}{tail(item)}" for label, item in (
         (f"best private ({out['best_private']['setting']})" if out["best_private"] else "",
          out["best_private"]), ("random", out["random"]), ("non-private", out["non_private"]))
         if item is not None]
@@ -194,8 +245,12 @@ def sweep_headline(rows: list[dict]) -> dict:
     short = [f"private {best['mean']:.3g} ({eps_label(best['epsilon'])})" if best else "",
              f"random {out['random']['mean']:.3g}" if out["random"] else "",
              f"non-private {out['non_private']['mean']:.3g}" if out["non_private"] else ""]
-    out["short"] = (f"{'hits' if higher else 'S_T/σ_y'} " + ", ".join(x for x in short if x)
-                    if parts else out["text"])
+    out["short"] = (f"{'hits' if higher else name.replace(' ', '')} "
+                    + ", ".join(x for x in short if x) if parts else out["text"])
+    if best and best.get("top1_hits") is not None and parts and not higher:  # hits: the same
+        out["short"] += f"; top-1% private {best['top1_hits']:.3g}" + (
+            f", random {out['random']['top1_hits']:.3g}"
+            if out["random"] and out["random"].get("top1_hits") is not None else "")
     return out
 
 

@@ -38,6 +38,7 @@ from pobo.headline import (
 )
 from pobo.report import (
     dp_notice, frontier, frontier_risk, frontier_risk_table, markdown_table,
+    regret_column,
 )
 from pobo.party_records import folder_kind
 from pobo.runspec import nominal_reason
@@ -163,8 +164,14 @@ def run_result_html(result: dict) -> str:
         rows += [("best measured value", number(head["best"], 6))]
     elif head["value"] is not None:
         rows += [("best f found", number(head["best"], 6)),  # (not f*: curator-private)
-                 ("simple regret S_T", f"{head['regret']:.4g} = {head['value']:.4g} σ_y "
-                  f"(σ_y = {head['sigma_y']:.4g}, {result.get('sigma_y_source') or '?'})")]
+                 ("simple regret S_T", f"{head['regret']:.4g} = {head['value']:.4g} σ_f "
+                  f"(σ_f = {head['sigma_f']:.4g}, std of f over the rows) = "
+                  f"{head['value_sigma_y']:.4g} σ_y (σ_y = {head['sigma_y']:.4g}, "
+                  f"{result.get('sigma_y_source') or '?'})")]
+    if head.get("top1_hits") is not None:
+        rows += [("top-1% rows found", f"{head['top1_hits']} of {result.get('top1_rows')} "
+                  f"(random selection expects {number(result.get('random_top1_expected'), 3)})"),
+                 ("best row found ranks", f"{head['best_rank']} of {result.get('n')}")]
     modeler = result.get("modeler") if isinstance(result.get("modeler"), dict) else {}
     rows += [("queries", len(result.get("queries") or [])), ("T", result.get("T")),
              ("strategy", modeler.get("strategy")), ("policy", policy_text(result)),
@@ -462,7 +469,8 @@ def frontier_chart(rows: list[dict]) -> str:
     hits = rows[0].get("metric") == "hits"
     return svg_chart(curves, title="the metric against ε, per release", ident="frontier",
                      xlabel="ε (in order, not to scale)", xnames=[eps_text(e) for e in epsilons],
-                     ylabel="hits (more is better)" if hits else "S_T / σ_y (less is better)")
+                     ylabel="hits (more is better)" if hits
+                     else f"{regret_column(rows)[1]} (less is better)")
 
 
 def risk_chart(rows: list[dict]) -> str:

@@ -89,7 +89,8 @@ def modeler_argv(config: RunConfig) -> list[str]:
     """The `pobo modeler` options that rebuild the modeler's side of `config`."""
     h = config.hyper
     argv = ["--strategy", config.strategy, "--timeout", str(config.timeout), "--fit", h.mode,
-            "--n-init", str(h.n_init), "--fit-every", str(h.every), "--restarts", str(h.restarts)]
+            "--n-init", str(h.n_init), "--fit-every", str(h.every), "--restarts", str(h.restarts),
+            "--fit-hold", str(h.hold)]
     if h.kernel is not None:
         argv += ["--kernel", h.kernel]
     if config.beta_scale is not None:

@@ -5,6 +5,7 @@ import csv
 import re
 import json
 import math
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -56,6 +57,12 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
     cells: dict[tuple, list[float]] = defaultdict(list)
     raws: dict[tuple, list[float]] = defaultdict(list)
     lifted: dict[tuple, list[bool]] = defaultdict(list)
+    # S_T in the data's own spread, top-1% rows found and the best row's rank (every
+    # scenario; absent from rows recorded before they existed)
+    extra_cols = [k for k in ("simple_regret_sigma_f", "top1_hits", "best_rank")
+                  if all(row.get(k) not in (None, "") for row in rows)
+                  and not (k == "simple_regret_sigma_f" and not raw)]
+    extras: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     # a sweep over releases (the frontier preset) gets a column naming each
     releases = len({r.get("lift") for r in rows if r["epsilon"] is not None}) > 1
     for row in rows:
@@ -65,6 +72,8 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
         cells[key].append(float(row[metric]))
         raws[key].append(float(row["simple_regret"]))
         lifted[key].append(bool(row["lifted"]))
+        for k in extra_cols:
+            extras[key][k].append(float(row[k]))
     seeds = len({row["seed"] for row in rows})
     lines = [f"### {title}" if title else "", "",
              f"{name}, mean ± standard error over {seeds} seeds "
@@ -72,10 +81,11 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
              sigma_y_line(rows) if raw else "",
              "", "| strategy |" + (" release |" if releases else "")
              + " β scale | LDP ε | ε | r | " + name + " |"
-             + (" S_T (raw) |" if raw else "") + " runs | unlifted |"
+             + (" S_T (raw) |" if raw else "")
+             + "".join(f" {EXTRA_NAMES[k]} |" for k in extra_cols) + " runs | unlifted |"
              + (" paper S_T / σ_y |" if paper else ""),
              "| --- |" + (" --- |" if releases else "") + " --- | --- | --- | --- | --- |"
-             + (" --- |" if raw else "") + " --- | --- |"
+             + (" --- |" if raw else "") + " --- |" * len(extra_cols) + " --- | --- |"
              + (" --- |" if paper else "")]
     order = lambda kv: tuple((v is None, v or 0) if not isinstance(v, str) else (False, v)  # noqa: E731
                              for v in kv[0])
@@ -91,16 +101,39 @@ def markdown_table(rows: list[dict], paper: dict | None = None, title: str = "")
         lines.append(f"| {strategy} |{release} {'default' if scale is None else _num(scale)} | "
                      f"{_num(ldp)} | {eps_text(eps)} | {r if r is not None else 'd'} | "
                      f"{m:.4f} ± {se:.4f} |" + (f" {rm:.4f} ± {rse:.4f} |" if raw else "")
+                     + "".join(f" {_extra_cell(k, extras[key][k])} |" for k in extra_cols)
                      + f" {len(values)} | {admissible} |{extra}")
     return "\n".join(line for i, line in enumerate(lines) if line or i in (1, 4)).strip() + "\n"
 
 
-def frontier(rows: list[dict]) -> dict:
+EXTRA_NAMES = {"simple_regret_sigma_f": "S_T / σ_f", "top1_hits": "top-1% rows found",
+               "best_rank": "best row's rank (median)"}
+
+
+def _extra_cell(key: str, values: list[float]) -> str:
+    """A secondary metric's cell: mean ± se, or the median for the rank (a heavy tail)."""
+    if key == "best_rank":
+        return f"{statistics.median(values):.4g}"
+    m, se = mean_se(values)
+    return f"{m:.4g} ± {se:.2g}"
+
+
+def regret_column(rows: list[dict]) -> tuple[str, str]:
+    """(column, name) of the frontier's regret: S_T / σ_f, the data's own spread, or
+    S_T / σ_y for rows recorded before σ_f rows existed."""
+    if rows and all(r.get("simple_regret_sigma_f") not in (None, "") for r in rows):
+        return "simple_regret_sigma_f", "S_T / σ_f"
+    return "simple_regret_sigma_y", "S_T / σ_y"
+
+
+def frontier(rows: list[dict], column: str | None = None) -> dict:
     """The privacy-utility frontier of a sweep over releases: {line: [(eps, mean, se)]}
     for GP-UCB under each release, and the random and non-private reference lines (their
     one value repeated at every epsilon). The metric is hits for a hits scenario, else
-    S_T / sigma_y."""
-    column, _ = METRICS["hits" if rows and rows[0].get("metric") == "hits" else "simple_regret"]
+    S_T / sigma_f (`regret_column`); `column` picks another (top1_hits)."""
+    if column is None:
+        hits = rows and rows[0].get("metric") == "hits"
+        column = "hits" if hits else regret_column(rows)[0]
     epsilons = sorted({r["epsilon"] for r in rows if r["epsilon"] is not None})
     lines: dict[str, list] = {}
     for lift in sorted({r["lift"] for r in rows if r["policy"] == "private"}):
@@ -118,11 +151,19 @@ def frontier(rows: list[dict]) -> dict:
 
 def frontier_table(rows: list[dict]) -> str:
     """The frontier as a markdown table: one row per epsilon, one column per line."""
-    lines = frontier(rows)
     hits = rows[0].get("metric") == "hits"
+    metric = "hits (more is better)" if hits else f"{regret_column(rows)[1]} (less is better)"
+    out = _frontier_block(rows, frontier(rows), metric)
+    if not hits and all(r.get("top1_hits") not in (None, "") for r in rows):
+        out += "\n" + _frontier_block(rows, frontier(rows, "top1_hits"),
+                                      "top-1% rows found (more is better)")
+    return out
+
+
+def _frontier_block(rows: list[dict], lines: dict, metric: str) -> str:
+    """One frontier table: a row per epsilon, a column per line."""
     epsilons = sorted({e for points in lines.values() for e, _, _ in points})
-    head = (f"### Privacy-utility frontier: {rows[0]['scenario']}, "
-            f"{'hits (more is better)' if hits else 'S_T / σ_y (less is better)'}, mean ± se "
+    head = (f"### Privacy-utility frontier: {rows[0]['scenario']}, {metric}, mean ± se "
             f"over {len({r['seed'] for r in rows})} seeds, T = {rows[0]['T']}")
     names = list(lines)
     out = [head, "", "| eps | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]

@@ -32,7 +32,10 @@ from pobo.protocol.signing import Signer
 from pobo.protocol.transcript import Transcript
 from pobo.transport.keyfiles import pobo_home
 from pobo.parties.dataset import dataset_digest, regret_scale
-from pobo.scenarios.problem import Problem, distinct_hits, random_regret_expected, rng_for
+from pobo.scenarios.problem import (
+    Problem, best_rank, distinct_hits, random_regret_expected, rng_for, top_hits,
+    top_rows_threshold,
+)
 from pobo.progress import step
 from pobo.scenarios.registry import build_problem, public_inputs
 from pobo.releases import release_handler
@@ -437,6 +440,7 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
                                    if f is not None and not hits else None),
         "f_star": None if f is None else f_max(problem),
         "sigma_f": None if f is None else problem.once("sigma_f", lambda: float(np.std(f))),
+        **top_metrics(problem, f, curator.queries),
         **dict(zip(("sigma_y", "sigma_y_source"),
                    problem.once("regret_scale", lambda: regret_scale(problem))
                    if f is not None else (None, "f not tabulated"))),
@@ -449,6 +453,24 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "authors_code": AUTHORS_CODE_NOTE if s.additive_lift else None,
         "curator_private": list(CURATOR_PRIVATE),  # never to leave the curator (runspec)
     }
+
+
+def top_metrics(problem: Problem, f: np.ndarray | None, queries: list[int]) -> dict:
+    """Metrics that separate methods in every scenario: distinct rows queried among the
+    top 1% of f ("top1_hits", against random selection's expectation over the queries
+    made), the rank of the best row queried among all n ("best_rank", 1 = f*), and
+    the final simple regret in units of std(f) over the rows ("simple_regret_sigma_f")."""
+    if f is None:
+        return {"top1_hits": None, "top1_rows": None, "random_top1_expected": None,
+                "best_rank": None, "simple_regret_sigma_f": None}
+    threshold = problem.once("top1", lambda: top_rows_threshold(f))
+    rows = problem.once("top1_rows", lambda: int(np.count_nonzero(f >= threshold)))
+    rank = best_rank(f, queries)
+    sigma_f = problem.once("sigma_f", lambda: float(np.std(f))) or 1.0
+    return {"top1_hits": top_hits(f, queries, threshold), "top1_rows": rows,
+            "random_top1_expected": len(queries) * rows / f.size, "best_rank": rank,
+            "simple_regret_sigma_f": None if rank is None else
+            (f_max(problem) - float(f[np.asarray(queries, dtype=np.int64)].max())) / sigma_f}
 
 
 def f_max(problem: Problem) -> float:
@@ -493,8 +515,14 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                     else asdict(modeler.ledger_head)}
         fits = [{"kernel": f.kernel.name, "lengthscales": list(f.kernel.lengthscales),
                  "signal_var": f.kernel.variance, "noise_var": f.noise_var,
-                 "prior_mean": f.prior_mean, "log_likelihood": f.log_likelihood}
+                 "prior_mean": f.prior_mean, "log_likelihood": f.log_likelihood,
+                 "declared_log_likelihood": f.declared_log_likelihood, "kept": f.kept,
+                 "rebuilt": f.rebuilt,
+                 "base_lengthscales": None if f.base is None else list(f.base.lengthscales),
+                 "base_signal_var": None if f.base is None else f.base.variance,
+                 "base_noise_var": f.base_noise_var}
                 for f in modeler.fits]
+        released["fit_seconds"] = modeler.fit_seconds
         status = "ok"
     finally:
         queries = [answers[seq][0] for seq in sorted(answers)]

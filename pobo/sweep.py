@@ -161,6 +161,9 @@ def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
         "lift": result.get("lift"), "authors_code": cfg.authors_code,
         "simple_regret": result["simple_regret"][-1],
         "simple_regret_sigma_y": result["simple_regret"][-1] / sy,
+        "simple_regret_sigma_f": result.get("simple_regret_sigma_f"),
+        "top1_hits": result.get("top1_hits"), "random_top1_expected": result.get("random_top1_expected"),
+        "best_rank": result.get("best_rank"),
         "cumulative_regret": result["cumulative_regret"][-1],
         "hits": None if result.get("hits") is None else result["hits"][-1],
         "random_hits_expected": result.get("random_hits_expected"),
@@ -256,8 +259,12 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = N
         for row in finished_rows:
             rows[row["run"]] = row
             say(f"[sweep] {len(rows)}/{total} {row['run']}: S_T = {row['simple_regret']:.4g} "
-                f"({row['simple_regret_sigma_y']:.3g} sigma_y)"
-                + (f", hits {row['hits']:.0f}" if row["hits"] is not None else ""),
+                + (f"({row['simple_regret_sigma_f']:.3g} sigma_f, " if row.get(
+                    "simple_regret_sigma_f") is not None else "(")
+                + f"{row['simple_regret_sigma_y']:.3g} sigma_y)"
+                + (f", hits {row['hits']:.0f}" if row["hits"] is not None else "")
+                + (f", top-1% rows {row['top1_hits']}, best row's rank {row['best_rank']}"
+                   if row.get("top1_hits") is not None else ""),
                 len(rows), total)
     if executor is None and workers == 1:  # in this process, like joblib's n_jobs=1: no
         for group in todo.values():       # interpreter to start, no main-module guard needed

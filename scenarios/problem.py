@@ -1,6 +1,8 @@
 """What a scenario hands the curator: the dataset, the objective and public defaults."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from pobo.parties.kernels import squared_exponential
@@ -14,6 +16,7 @@ from pobo.protocol.messages import KernelParams
 MAX_NORM = 25.0
 SIGNAL_SAMPLE = 300  # rows of the prepared dataset the sigma_y fit uses (O(sample^3))
 ML_SIGMA_Y = "curator's maximum-likelihood fit on the prepared dataset"
+HITS_UNIT = "std(f) over the rows (a hits scenario: no sigma_y is fitted to a 0/1 outcome)"
 PREPARATION_SEED = 0  # the dataset's preparation stream: independent of the run seed
 
 
@@ -76,6 +79,31 @@ def distinct_hits(f: np.ndarray, queries: list[int]) -> list[float]:
     return out
 
 
+TOP_SHARE = 0.01  # "top-1% hits": queried rows among the best 1% of f
+
+
+def top_rows_threshold(f: np.ndarray, share: float = TOP_SHARE) -> float:
+    """The value of the ceil(share n)-th best row: rows at or above it are the top
+    `share` of f (ties at the threshold included)."""
+    v = np.sort(np.asarray(f, dtype=float))[::-1]
+    return float(v[max(1, math.ceil(share * v.size)) - 1])
+
+
+def top_hits(f: np.ndarray, queries: list[int], threshold: float) -> int:
+    """Distinct queried rows whose f is at or above `threshold` (`top_rows_threshold`):
+    a metric that separates methods where simple regret cannot (one outlier optimum)."""
+    rows = np.unique(np.asarray(queries, dtype=np.int64))
+    return int(np.count_nonzero(np.asarray(f)[rows] >= threshold)) if rows.size else 0
+
+
+def best_rank(f: np.ndarray, queries: list[int]) -> int | None:
+    """The rank among all rows (1 = f*) of the best row queried: 1 + rows strictly better."""
+    if not len(queries):
+        return None
+    f = np.asarray(f)
+    return 1 + int(np.count_nonzero(f > f[np.asarray(queries, dtype=np.int64)].max()))
+
+
 def subsample(arrays: tuple[np.ndarray, ...], n: int | None, seed: int | None,
               ) -> tuple[np.ndarray, ...]:
     """The same `n` random rows (seeded, order kept) of every array; all rows if n is None."""
@@ -122,9 +150,12 @@ def data_problem(name: str, X_raw: np.ndarray, objective: np.ndarray, seed: int 
         X = prepare_inputs(X_raw, f, PREPARATION_SEED, scaling)
         domain, preparation = None, DATA_DEPENDENT[scaling]
         defaults.setdefault("kernel", fitted_prior())
-    sigma_y = fit_signal_std(X, f, rng_for(PREPARATION_SEED, "signal-std"))
+    if defaults.get("metric") == "hits":  # a 0/1 outcome: no regret to put in a unit
+        sigma_y, unit = float(np.std(f)), HITS_UNIT
+    else:
+        sigma_y, unit = fit_signal_std(X, f, rng_for(PREPARATION_SEED, "signal-std")), ML_SIGMA_Y
     return Problem(name, X, f, sense=sense, source=source, dropped=dict(dropped or {}),
-                   signal_std=sigma_y, signal_std_source=ML_SIGMA_Y, domain=domain,
+                   signal_std=sigma_y, signal_std_source=unit, domain=domain,
                    clipped=clipped, preparation=preparation, **defaults)
 
 

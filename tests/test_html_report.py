@@ -223,7 +223,7 @@ def test_the_answer_of_a_sweep_is_its_best_private_setting_against_the_baselines
     rows = list(csv.DictReader(open(sweep_dir / "runs.csv")))
 
     def mean(pick) -> float:
-        values = [float(r["simple_regret_sigma_y"]) for r in rows if pick(r)]
+        values = [float(r["simple_regret_sigma_f"]) for r in rows if pick(r)]  # σ_f: the unit
         return sum(values) / len(values)
 
     private = {(r["strategy"], r["r"]) for r in rows if r["policy"] == "private"

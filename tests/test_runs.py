@@ -67,9 +67,10 @@ def test_a_run_line_holds_its_ledger_and_its_answer(folder):
     # the projection's (8, 1e-5), stated at the ledger's delta (the budget's, 1e-5 + 2e-8)
     assert run["epsilon_spent"] == result["ledger"]["central"]["epsilon"] \
         == pytest.approx(8.0, rel=1e-3)
-    regret = result["simple_regret"][-1] / result["sigma_y"]
+    regret = result["simple_regret"][-1] / result["sigma_f"]  # the data's own spread
     assert run["value"] == pytest.approx(regret)
-    assert run["result"].startswith(f"S_T {regret:.3g} σ_y")
+    assert run["result"].startswith(f"S_T {regret:.3g} σ_f")
+    assert f"top-1% {result['top1_hits']}, rank {result['best_rank']}" in run["result"]
     private = by["run-np"]
     assert private["policy"] == "non-private"
     assert private["epsilon_spent"] == json.loads(
@@ -89,7 +90,7 @@ def test_a_sweep_is_one_line_with_its_runs_summarised(folder):
     assert sweep["epsilon_spent_sum"] == pytest.approx(8.0 * private_runs, rel=1e-3)
     assert sweep["best_private"]["setting"] == "gp-ucb, ε = 8"
     assert sweep["random"] is not None and sweep["non_private"] is not None
-    assert sweep["result"].startswith("S_T/σ_y private ")
+    assert sweep["result"].startswith("S_T/σ_f private ")
     # a run of it gone: the line says so, nothing raises
     gone = folder.parent / "sweep-copy"
     shutil.copytree(folder / "sweep", gone)
