@@ -217,7 +217,9 @@ def named_head(heads: SeenHeads | None, peer_keys: frozenset[str] | None) -> Led
     """The head a modeler's Hello names: the last one it saw from the curator key it
     expects (None: no store, no single key expected, or nothing seen yet)."""
     key = pinned_key(peer_keys)
-    return None if heads is None or not key else heads.last(key)
+    head = None if heads is None or not key else heads.last(key)
+    # a head of no entries (a ledger nothing was charged to yet) names nothing to extend
+    return head if head is not None and head.entries > 0 and head.log else None
 
 
 def proof_start(named: LedgerHead | None, head: LedgerHead) -> int | None:

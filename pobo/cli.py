@@ -1128,10 +1128,6 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     try:
         with preparing(config.scenario):
             service = prepare_service(config, journal=journal, head_file=args.ledger_head)
-        if journal is None and service.journal.path != ":memory:":
-            print(f"pobo curator: the dataset's ledger: {service.journal.path} (its own journal;"
-                  " --journal to place it, --ephemeral-ledger for this process only)",
-                  file=sys.stderr, flush=True)
         for line in startup_warnings(config, service.problem.X.shape[0], command):  # built
             print(f"pobo {command}: warning: {line}", file=sys.stderr, flush=True)
         result = spin.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,

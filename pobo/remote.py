@@ -27,6 +27,7 @@ from pobo.protocol.cookie import COOKIE_LIFETIME, CookieJar, screen
 from pobo.protocol.errors import (
     ErrorCode, PeerError, PeerGone, PeerTimeout, PolicyViolation, ProtocolError,
 )
+from pobo.protocol.ledger import PROCESS_ONLY
 from pobo.protocol.messages import Error, ReleaseRequest
 from pobo.protocol.policy import (
     CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary, release_refusal,
@@ -175,6 +176,7 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
             print(LISTENING + hub.endpoint, flush=True)
             for line in privacy_lines(service.privacy_unit()):  # what the release protects
                 print("[curator] " + line, flush=True)
+            print("[curator] " + ledger_line(service.journal.path), flush=True)
         while not slots.done.is_set():
             accepting = asyncio.ensure_future(hub.accept(accept_timeout))
             finished = asyncio.ensure_future(slots.done.wait())
@@ -369,6 +371,15 @@ def quota_key(peer: str, sign_key: str, sign_allowlist: bool) -> str:
     if peer != PLAINTEXT:
         return peer
     return f"sign:{sign_key}" if sign_allowlist and sign_key else ""
+
+
+def ledger_line(journal: str) -> str:
+    """Where the dataset's ledger lives, for the curator's start-up lines."""
+    if journal == ":memory:":
+        return (f"the dataset's ledger: in memory ({PROCESS_ONLY}; a restart starts it "
+                "again)")
+    return (f"the dataset's ledger: {journal} (every restart on this data spends from it; "
+            "pobo ledger --journal shows it)")
 
 
 def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admissions,

@@ -95,7 +95,7 @@ def test_the_curator_command_names_the_dataset_ledger_it_uses(tmp_path, own_ledg
             "--bind", "tcp://127.0.0.1:0", "--accept-timeout", "2", "--unsigned",
             "--out", str(tmp_path / "c")]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert "the dataset's ledger:" in proc.stderr, proc.stderr
+    assert "the dataset's ledger:" in proc.stdout, proc.stdout + proc.stderr
     [journal] = own_ledgers.glob("*.sqlite")
     shown = subprocess.run([sys.executable, "-m", "pobo", "ledger", "--journal", str(journal)],
                            capture_output=True, text=True, timeout=120)
