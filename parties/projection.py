@@ -118,6 +118,7 @@ import numpy as np  # numpy.linalg, not scipy.linalg: the same LAPACK drivers (g
 # and a curator process then imports no scipy at all (~150 ms at every start)
 
 from pobo.parties.choices import GAUSSIAN_LIFTS, LIFT_MODES
+from pobo.parties.discrete_gaussian import exact_gaussian_rows, rows_calibration
 from pobo.parties.gaussian import gaussian_sigma, sketch_omega
 from pobo.parties.noise import NoiseSource, lattice_laplace, lattice_step
 from pobo.protocol.messages import ProjectedDataset
@@ -386,8 +387,10 @@ def gaussian_projection(X: np.ndarray, epsilon: float, delta: float, r: int, rng
     """The Gaussian releases of parties/gaussian.py, calibrated exactly for one row moved
     by at most 1 (the centred matrix then moves by sqrt(1 - 1/n)).
 
-    Rows (default): Z = (X_c + sigma G) Q, sigma = gaussian_sigma(eps, delta,
-    sqrt(1 - 1/n)), G (n x d) ~ N(0, 1), then Q (d x r) drawn after G: orthonormal rows
+    Rows (default): Z = C(X_r + N) Q: X_r is X rounded to the lattice gamma Z, N the
+    Gaussian rounded to that lattice drawn exactly (parties/discrete_gaussian.py), C
+    centres the columns (post-processing), sigma = gaussian_sigma(eps, delta,
+    1 + gamma sqrt(d)) (`rows_calibration`), then Q (d x r) drawn after N: orthonormal rows
     (QR of a Gaussian matrix) when r >= d, which keeps every distance, else M / sqrt(r)
     with M ~ N(0, 1) (a JL map). Sketch: Z = (X_c M + omega G) / sqrt(r), omega =
     sketch_omega(eps, delta, r, sqrt(1 - 1/n)), M (d x r) then G (n x r). The release
@@ -406,9 +409,11 @@ def gaussian_projection(X: np.ndarray, epsilon: float, delta: float, r: int, rng
         Z = add_gaussian(Xc @ M, w, rng)
         Z /= math.sqrt(r)
         std, mechanism, reason = w / math.sqrt(r), GAUSSIAN_SKETCH, REASON_SKETCH
-    else:
-        w = gaussian_sigma(epsilon, delta, sensitivity)
-        noisy = add_gaussian(Xc, w, rng)
+    else:  # the exact lattice noise, then centred (post-processing: parties/discrete_gaussian.py)
+        w, gamma = rows_calibration(epsilon, delta, d)
+        source = rng if isinstance(rng, NoiseSource) else NoiseSource(rng)
+        noisy = exact_gaussian_rows(X, w, gamma, source)
+        noisy -= noisy.mean(axis=0)
         Z = noisy @ release_map(d, r, rng)
         std, mechanism, reason = w, GAUSSIAN_ROWS, REASON_GAUSSIAN
     release = ProjectedDataset(mechanism, float(epsilon), float(delta), float(w), Z,

@@ -110,12 +110,15 @@ class CuratorSettings:
                 self.delta if self.lift_delta is None else float(self.lift_delta))
 
 
-def release_is_dp(settings: CuratorSettings) -> bool:
+def release_is_dp(settings: CuratorSettings, problem: Problem | None = None) -> bool:
     """Whether a release under `settings` can carry a DP claim: not the non-private
-    baseline (X itself), not the paper's lift (it branches on the exact sigma_min), and
-    not seeded randomness (whoever knows the seed recomputes the noise). What the Dataset
+    baseline (X itself), not the paper's lift (it branches on the exact sigma_min), not
+    seeded randomness (whoever knows the seed recomputes the noise), and not rows prepared
+    from the data themselves (`problem.preparation`: the unit of the neighbouring relation
+    then depends on X, so the stated epsilon covers no fixed relation). What the Dataset
     says as `dp`, result.json at its top and `pobo audit` as "not DP"."""
-    return not (settings.non_private or settings.lift == "paper" or settings.seed is not None)
+    return not (settings.non_private or settings.lift == "paper" or settings.seed is not None
+                or (problem is not None and bool(problem.preparation)))
 
 
 @dataclass(frozen=True)
@@ -369,7 +372,7 @@ class CuratorService:
                 test_source=NoiseSource(None if seed is None else rng_for(seed, "lift-test")),
                 r_fallback=self.problem.r, additive_lift=s.additive_lift)
             report = asdict(rep)
-        release = replace(release, dp=release.dp and release_is_dp(s))
+        release = replace(release, dp=release.dp and release_is_dp(s, self.problem))
         try:
             self.journal.store_projection(key, release, report, entries, s.budget)
         except (PrivacyBudgetExceeded, sqlite3.IntegrityError) as exc:
@@ -603,7 +606,7 @@ def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon:
         unit["dataset"] = {
             "mechanism": "PO-GP-UCB Algorithm 1 (random projection)",
             "epsilon": s.epsilon + test_epsilon, "delta": s.delta + test_delta,
-            "dp": s.lift != "paper",
+            "dp": s.lift != "paper" and not (problem is not None and problem.preparation),
             "neighbouring": "one row of the preprocessed X changed by at most 1 in l2 norm "
                             "(rows within radius 25); n and d public; epsilon_by_distance "
                             "gives larger moves",

@@ -968,7 +968,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     try:
         with preparing(config.scenario):
             service = prepare_service(config, journal=journal, head_file=args.ledger_head)
-        for line in startup_warnings(config, service.problem.X.shape[0]):  # once it is built
+        for line in startup_warnings(config, service.problem.X.shape[0],  # once it is built
+                                     service.problem.preparation):
             print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
         result = spin.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                         max_sessions=args.max_sessions,

@@ -111,8 +111,12 @@ def describe_run(result: dict) -> dict:
     status = str(result.get("status") or "?")
     if result.get("consistent") is False:
         status += " (inconsistent)"
-    return {"scenario": result.get("scenario"), "status": status,
-            "policy": policy_text(result), "epsilon_spent": spent.get("epsilon"),
+    reasons = [str(why) for why in result.get("not_dp") or []]
+    short = "; ".join(why.split(":")[0].split(" (")[0] for why in reasons)
+    policy = policy_text(result) + ("" if result.get("dp") is not False else
+                                    f", not DP ({short or 'dp: false'})")
+    return {"scenario": result.get("scenario"), "status": status, "dp": result.get("dp"),
+            "not_dp": reasons, "policy": policy, "epsilon_spent": spent.get("epsilon"),
             "delta_spent": spent.get("delta_spent"), "epsilon_at_delta": spent.get("delta"),
             "budget_epsilon": spent.get("budget_epsilon"),
             "result": head["short"], "metric": head["metric"], "value": head["value"],

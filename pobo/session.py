@@ -97,14 +97,20 @@ def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
     return replace(settings, budget=dataset_budget(config, settings, problem.X.shape))
 
 
-def not_dp_reasons(settings: CuratorSettings) -> list[str]:
+def not_dp_reasons(settings: CuratorSettings, problem: Problem | None = None) -> list[str]:
     """Why a run carries no DP claim (empty when it does): result.json's `not_dp`."""
+    prepared = problem.preparation if problem is not None else ""
     return [why for flag, why in (
+        (bool(prepared) and not settings.non_private, DATA_DEPENDENT_NOT_DP + prepared),
         (settings.non_private, "non-private: X itself was sent"),
         (settings.lift == "paper" and not settings.non_private,
          "lift paper: the published branch on the exact sigma_min"),
         (settings.seed is not None, f"seeded randomness (seed {settings.seed}): the noise "
                                     "can be recomputed")) if flag]
+
+
+DATA_DEPENDENT_NOT_DP = ("data-dependent preprocessing (the privacy unit itself depends on "
+                         "X, so the stated epsilon covers no fixed neighbouring relation): ")
 
 
 def dataset_budget(config: RunConfig, settings: CuratorSettings,
@@ -363,7 +369,7 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
     hits = f is not None and problem.metric == "hits"
     ldp = service.ldp
     return {
-        "dp": bool(service.release.dp), "not_dp": not_dp_reasons(s),
+        "dp": bool(service.release.dp), "not_dp": not_dp_reasons(s, problem),
         "scenario": problem.name, "seed": s.seed, "randomness": params.randomness,
         "policy": params.policy, "session": session.session_id, "status": status,
         "end_reason": reason, "n": int(problem.X.shape[0]), "d": int(problem.X.shape[1]),
@@ -478,7 +484,8 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     out = Path(out)
     session = prepare_curator(config, problem)
     if verbose:  # said once the dataset is built (a broken scenario is one error line)
-        for line in startup_warnings(config, session.service.problem.X.shape[0]):
+        for line in startup_warnings(config, session.service.problem.X.shape[0],
+                                     session.service.problem.preparation):
             CURATOR_LOG.warning("warning: %s", line)
     cpipe, mpipe = pipe_pair()
     where = out if transcripts else None

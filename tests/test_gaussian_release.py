@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from pobo.parties.discrete_gaussian import rows_calibration
 from pobo.parties.domain import PublicDomain
 from pobo.parties.gaussian import (
     chi2_cdf, gaussian_delta, gaussian_epsilon, gaussian_sigma, sketch_delta, sketch_epsilon,
@@ -165,13 +166,17 @@ def test_whole_row_epsilon_exceeds_the_unit_epsilon_and_matches_a_hand_computati
     by = {item["distance"]: item["epsilon"] for item in statement["epsilon_by_distance"]}
     assert by[1.0] == pytest.approx(math.exp(1.1), rel=1e-6)
     assert statement["epsilon_whole_row"] == by[50.0] >= by[6.25] >= by[1.0]
-    # by hand: the Gaussian mechanism of sensitivity 50 sqrt(1 - 1/n) at the release's sigma
-    hand = pl.GaussianPrivacyLoss(release.omega, sensitivity=50 * math.sqrt(1 - 1 / n))
+    # by hand: the Gaussian mechanism of sensitivity 50 + gamma sqrt(d) (the move, plus what
+    # rounding the row to the noise's lattice adds) at the release's sigma
+    d = problem.X.shape[1]
+    _, gamma = rows_calibration(release.epsilon, release.delta, d)
+    assert 0 < gamma < release.omega * 2.0 ** -29
+    hand = pl.GaussianPrivacyLoss(release.omega, sensitivity=50 + gamma * math.sqrt(d))
     assert hand.get_delta_for_epsilon(statement["epsilon_whole_row"]) == pytest.approx(
         1e-5, rel=1e-4)
     assert hand.get_delta_for_epsilon(0.99 * statement["epsilon_whole_row"]) > 1e-5
-    assert epsilon_at(release, n, 1.0) == pytest.approx(gaussian_epsilon(1e-5, math.sqrt(
-        1 - 1 / n) / release.omega))
+    assert epsilon_at(release, n, 1.0, d=d) == pytest.approx(gaussian_epsilon(
+        1e-5, (1 + gamma * math.sqrt(d)) / release.omega))
 
 
 def test_a_noisy_release_does_not_walk_the_modeler_through_rows_in_order():
