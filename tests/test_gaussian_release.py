@@ -317,7 +317,8 @@ def test_the_remembered_sketch_calibrations_are_the_computed_ones_for_every_inpu
 def test_an_epsilon_past_the_calculators_range_is_not_called_unbounded():
     """A review's finding: bank's whole-row move printed "unbounded", which a privacy
     engineer reads as "no guarantee at all"; its analytic Gaussian epsilon is finite, only
-    past the 1e4 the bisection resolves. Said as such; None (no DP claim) stays "no bound"."""
+    past what the bisection resolves (now 1e9). Said as such; None (no DP claim) stays
+    "no bound"."""
     from pobo.parties.statement import epsilon_text, statement_lines
 
     statement = {"mechanism": "gaussian-rows", "claim": "c", "delta": 1e-5,
@@ -326,10 +327,27 @@ def test_an_epsilon_past_the_calculators_range_is_not_called_unbounded():
                                           "what": "a whole row"},
                                          {"distance": 1.0, "epsilon": None, "what": "one"}]}
     lines = statement_lines(statement)
-    assert "a move of 50: > 1e+04 (no useful guarantee)" in lines[1]
+    assert "a move of 50: > 1e+09 (no useful guarantee)" in lines[1]
     assert "a move of 1: no bound" in lines[2]
     assert not any("unbounded" in line for line in lines)
     assert epsilon_text(3.0041, 4) == "3.004"
+
+
+def test_real_estates_whole_row_epsilon_is_computed_not_bounded():
+    """Issue 46 item 6: real estate's whole-row epsilon printed "> 1e4"; it is 13,494 at
+    (e^2.8, 1e-4) for a move of the domain's diameter 50. The figure holds in 50-digit
+    arithmetic (mpmath): delta_G at it is <= 1e-4, and 0.1 % below it is > 1e-4."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    sigma, gamma = rows_calibration(math.exp(2.8), 1e-4, 2)
+    mu = (50 + gamma * math.sqrt(2)) / sigma
+    eps = gaussian_epsilon(1e-4, mu)
+    assert 13_000 < eps < 14_000
+
+    def delta(e: float):
+        m, e = mpmath.mpf(mu), mpmath.mpf(e)
+        return mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
+    assert delta(eps) <= 1e-4 < delta(0.999 * eps)
 
 
 @pytest.mark.parametrize("epsilon, delta", [(1e-8, 1e-15), (1e-7, 1e-15), (1e-6, 1e-15),
