@@ -41,6 +41,7 @@ from pobo.parties.projection import (
     choose_projection, identity_release, lift_test_needed, release_mechanism, singular_values,
 )
 from pobo.parties.release import MAX_RELEASE_EPSILON, MIN_RELEASE_EPSILON
+from pobo.parties.row_order import in_release_order, row_order
 from pobo.parties.statement import release_statement
 from pobo.protocol.checkpoint import ledger_head
 from pobo.protocol.codec import decode, encode
@@ -159,8 +160,8 @@ class CuratorSession:
         """The synchronous curator of this session, with a restored session's answers
         and reserved evaluations re-entered from the journal."""
         problem = self.service.problem
-        oracle = (None if self.service.objective is not None else
-                  Oracle(problem.f, problem.noise_var, problem.noise, problem.R))
+        oracle = (None if self.service.objective is not None else  # f in released order
+                  Oracle(self.service.released_f, problem.noise_var, problem.noise, problem.R))
         curator = Curator(oracle, self.params.T, self.stream("measurement-noise"),
                           self.service.ldp, self.source("ldp-noise"), self.ledger,
                           n=problem.X.shape[0],  # as many noises ahead as answers in a
@@ -197,8 +198,9 @@ class CuratorSession:
                 raise EvaluationFailed(f"query {seq} failed {failures} times: it is not "
                                        "evaluated again; the curator may enter its value "
                                        "(pobo answer)", public=True)
-            task = asyncio.ensure_future(service.objective.measure(
-                EvaluationRequest(self.session_id, seq, index, service.journal)))
+            task = asyncio.ensure_future(service.objective.measure(  # at the DATA row
+                EvaluationRequest(self.session_id, seq, int(service.row_order[index]),
+                                  service.journal)))
             task.add_done_callback(lambda t: self._failed(seq, t))
             service.measuring[key] = task
         service.waiters[key] = service.waiters.get(key, 0) + 1
@@ -310,6 +312,12 @@ class CuratorService:
         self.ldp = ldp_mechanism(problem, settings)
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
+        # released row j is data row row_order[j]: a secret order (parties/row_order.py)
+        self.row_order = row_order(self.journal, problem.X.shape[0], self.randomness_id,
+                                   NoiseSource(None if settings.seed is None
+                                               else rng_for(settings.seed, "row-order")))
+        self.release = in_release_order(self.release, self.row_order)
+        self.released_f = None if problem.f is None else problem.f[self.row_order]
         # the Dataset every session sends: encoded, hashed and kept once (memory under a
         # flood of Hellos is one copy, not one per session); a Z larger than one chunk is
         # sent in chunk frames that are views of the release's own array (protocol.chunks)
@@ -437,8 +445,10 @@ class CuratorService:
         if stored is None:
             raise ProtocolError("the journal lost the session's projection", ErrorCode.INTERNAL)
         welcome = decode(saved.welcome)
+        release = (stored[0] if saved.projection == self.projection_key
+                   else in_release_order(stored[0], self.row_order))
         return CuratorSession(self, session_id, saved.ordinal, welcome.params,
-                              stored[0], owner, generation, saved)
+                              release, owner, generation, saved)
 
     def checkpoint(self) -> LedgerHead:
         """The dataset ledger's head now, for a Welcome or an End: kept in the head file

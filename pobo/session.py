@@ -273,7 +273,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         service.journal.record_release(sid, session.generation, released[-1])
 
     best: list[float] = []  # the best f so far (simulation): O(1) per answer line
-    f = service.problem.f if curator.tabulated else None
+    f = service.released_f if curator.tabulated else None  # indexed by released rows
     f_star = None if f is None else f_max(service.problem)  # once, not once per answer
 
     def progress(seq: int, index: int, value: float) -> None:
@@ -288,7 +288,8 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
     def evaluating(seq: int, index: int, waited: float) -> None:
         if not verbose:
             return
-        line = f"[curator] t={seq:>4}/{T} row={index:>7} evaluating ({service.objective.name})"
+        line = (f"[curator] t={seq:>4}/{T} row={index:>7} (data row "
+                f"{int(service.row_order[index])}) evaluating ({service.objective.name})")
         if service.objective.name == "deferred":
             line += (f": enter its value with `pobo answer --journal {service.journal.path} "
                      f"{sid} {seq} VALUE`")
@@ -365,7 +366,7 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
     s, problem, T = service.settings, service.problem, params.T
     traces = curator.regret()  # None unless f is known for every row
     simple, cumulative = traces if traces is not None else (None, None)
-    f = problem.f if traces is not None else None
+    f = service.released_f if traces is not None else None  # in the queries' (released) order
     hits = f is not None and problem.metric == "hits"
     ldp = service.ldp
     return {
