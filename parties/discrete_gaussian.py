@@ -63,7 +63,7 @@ LATTICE_BITS = 30  # gamma = 2^(floor(log2 sigma) - LATTICE_BITS): s in [2^30, 2
 WORD_BITS = 52  # bits of a uniform revealed at once (<= 52: exact as a double)
 SLACK = 2.0 ** -44  # relative widening of every float enclosure (rounding is < 2^-50)
 MAX_LATTICE_VALUE = 2 ** 52  # |X / gamma| must stay below: float rounding to it is exact
-BLOCK = 1 << 18  # draws per vectorised pass (scratch stays a few MB)
+BLOCK = 1 << 16  # draws per vectorised pass (scratch stays a few MB)
 HI_BITS = 4  # the discrete Laplace's U: its top 4 bits by inversion, the rest uniform
 GEOMETRIC_TABLE = 40  # thresholds e^-1 .. e^-40 held as doubles (past them: exactly)
 
@@ -383,13 +383,15 @@ def rows_calibration(epsilon: float, delta: float, d: int) -> tuple[float, float
 
 
 def exact_gaussian_rows(X: np.ndarray, sigma: float, gamma: float, source: NoiseSource,
-                        rows: int = 1 << 16, word_bits: int = WORD_BITS) -> np.ndarray:
+                        rows: int = 1 << 14, word_bits: int = WORD_BITS,
+                        out: np.ndarray | None = None) -> np.ndarray:
     """gamma (round(X / gamma) + J), J = round(sigma G / gamma) drawn exactly, as doubles:
     the continuous Gaussian mechanism on the rounded rows, rounded to the lattice (the
-    module docstring's post-processing argument), `rows` rows at a time."""
+    module docstring's post-processing argument), `rows` rows at a time, written into
+    `out` (a float array of X's shape, e.g. a scratch copy) when given."""
     X = np.asarray(X, dtype=float)
     sampler = RoundedGaussian(sigma / gamma, source, word_bits)
-    out = np.empty(X.shape)
+    out = np.empty(X.shape) if out is None else out
     for start in range(0, X.shape[0], rows):
         block = X[start:start + rows]
         lattice = round_to_lattice(block, gamma)

@@ -5,12 +5,12 @@ the Gaussian mechanism on the centred rows, calibrated exactly, then a random or
 map into r >= d dimensions (an isometry, post-processing), or a Gaussian JL map when
 r < d (post-processing too; distances then kept only approximately). `lift` = "jl"
 (mechanism "gaussian-sketch") is the lifted release Z = (X_c M + omega G)/sqrt(r) with
-omega calibrated by the chi^2-mixture bound. Both proofs are in parties/gaussian.py; the
-noise is drawn from the OS CSPRNG in deployment (NoiseSource) as floating-point normals
-(Box-Muller on 53-bit uniforms): the floating-point gap that the Laplace samplers close
-with a lattice (Mironov 2012) is open for these normals, and the privacy unit says so --
-an exact discrete Gaussian (Canonne, Kamath & Steinke 2020) in pure Python draws about
-1e5 values a second, and a release needs n x d of them (2e7 at n = 1e7).
+omega calibrated by the chi^2-mixture bound. Both proofs are in parties/gaussian.py. The
+rows' noise is drawn exactly, on a lattice (parties/discrete_gaussian.py: the rows
+rounded to gamma Z, plus the Gaussian rounded to it, a post-processing of the continuous
+mechanism), so its profile holds of the sampler; the sketch's noise and map are still
+floating-point normals (Box-Muller on 53-bit uniforms, |g| <= 8.5717), and the privacy
+unit says so.
 
 Below, the modes kept for comparison and reproduction ("private", "always": Blocki et
 al.'s constant; "paper": as published, not DP), with their analysis.
@@ -105,8 +105,8 @@ r="auto" with "paper" picks r on the exact sigma_min: not covered either.
 
 Not covered here: (1) data-dependent preprocessing (length-scale fit, scaling to max
 norm 25): the relation is defined on preprocessed rows. (2) Floating point in the
-Gaussian projection (the Laplace test itself uses the exact lattice sampler of
-parties.noise). (3) lift="paper", as above.
+sketch's and the lifts' Gaussian noise (the rows' noise and the Laplace test use exact
+lattice samplers). (3) lift="paper", as above.
 """
 from __future__ import annotations
 
@@ -412,7 +412,7 @@ def gaussian_projection(X: np.ndarray, epsilon: float, delta: float, r: int, rng
     else:  # the exact lattice noise, then centred (post-processing: parties/discrete_gaussian.py)
         w, gamma = rows_calibration(epsilon, delta, d)
         source = rng if isinstance(rng, NoiseSource) else NoiseSource(rng)
-        noisy = exact_gaussian_rows(X, w, gamma, source)
+        noisy = exact_gaussian_rows(X, w, gamma, source, out=Xc)  # (Xc: done with it)
         noisy -= noisy.mean(axis=0)
         Z = noisy @ release_map(d, r, rng)
         std, mechanism, reason = w, GAUSSIAN_ROWS, REASON_GAUSSIAN

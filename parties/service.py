@@ -595,9 +595,12 @@ def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon:
                   "X_c X_c^T + omega^2 I, (eps, delta)-DP for every dataset by Blocki et al. "
                   "Thm 3.1 after a rotation (parties/projection.py)")
         branch = {
-            "gaussian": "the Gaussian mechanism on the centred rows, calibrated exactly "
-                        "(analytic Gaussian, Balle & Wang 2018), then a random orthonormal "
-                        "map into r >= d dimensions (a JL map when r < d): post-processing",
+            "gaussian": "the Gaussian mechanism on the rows, calibrated exactly (analytic "
+                        "Gaussian, Balle & Wang 2018) and drawn exactly on a lattice (the "
+                        "rows rounded to it, the Gaussian rounded to it: a post-processing "
+                        "of the continuous mechanism, the move enlarged by gamma sqrt(d)), "
+                        "centred, then a random orthonormal map into r >= d dimensions (a "
+                        "JL map when r < d): post-processing",
             "jl": "Z = r^-1/2 (X_c M + omega G), omega calibrated by the chi^2-mixture bound "
                   "on the exact Gaussian profile (parties/gaussian.py)",
             "paper": "Algorithm 1 as published: NOT covered by any DP claim -- for n - 1 > d "

@@ -25,7 +25,7 @@ from pobo.headline import (
 MAX_DEPTH = 4  # how deep under DIR to look for runs and sweeps
 PARTY_RECORDS = ("curator.json", "modeler.json", "curator.transcript", "modeler.transcript")
 COLUMNS = (("path", "FOLDER"), ("kind", "KIND"), ("scenario", "SCENARIO"), ("when", "TIME"),
-           ("status", "STATUS"), ("policy", "POLICY"), ("spent", "ε SPENT"),
+           ("status", "STATUS"), ("policy", "POLICY"), ("claim", "DP"), ("spent", "ε SPENT"),
            ("result", "RESULT"))
 
 
@@ -76,7 +76,8 @@ def describe(folder: Path, root: Path) -> dict:
     kind = kind_of(folder)
     record = folder / {"run": "result.json", "sweep": "runs.csv"}.get(kind, "")
     entry = {"path": relative(folder, root), "kind": kind, "scenario": None, "time": None,
-             "mtime": None, "status": None, "policy": None, "epsilon_spent": None,
+             "mtime": None, "status": None, "policy": None, "claim": None,
+             "epsilon_spent": None,
              "delta_spent": None, "budget_epsilon": None, "result": None, "note": None}
     try:
         entry["mtime"] = record.stat().st_mtime if kind != "incomplete" else max(
@@ -113,10 +114,11 @@ def describe_run(result: dict) -> dict:
         status += " (inconsistent)"
     reasons = [str(why) for why in result.get("not_dp") or []]
     short = "; ".join(why.split(":")[0].split(" (")[0] for why in reasons)
-    policy = policy_text(result) + ("" if result.get("dp") is not False else
-                                    f", not DP ({short or 'dp: false'})")
+    claim = (None if "dp" not in result else "yes" if result.get("dp") is not False
+             else f"no: {short or 'dp: false'}")
     return {"scenario": result.get("scenario"), "status": status, "dp": result.get("dp"),
-            "not_dp": reasons, "policy": policy, "epsilon_spent": spent.get("epsilon"),
+            "not_dp": reasons, "claim": claim, "policy": policy_text(result),
+            "epsilon_spent": spent.get("epsilon"),
             "delta_spent": spent.get("delta_spent"), "epsilon_at_delta": spent.get("delta"),
             "budget_epsilon": spent.get("budget_epsilon"),
             "result": head["short"], "metric": head["metric"], "value": head["value"],
@@ -142,9 +144,14 @@ def describe_sweep(folder: Path) -> dict:
     lifts = sorted({str(r.get("lift")) for r in rows if r.get("policy") == "private"})
     policies = ([f"private ({', '.join(lifts)})"] if lifts else []) + (
         ["non-private"] if any(r.get("policy") == "non-private" for r in rows) else [])
+    without = [r for r in results if r.get("dp") is False]
+    short = sorted({why.split(":")[0].split(" (")[0] for r in without
+                    for why in (r.get("not_dp") or [])})
+    claim = (None if not results else "yes" if not without else
+             f"no in {len(without)} of {len(results)}: {'; '.join(short) or 'dp: false'}")
     return {"scenario": ", ".join(sorted({str(r["scenario"]) for r in rows})),
             "status": "ok" if ok == len(rows) else f"{ok}/{len(rows)} ok",
-            "policy": " + ".join(policies), "runs": len(rows),
+            "policy": " + ".join(policies), "claim": claim, "runs": len(rows),
             "epsilon_spent": spent.get("epsilon_max"),
             "epsilon_spent_min": spent.get("epsilon_min"),
             "epsilon_spent_sum": spent.get("epsilon_sum"), "delta_spent": spent.get("delta_max"),

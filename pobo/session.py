@@ -381,6 +381,9 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "ldp_scale": None if ldp is None else ldp.scale,
         "reward_bound": params.reward_bound, "noise_bound": params.noise_bound,
         "queries": curator.queries, "rewards": curator.rewards, "measured": curator.measured,
+        # the data rows f was measured at (released row j is data row row_order[j]): the
+        # curator's own record, never sent
+        "data_rows": [int(service.row_order[q]) for q in curator.queries],
         "simple_regret": None if f is None else simple.tolist(),
         "cumulative_regret": None if f is None else cumulative.tolist(),
         "hits": distinct_hits(f, curator.queries) if hits else None,
