@@ -75,7 +75,10 @@ def test_every_record_audit_runs_and_report_say_so(tmp_path, capsys):
         assert record["dp"] is False, name
         assert any(r.startswith("data-dependent preprocessing") for r in record["not_dp"])
         assert record["privacy_unit"]["dataset"]["dp"] is False
-    result = json.loads((out / "result.json").read_text())
+    def refuse(constant):
+        raise ValueError(f"not strict JSON: {constant}")
+    result = json.loads((out / "result.json").read_text(), parse_constant=refuse)
+    json.dumps(result, allow_nan=False)  # issue 46 item 6: strict JSON, a real run's record
     reports = audit_files([out / "curator.transcript"])
     assert reports[0].dp is False and "not DP" in reports[0].text()
     line = describe_run(result)
