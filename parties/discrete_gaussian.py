@@ -41,7 +41,7 @@ K += 1; return K odd), a > 1 split into ceil(a) equal parts. Each Bernoulli(a/K)
 uniform U, revealed WORD_BITS bits at a time, with a/K. The vectorised path holds a
 rigorous float enclosure [a_lo, a_hi] of a (IEEE-754 +, -, *, / are correctly rounded;
 slack 2^-44 relative covers every rounding) and decides when U's interval lies wholly
-below a_lo/K or above a_hi/K. Otherwise (probability ~2^-44 a comparison) the comparison
+below a_lo/K or above a_hi/K. Otherwise (probability ~2^-32 a comparison) the comparison
 is finished exactly in rational arithmetic (`_resolve`): more bits of U, and of u, which
 keeps its bits for the rest of its step, until the intervals separate. Every decision is
 thus the exact comparison of real uniforms with the exact exponent: the output law is
@@ -60,7 +60,7 @@ import numpy as np
 from pobo.parties.noise import NoiseSource
 
 LATTICE_BITS = 30  # gamma = 2^(floor(log2 sigma) - LATTICE_BITS): s in [2^30, 2^31)
-WORD_BITS = 52  # bits of a uniform revealed at once (<= 52: exact as a double)
+WORD_BITS = 32  # bits of a uniform revealed at once (<= 52: exact as a double)
 SLACK = 2.0 ** -44  # relative widening of every float enclosure (rounding is < 2^-50)
 MAX_LATTICE_VALUE = 2 ** 52  # |X / gamma| must stay below: float rounding to it is exact
 BLOCK = 1 << 16  # draws per vectorised pass (scratch stays a few MB)
@@ -125,7 +125,11 @@ class RoundedGaussian:
         return self._bits(m, self.bits)
 
     def _bits(self, m: int, count: int) -> np.ndarray:
-        """m uniform integers on [0, 2^count), count <= 63."""
+        """m uniform integers on [0, 2^count), count <= 63 (4 random bytes each up to 32
+        bits, else 8)."""
+        if count <= 32:
+            raw = np.frombuffer(self.source.random_bytes(4 * m), dtype=np.uint32)
+            return (raw >> np.uint32(32 - count)).astype(np.int64)
         raw = np.frombuffer(self.source.random_bytes(8 * m), dtype=np.uint64)
         return (raw >> np.uint64(64 - count)).astype(np.int64)
 
