@@ -35,7 +35,7 @@ import zmq.asyncio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pobo.protocol.codec import decode, encode  # noqa: E402
-from pobo.protocol.messages import PROTOCOL_VERSION, End, Hello, Query  # noqa: E402
+from pobo.protocol.messages import PROTOCOL_VERSION, End, Hello, Query, Retry, new_nonce  # noqa: E402
 from pobo.remote import LISTENING  # noqa: E402
 
 
@@ -91,12 +91,23 @@ async def garbage_before_hello(ctx, endpoint: str, frames: int, rng) -> None:
             sock.close(0)
 
 
+async def say_hello(sock, client: str, timeout: float) -> None:
+    """Open a session with bare frames, through the cookie round (PROTOCOL.md 3.7): a
+    first Hello, the curator's Retry, the Hello echoing its cookie."""
+    hello = Hello(PROTOCOL_VERSION, client, nonce=new_nonce())
+    await sock.send(encode(hello))
+    retry = decode(await asyncio.wait_for(sock.recv(), timeout))
+    assert isinstance(retry, Retry), retry
+    await sock.send(encode(Hello(PROTOCOL_VERSION, client, nonce=hello.nonce,
+                                 cookie=retry.cookie)))
+
+
 async def hello_then_garbage(ctx, endpoint: str, garbage: int, rng) -> int:
     """Open a session, take Welcome and Dataset, send `garbage` refused frames, End."""
     sock = dealer(ctx, endpoint)
     errors = 0
     try:
-        await sock.send(encode(Hello(PROTOCOL_VERSION, "hostile")))
+        await say_hello(sock, "hostile", 60)
         for _ in range(2):
             await asyncio.wait_for(sock.recv(copy=False), 60)
         for _ in range(garbage):
@@ -116,7 +127,7 @@ async def legitimate(ctx, endpoint: str, rounds: int, n: int) -> list[float]:
     sock = dealer(ctx, endpoint)
     rtts = []
     try:
-        await sock.send(encode(Hello(PROTOCOL_VERSION, "legit")))
+        await say_hello(sock, "legit", 120)
         for _ in range(2):
             await asyncio.wait_for(sock.recv(copy=False), 120)
         for seq in range(1, rounds + 1):

@@ -31,7 +31,10 @@ import zmq.asyncio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pobo.protocol.channel import Channel  # noqa: E402
-from pobo.protocol.messages import PROTOCOL_VERSION, Dataset, End, Hello, Query, Reward, Welcome  # noqa: E402
+from pobo.protocol.cookie import cookie_round  # noqa: E402
+from pobo.protocol.messages import (  # noqa: E402
+    PROTOCOL_VERSION, Dataset, End, Hello, Query, Reward, Welcome, new_nonce,
+)
 from pobo.protocol.policy import MODELER, PRIVATE, Boundary  # noqa: E402
 from pobo.protocol.signing import load_signing_key, load_verify_key  # noqa: E402
 from pobo.transport.security import make_signing_keys  # noqa: E402
@@ -50,7 +53,8 @@ async def session(ctx, endpoint: str, seed: int, rtts: list[float],
     rng = np.random.default_rng(seed)
     sent = got = 0
     try:
-        await channel.send(Hello(PROTOCOL_VERSION, f"load-{seed}", sign_key=channel.sign_key))
+        await channel.send(await cookie_round(channel, Hello(  # PROTOCOL.md 3.7
+            PROTOCOL_VERSION, f"load-{seed}", sign_key=channel.sign_key, nonce=new_nonce())))
         welcome = await channel.recv()
         assert isinstance(welcome, Welcome)
         assert isinstance(await channel.recv(), Dataset)

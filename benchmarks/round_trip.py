@@ -71,9 +71,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from load import ed25519_costs  # noqa: E402  (benchmarks/ is this script's folder)
 from pobo.parties.journal import Journal  # noqa: E402
 from pobo.protocol.channel import Channel  # noqa: E402
+from pobo.protocol.cookie import cookie_round  # noqa: E402
 from pobo.protocol.ledger import LOCAL, Budget, Entry  # noqa: E402
 from pobo.protocol.messages import (  # noqa: E402
-    PROTOCOL_VERSION, Dataset, End, Hello, Query, Reward, Welcome,
+    PROTOCOL_VERSION, Dataset, End, Hello, Query, Reward, Welcome, new_nonce,
 )
 from pobo.protocol.policy import (  # noqa: E402
     CURATOR, LDP_REWARD, MODELER, PRIVATE, Boundary,
@@ -299,7 +300,8 @@ async def pobo_session(ctx, endpoint: str, keys: Path | None, transcript: Path,
                       Boundary(PRIVATE, MODELER),
                       Transcript(transcript), timeout=TIMEOUT, signer=signer,
                       peer_keys=expected)
-    await channel.send(Hello(PROTOCOL_VERSION, "round-trip", sign_key=channel.sign_key))
+    await channel.send(await cookie_round(channel, Hello(  # PROTOCOL.md 3.7
+        PROTOCOL_VERSION, "round-trip", sign_key=channel.sign_key, nonce=new_nonce())))
     welcome = await channel.recv()
     dataset = await channel.recv()
     assert isinstance(welcome, Welcome) and isinstance(dataset, Dataset)

@@ -20,7 +20,7 @@ side prints the median over `--rounds` round trips of each stamp, in microsecond
 The wrappers cost ~0.3 us each, so the stamps add ~5 us a round trip. Compare the
 same stages of a loop (`round_trip.py`'s "channel alone"): each call here is 2-4x slower
 than in a loop, because each process waits between two frames (docs/performance.md,
-"Seventh pass").
+"The round trip").
 """
 from __future__ import annotations
 

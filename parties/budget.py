@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass
 from pobo.parties.statement import statement_lines
 from pobo.parties.journal import Journal
 from pobo.protocol.accounting import part_of
+from pobo.parties.budget_history import budget_history, describe as describe_budget
 from pobo.protocol.ledger import (
-    CENTRAL, LOCAL, Budget, Entry, Ledger, PrivacyBudgetExceeded, describe_ledger,
-    ledger_dict,
+    CENTRAL, DATASET_SCOPE, LOCAL, PROCESS_SCOPE, Budget, Entry, Ledger,
+    PrivacyBudgetExceeded, describe_ledger, ledger_dict,
 )
 
 
@@ -82,9 +83,16 @@ class DatasetLedger:
         `session` what this session's own messages released."""
         data = ledger_dict(self.journal.central_entries(),
                            self.journal.local_summary(self.budget), self.budget)
+        data["scope"] = ledger_scope_of(self.journal)
         data["session"] = {"id": self.session,
                            "entries": [asdict(e) for e in self.journal.entries(self.session)]}
         return data
+
+
+def ledger_scope_of(journal: Journal) -> str:
+    """'dataset' for a journal on disk (its budget spans every restart on the data),
+    'process' for one in memory (PROCESS_ONLY: its budget covers this process only)."""
+    return PROCESS_SCOPE if journal.path == ":memory:" else DATASET_SCOPE
 
 
 def session_ledger(dataset: list[Entry], own: list[Entry], budget: Budget) -> dict:
@@ -95,8 +103,9 @@ def session_ledger(dataset: list[Entry], own: list[Entry], budget: Budget) -> di
     for e in [*dataset, *own]:
         ledger.charge(e)
     data = ledger.to_dict()
-    data["central"].update(budget_epsilon=budget.to_dict()["budget_epsilon"],
-                           budget_delta=budget.delta)
+    limits = budget.to_dict()
+    data["central"].update(budget_epsilon=limits["budget_epsilon"], budget_delta=budget.delta,
+                           budget_releases=limits["budget_releases"])
     return data
 
 
@@ -107,6 +116,8 @@ def journal_ledger(journal: Journal) -> dict:
     budget = Budget.from_dict(json.loads(journal.meta("budget") or "{}"))
     data = ledger_dict(journal.central_entries(), journal.local_summary(budget), budget)
     data["dataset"] = journal.meta("dataset")
+    data["scope"] = ledger_scope_of(journal)
+    data["budget_history"] = budget_history(journal)
     data["privacy"] = json.loads(journal.meta("privacy_statement") or "null")
     data["sessions"] = [{"id": sid, "status": status} for sid, status in journal.sessions()]
     return data
@@ -120,4 +131,9 @@ def describe_journal_ledger(data: dict) -> str:
     lines = statement_lines(privacy) if privacy and "epsilon_by_distance" in privacy else []
     nominal = (str(privacy.get("claim") or "dp: false").split(":")[0]  # its first clause
                if isinstance(privacy, dict) and privacy.get("dp") is False else None)
-    return "\n".join([head, describe_ledger(data, nominal), *lines])
+    history = [f"  budget {describe_budget(Budget.from_dict(b))}: {b.get('why', '')}"
+               for b in data.get("budget_history") or []]
+    if history:
+        history.insert(0, "budget history (fixed at the first serve; raised only by "
+                          "--raise-budget):")
+    return "\n".join([head, describe_ledger(data, nominal), *history, *lines])

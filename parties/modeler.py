@@ -24,7 +24,7 @@ from pobo.parties.gp import IncrementalGP
 from pobo.parties.kernels import kernel_by_name, noisy_input_kernel
 from pobo.parties.likelihood import Fit, fit_hyperparameters
 from pobo.parties.robust import ROBUST, RewardModel
-from pobo.parties.strategies import KusnerUCB, Robust, Strategy
+from pobo.parties.strategies import KusnerUCB, Robust, Strategy, avoiding, chooses_around
 from pobo.protocol.messages import ProjectedDataset, Release, ReleaseRequest, SessionParams
 from pobo.protocol.policy import LDP_REWARD
 
@@ -120,6 +120,7 @@ class Modeler:
         self._refit_waiting = False
         sequential = robust or isinstance(strategy, KusnerUCB)
         self.max_outstanding = 1 if sequential else params.T
+        self.spent: set[int] = set()  # rows the curator refused for their privacy budget
 
     @property
     def gp(self) -> IncrementalGP:
@@ -142,12 +143,34 @@ class Modeler:
         """The row to query in the next round (initial design first, when fitting), given
         the rewards told and the pending queries hallucinated (GP-BUCB)."""
         asked = len(self._asked)
-        if self.learner is not None:
+        if self.learner is not None:  # (never given a spent row: `withdraw` refuses)
             return self.learner.next_index(self.rng)
         self._hallucinate()
-        if asked < self._design.size:
+        if asked < self._design.size and int(self._design[asked]) not in self.spent:
             return int(self._design[asked])
-        return self.strategy.select(self._gp, asked + 1, self.rng)
+        chosen = self.strategy.select(self._gp, asked + 1, self.rng)
+        if chosen in self.spent:
+            chosen = avoiding(self.strategy, self._gp, asked + 1, self.rng, self.spent)
+        return chosen
+
+    def withdraw(self, slot: int) -> int:
+        """Take back pending `slot`, which the curator refused for its row's privacy
+        budget (PROTOCOL.md 7.1: a refused query is not asked; its seq is asked again),
+        and never choose that row again; returns the row. Only the slot asked last, not
+        yet hallucinated into the GP (every slot of a session with one query
+        outstanding), of a strategy that can choose around a row (GP-UCB, random), can be
+        taken back: ValueError otherwise."""
+        last = len(self._asked) - 1
+        if self.learner is not None or not chooses_around(self.strategy):
+            raise ValueError(f"{self._name()} cannot choose around a row")
+        if slot != last or slot not in self._engine_slot or self._deferred != slot:
+            raise ValueError(f"slot {slot} cannot be taken back (only the slot asked last, "
+                             "before another query is chosen)")
+        row = self._asked.pop()
+        del self._engine_slot[slot]
+        self._deferred = None
+        self.spent.add(int(row))
+        return row
 
     def ask(self, index: int | None = None) -> int:
         """Choose the next row, register it as pending (slot = queries asked so far) and

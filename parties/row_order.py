@@ -74,3 +74,16 @@ def in_release_order(release, order: np.ndarray):
     """The release with its rows in the secret order: released row j is Z[order[j]]."""
     from dataclasses import replace
     return replace(release, Z=np.asarray(release.Z)[order])
+
+
+def in_data_order(release, order: np.ndarray):
+    """A release in the secret order put back in the data's order (what the curator, who
+    holds `order`, measures a release's risk on: a modeler who located every row)."""
+    return in_release_order(release, np.argsort(order))
+
+
+def seeded_order(n: int, seed: int) -> np.ndarray:
+    """The order a curator seeded with `seed` releases n rows in (simulation only: the
+    seed gives it away, as it gives the noise away)."""
+    from pobo.parties.noise import rng_for
+    return draw_order(n, NoiseSource(rng_for(seed, "row-order")))

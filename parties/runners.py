@@ -13,18 +13,24 @@ import numpy as np
 
 from pobo.parties.curator import Curator
 from pobo.parties.journal import JournalFault
+from pobo.parties.ledger_log import (
+    SeenHeads, check_closing_head, check_welcome_head, named_head,
+)
 from pobo.parties.modeler import HyperFit, Modeler
 from pobo.parties.objective import EvaluationFailed
 from pobo.parties.strategies import (
     KusnerUCB, Robust, Strategy, declaration, for_release, under_rules,
 )
 from pobo.protocol.channel import Channel, LateSignature, before_handshake
+from pobo.protocol.cookie import cookie_round
 from pobo.protocol.chunks import ChunkedDataset, with_body
-from pobo.protocol.policy import CURATOR
+from pobo.protocol.policy import CURATOR, release_refusal
 from pobo.protocol.codec import decode
 from pobo.protocol.signing import SharedBody, body_of
 from pobo.protocol.transcript import REFUSED, blob_dirs, read_transcript
-from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
+from pobo.protocol.errors import (
+    ErrorCode, PeerError, PeerGone, PeerTimeout, PolicyViolation, ProtocolError,
+)
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, LedgerHead, Pending,
     ProjectedDataset, Query, Release, ReleaseRequest, Reward, SessionParams, Welcome, new_nonce,
@@ -35,6 +41,8 @@ StepCallback = Callable[[int, int, float], None]
 PendingCallback = Callable[[int, int, float], None]  # (seq, row, seconds waited)
 ReleaseHandler = Callable[[ReleaseRequest], Release]
 Measure = Callable[[int, int], Awaitable[float]]  # (seq, row) -> the measured value
+# (log, entries of an earlier head, the head now) -> the consistency proof between them
+Prove = Callable[[str, int, LedgerHead], tuple[str, ...]]
 
 
 async def serve_session(channel: Channel, curator: Curator, params: SessionParams,
@@ -46,6 +54,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                         on_evaluate: StepCallback | None = None,
                         on_measured: Callable[[int], None] | None = None,
                         checkpoint: Callable[[], LedgerHead] | None = None,
+                        prove: Prove | None = None,
                         dataset: SharedBody | ChunkedDataset | None = None,
                         on_end: Callable[[str], None] | None = None) -> str:
     """Run one session as the curator until the modeler ends it; returns its reason.
@@ -65,19 +74,28 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
     End comes, before it is answered (a curator killed after its answer then leaves the
     session closed, not open for ever). With `checkpoint` (the dataset
     ledger's head now) the Welcome carries the head, and the modeler's End is answered
-    with an End carrying it again (protocol.checkpoint). `dataset`: the Dataset message
+    with an End carrying it again (protocol.checkpoint); with `prove` too, the Welcome
+    carries the consistency proof from the head the Hello names, the End from the
+    Welcome's (protocol.merkle, RFC 9162). `dataset`: the Dataset message
     of `release` prepared once for every session (protocol.chunks.shared_dataset: its
     bytes are then never copied per session, and a large Z goes in chunk frames).
     """
     if hello is None:  # a caller that needs the hello first (to resume) passes it in
-        await receive_hello(channel)
+        hello = await receive_hello(channel)
+    why = release_refusal(hello, params)
+    if why is not None:  # a release never to be granted: refused now, not after T answers
+        await _send_error(channel, ErrorCode.POLICY, why)
+        raise PolicyViolation(why)
     try:
         head = checkpoint() if checkpoint is not None else NO_LEDGER_HEAD
     except OSError as exc:  # no session without a head kept: refused, typed, nothing spent
         await _send_error(channel, ErrorCode.INTERNAL, "the curator cannot keep its ledger "
                           f"head ({type(exc).__name__}): no session now")
         raise
-    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key, head))
+    proof = (prove(hello.ledger_log, hello.ledger_seen, head)
+             if prove is not None and head.root else ())
+    await channel.send(Welcome(PROTOCOL_VERSION, session_id, params, channel.sign_key, head,
+                               proof))
     await channel.send(Dataset(release), shared=dataset)
     if asked:
         channel.boundary.restore_queries(asked)
@@ -166,7 +184,7 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
                 if on_end is not None:
                     on_end(message.reason)
                 if checkpoint is not None:
-                    await _send_closing_end(channel, checkpoint, session_id)
+                    await _send_closing_end(channel, checkpoint, session_id, head, prove)
                 return message.reason
             elif isinstance(message, Error):
                 raise PeerError(message.code, message.message)
@@ -180,18 +198,23 @@ async def serve_session(channel: Channel, curator: Curator, params: SessionParam
 
 
 async def _send_closing_end(channel: Channel, checkpoint: Callable[[], LedgerHead],
-                            session_id: str) -> None:
-    """Answer the modeler's End with the ledger's head. The modeler may be gone already,
-    and a head that cannot be kept (its file unwritable: a full disk) is not sent, the
-    End goes without it: either way the session is over and nothing of it is lost."""
+                            session_id: str, welcomed: LedgerHead = NO_LEDGER_HEAD,
+                            prove: Prove | None = None) -> None:
+    """Answer the modeler's End with the ledger's head (and, with `prove`, the consistency
+    proof from the head the connection's Welcome carried, `welcomed`). The modeler may be
+    gone already, and a head that cannot be kept (its file unwritable: a full disk) is not
+    sent, the End goes without it: either way the session is over and nothing of it is
+    lost."""
     try:
         head = checkpoint()
     except (OSError, JournalFault) as exc:
         log.error("session %s: the ledger head could not be kept (%s): the closing End "
                   "carries none", session_id[:12], exc)
         head = NO_LEDGER_HEAD
+    proof = (prove(welcomed.log, welcomed.entries, head)
+             if prove is not None and head.root else ())
     with contextlib.suppress(PeerGone, PeerTimeout):
-        await channel.send(End("closed", head))
+        await channel.send(End("closed", head, proof))
 
 
 async def _logged(work) -> None:
@@ -229,7 +252,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                       release: ReleaseRequest | None = None, retries: int = 2,
                       resume: ResumeState | None = None, batch: int = 1,
                       on_pending: PendingCallback | None = None,
-                      retry_delay: float = 1.0) -> Modeler:
+                      retry_delay: float = 1.0, heads: SeenHeads | None = None) -> Modeler:
     """Run one whole session as the modeler: handshake, T queries, optionally one DP
     release of the result (kept in `modeler.release`, or the refusal in
     `modeler.release_error`), end.
@@ -241,7 +264,12 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
 
     Asking for a 'noisy' release (Kusner et al. Algorithm 1) turns GP-UCB into theirs:
     beta_t = 2 log(|X| t^2 pi^2 / (3 delta)) at the release's delta, unscaled, with fixed
-    hyperparameters; the Hello declares it and the request carries the kernel used."""
+    hyperparameters; the Hello declares it and the request carries the kernel used.
+
+    With `heads` (parties.ledger_log.SeenHeads) the Hello names the last ledger head seen
+    from the curator key the channel expects, and the session is refused (a typed
+    `ledger_inconsistent` Error, then LedgerInconsistent) unless the Welcome's head
+    extends it; the curator's closing End is checked likewise, and each head kept."""
     if release is not None:
         strategy = for_release(strategy, release.algorithm, release.delta)
     if batch > 1 and isinstance(strategy, (Robust, KusnerUCB)):
@@ -250,13 +278,21 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                             else "") + " chooses one query at a time (its proof is sequential)")
     declared, release_delta = declaration(strategy)
     started = time.perf_counter()
-    await channel.send(Hello(PROTOCOL_VERSION, client, resume.session if resume else "",
-                             declared, release_delta, channel.sign_key, batch, new_nonce()))
+    named = named_head(heads, channel.peer_keys)
+    hello = Hello(PROTOCOL_VERSION, client, resume.session if resume else "", declared,
+                  release_delta, channel.sign_key, batch, new_nonce(),
+                  ledger_log=named.log if named else "",
+                  ledger_seen=named.entries if named else 0)
+    if getattr(channel.pipe, "cookie_round", False):  # a networked curator: PROTOCOL.md 3.7
+        hello = await cookie_round(channel, hello)
+    await channel.send(hello)
     welcome = expect(await channel.recv(), Welcome)
+    await check_welcome_head(channel, heads, welcome, named)
     dataset = expect(await channel.recv(), Dataset)
     modeler = Modeler(welcome.params, dataset.release, under_rules(strategy, welcome.params),
                       rng, hyper)
-    window = QueryWindow(channel, retries, retry_delay, on_pending)
+    window = QueryWindow(channel, retries, retry_delay, on_pending,
+                         give_back=(ErrorCode.PRIVACY_BUDGET.value,))
     q = max(1, min(batch, welcome.params.batch))
     next_seq = 1
     if resume is not None:
@@ -284,6 +320,10 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                 await window.send(Query(next_seq, modeler.ask()))
                 next_seq += 1
             reward = await window.next_reward()
+            if isinstance(reward, Error):  # its row's budget is spent: another row
+                ask_again(modeler, reward)
+                next_seq = reward.seq
+                continue
             modeler.tell(reward.seq - 1, reward.value)
             if on_step is not None:
                 on_step(reward.seq, reward.index, reward.value)
@@ -304,14 +344,36 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
             modeler.release = expect(reply, Release)
     await channel.send(End("done"))
     if welcome.ledger != NO_LEDGER_HEAD:
-        modeler.ledger_head = await closing_head(channel)
+        end = await closing_end(channel)
+        check_closing_head(channel, heads, welcome, end)
+        modeler.ledger_head = (None if end is None or end.ledger == NO_LEDGER_HEAD
+                               else end.ledger)
     return modeler
 
 
+def ask_again(modeler: Modeler, refusal: Error) -> None:
+    """Take back the query the curator refused for its row's privacy budget, so that its
+    seq is asked again with another row (PROTOCOL.md 7.1: a refused query is not asked);
+    the refusal as a PeerError when the modeler cannot (a robust learner, or a batch
+    whose later queries were chosen around it)."""
+    try:
+        row = modeler.withdraw(refusal.seq - 1)
+        log.info("query %d: row %d's privacy budget is spent (%s): asking again with "
+                 "another row", refusal.seq, row, refusal.message)
+    except ValueError:  # as before: the curator's refusal ends the session
+        raise PeerError(refusal.code, refusal.message) from None
+
+
 async def closing_head(channel: Channel) -> LedgerHead | None:
-    """The ledger head of the curator's End answering ours (recorded in the transcript),
-    skipping late duplicates; None when it does not come within the timeout (the session
-    is over either way: the Welcome's head is the last commitment then)."""
+    """The ledger head of the curator's End answering ours (`closing_end`'s)."""
+    end = await closing_end(channel)
+    return None if end is None or end.ledger == NO_LEDGER_HEAD else end.ledger
+
+
+async def closing_end(channel: Channel) -> End | None:
+    """The curator's End answering ours (recorded in the transcript), skipping late
+    duplicates; None when it does not come within the timeout (the session is over
+    either way: the Welcome's head is the last commitment then)."""
     while True:
         try:
             message = await channel.recv()
@@ -326,7 +388,7 @@ async def closing_head(channel: Channel) -> LedgerHead | None:
             log.warning("the curator's closing End did not come: its ledger head is not recorded")
             return None
         if isinstance(message, End):
-            return None if message.ledger == NO_LEDGER_HEAD else message.ledger
+            return message
         if not isinstance(message, (Pending, Reward)):  # a late answer to a retry: skipped
             log.warning("expected the curator's End, got %s", type(message).__name__)
             return None
@@ -347,9 +409,11 @@ class QueryWindow:
     `retry_delay` seconds, `retries` times. A late duplicate is skipped."""
 
     def __init__(self, channel: Channel, retries: int = 2, retry_delay: float = 1.0,
-                 on_pending: PendingCallback | None = None) -> None:
+                 on_pending: PendingCallback | None = None,
+                 give_back: tuple[str, ...] = ()) -> None:
         self.channel, self.retries, self.retry_delay = channel, int(retries), float(retry_delay)
         self.on_pending = on_pending
+        self.give_back = give_back  # refusal codes returned as the Error (not raised)
         self.outstanding: dict[int, int] = {}  # seq -> row
         self.pending: dict[int, float] = {}  # seq -> seconds waited, as the curator last said
         self.failures: dict[int, int] = {}
@@ -365,8 +429,9 @@ class QueryWindow:
         for seq in seqs:
             await self.channel.send(Query(seq, self.outstanding[seq]))
 
-    async def next_reward(self) -> Reward:
-        """The next reward for any outstanding query."""
+    async def next_reward(self) -> Reward | Error:
+        """The next reward for any outstanding query (or the curator's refusal of one, for
+        a code in `give_back`)."""
         while True:
             timeout = self.channel.timeout / 2 if self.pending else self.channel.timeout
             try:
@@ -396,6 +461,11 @@ class QueryWindow:
                 self.pending.pop(message.seq, None)
                 await asyncio.sleep(self.retry_delay)
                 await self._resend([message.seq])
+            elif (isinstance(message, Error) and message.seq in self.outstanding
+                  and message.seq not in self.pending and message.code in self.give_back):
+                del self.outstanding[message.seq]  # refused: not asked (PROTOCOL.md 7.1)
+                self.failures.pop(message.seq, None)
+                return message
             else:
                 reward = expect(message, Reward)
                 del self.outstanding[reward.seq]

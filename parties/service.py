@@ -23,15 +23,17 @@ from pathlib import Path
 import numpy as np
 
 from pobo.parties.choices import DEFAULT_LIFT, LIFT_MODES  # noqa: F401  (re-exported)
-from pobo.parties.budget import DatasetLedger, session_ledger
+from pobo.parties.budget import DatasetLedger, ledger_scope_of, session_ledger
+from pobo.parties.budget_history import fixed_budget
 from pobo.parties.checkpoints import (
-    HeadFile, LedgerBehind, LedgerChain, check_head_kept, check_not_behind,
+    HeadFile, LedgerBehind, check_head_kept, check_not_behind,
 )
 from pobo.parties.curator import Curator, Oracle
 from pobo.parties.dataset import Problem, dataset_digest
 from pobo.parties.journal import (
     Journal, JournalError, JournalFault, JournaledSession, Superseded,
 )
+from pobo.parties.ledger_log import LedgerLog
 from pobo.parties.ldp import POOL_SIZE, ConvertToLaplace, subweibull_clip
 from pobo.parties.noise import SECURE, SEEDED, NoiseSource, rng_for
 from pobo.parties.objective import (
@@ -85,6 +87,10 @@ class CuratorSettings:
     noise_bound: float | None = None
     additive_lift: bool = False
     distinct: bool = False  # the scenario's rule, announced in the Welcome: no row twice
+    inputs_public: bool = False  # X is public (no projection): a finite budget still holds
+    budget_given: tuple[str, ...] = ()  # the limits of `budget` the operator set (not defaults)
+    raise_budget: bool = False  # `budget` may exceed the one the journal holds (recorded)
+    new_release: bool = False  # a release beside the one the journal holds may be drawn
 
     def __post_init__(self) -> None:
         if self.lift not in LIFT_MODES:
@@ -237,25 +243,6 @@ class CuratorSession:
         return data
 
 
-def _warn_if_raised(journal: Journal, budget: Budget) -> None:
-    """Warn (one line) when this curator's budget allows more than the one its journal
-    last recorded: every curator enforces its own, so a larger one spends past the old
-    limit. (Lowering it is always safe.)"""
-    held = journal.meta("budget")
-    if held is None:
-        return
-    old = Budget.from_dict(json.loads(held))
-    pairs = [("central epsilon", old.epsilon, budget.epsilon),
-             ("central delta", old.delta, budget.delta),
-             ("row epsilon", old.row_epsilon, budget.row_epsilon),
-             ("row delta", old.row_delta, budget.row_delta)]
-    raised = [f"{name} {a:g} -> {b:g}" for name, a, b in pairs if b > a]
-    if raised:
-        log.warning("this curator's budget is larger than the one the journal %s recorded "
-                    "(%s): the dataset may now spend past the old limit", journal.path,
-                    ", ".join(raised))
-
-
 class CuratorService:
     """A curator serving one prepared dataset to any number of sessions.
 
@@ -290,7 +277,7 @@ class CuratorService:
                                f"{self.digest[:16]}...): each dataset keeps its own journal "
                                "(a dataset generated from the seed needs the same --seed; a "
                                "file, the same --data)")
-        self.chain = LedgerChain(self.journal)
+        self.chain = LedgerLog(self.journal)  # the hash chain and the Merkle log
         self.head_file = None if head_file is None else HeadFile(Path(head_file), self.digest)
         self._committed = self.head_file.read() if self.head_file is not None else None
         if self.head_file is not None and self._committed is None:
@@ -306,9 +293,12 @@ class CuratorService:
             raise LedgerBehind(f"{uncharged[0]}; refusing to start on it")
         self.journal.sweep_projections()  # files of stores killed before their commit
         self.journal.sweep_answer_logs()  # logs of sessions killed as they finished
-        _warn_if_raised(self.journal, settings.budget)
-        self.journal.set_meta("budget", json.dumps(settings.budget.to_dict()))
-        self.ledger = DatasetLedger(self.journal, settings.budget)
+        budget, note = fixed_budget(self.journal, settings.budget, settings.budget_given,
+                                    settings.raise_budget)
+        if note is not None:
+            log.warning("%s", note)
+        self.settings = settings = replace(settings, budget=budget)
+        self.ledger = DatasetLedger(self.journal, budget)
         self.ldp = ldp_mechanism(problem, settings)
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
@@ -356,8 +346,9 @@ class CuratorService:
         if stored is not None:
             release, report = stored
             return key, release, report
+        self._check_single_release(key)
         if s.non_private:
-            if math.isfinite(s.budget.epsilon):
+            if math.isfinite(s.budget.epsilon) and not s.inputs_public:
                 raise PrivacyBudgetExceeded("the non-private baseline releases X itself, which "
                                             "no finite budget covers: run it without a budget")
             release = identity_release(self.problem.X)
@@ -387,6 +378,25 @@ class CuratorService:
             return self._stored_meanwhile(key, exc)  # this draw: never released nor charged
         return key, release, report
 
+    def _check_single_release(self, key: str) -> None:
+        """Refuse (one line) to draw a release of a dataset whose journal holds another one
+        of the same randomness, unless `--new-release` asks for it by name (it is then
+        charged like the first): a restart with other flags (--eps, --r, --lift) would
+        otherwise hand out a second, independent view of the same X."""
+        if self.settings.new_release:
+            return
+        mine = json.loads(key).get("randomness")
+        held = [k for k in self.journal.projection_keys()
+                if json.loads(k).get("randomness") == mine and k != key]
+        if held:
+            was = json.loads(held[0])
+            raise JournalError(
+                f"the journal {self.journal.path} already holds a release of this dataset "
+                f"({was.get('mechanism')} at eps {was.get('epsilon')}, delta {was.get('delta')}, "
+                f"r {was.get('r')}, lift {was.get('lift')}), which a start with the same flags "
+                "serves again; a second release needs --new-release (charged to the dataset's "
+                "budget)")
+
     def _stored_meanwhile(self, key: str, refusal: Exception
                           ) -> tuple[str, ProjectedDataset, dict]:
         """The projection another curator on this journal stored under `key` since this one
@@ -415,7 +425,7 @@ class CuratorService:
                                                                              self.ldp),
             noise=problem.noise, budget_epsilon=budget["budget_epsilon"] or 0.0,
             budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0,
-            distinct=bool(s.distinct))
+            distinct=bool(s.distinct), ledger_scope=ledger_scope_of(self.journal))
 
     def new_session(self, security: str = "in-process", owner: str = "in-process",
                     batch: int = 1) -> CuratorSession:
@@ -458,13 +468,26 @@ class CuratorService:
         self.journal.flush()
         with self.journal.snapshot():  # count, chain and totals of the same entries
             entries, chain = self.chain.current()
-            head = ledger_head(entries, chain, self.journal.basic_totals())  # no accountant
+            head = ledger_head(entries, chain, self.journal.basic_totals(),  # no accountant
+                               self.chain.root(entries), self.chain.log)
         if self.head_file is not None and (self._committed is None
                                            or head.entries > self._committed.entries):
             self.head_file.write(head)
             self.journal.note_head_file(self.head_file.path)  # where its heads are kept now
             self._committed = head
         return head
+
+    def consistency(self, seen_log: str, seen: int, head: LedgerHead) -> tuple[str, ...]:
+        """The RFC 9162 consistency proof from the head of `seen` entries of log
+        `seen_log` (a Hello's) to `head` (a checkpoint's): empty when that is another log,
+        no earlier head or one this ledger does not reach (a journal rolled back past it:
+        logged, the modeler refuses)."""
+        if seen_log != head.log or not 0 < seen < head.entries:
+            if seen_log == head.log and seen > head.entries:
+                log.warning("a modeler has seen a ledger head of %d entries, this journal's "
+                            "ledger holds %d: it was rolled back", seen, head.entries)
+            return ()
+        return self.chain.consistency(seen, head.entries)
 
     def keep_head(self, session_id: str) -> None:
         """`checkpoint` as a session ends, however it ends (a modeler that vanished sends

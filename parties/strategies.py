@@ -146,6 +146,42 @@ class Distinct:
         return argmax_breaking_ties(score, rng)
 
 
+def chooses_around(strategy) -> bool:
+    """Whether `avoiding` can choose for `strategy` (GP-UCB, Kusner's, random, each under
+    a Distinct rule or not); not the robust learners nor a caller's own strategy."""
+    inner = strategy.inner if isinstance(strategy, Distinct) else strategy
+    return isinstance(inner, (GPUCB, KusnerUCB, RandomChoice))
+
+
+def avoiding(strategy, gp: IncrementalGP, t: int, rng: np.random.Generator,
+             spent: set[int]) -> int:
+    """`strategy`'s choice at round t among the rows not in `spent` (rows whose privacy
+    budget the curator refused: PROTOCOL.md 7.1, a refused query is asked again with
+    another row). GP-UCB (Kusner's too) takes its UCB maximiser over the other rows,
+    random a uniform one of them, each keeping a Distinct rule; ValueError for a
+    strategy that cannot choose around a row (the robust learners) or no row left."""
+    blocked = np.fromiter(spent, dtype=np.int64, count=len(spent))
+    inner = strategy.inner if isinstance(strategy, Distinct) else strategy
+    if isinstance(strategy, Distinct):
+        seen = np.unique(gp.indices[:gp.t])
+        if np.union1d(seen, blocked).size < gp.n:  # (once every row is seen: any row)
+            blocked = np.union1d(seen, blocked)
+    if blocked.size >= gp.n:
+        raise ValueError(f"every one of the {gp.n} rows is refused for its privacy budget")
+    if isinstance(inner, RandomChoice):
+        free = np.setdiff1d(np.arange(gp.n), blocked)
+        return int(free[rng.integers(free.size)])
+    if isinstance(inner, GPUCB):
+        score = gp.ucb_score(inner.beta(t, gp.n), inner.variance)  # scratch: no copy
+    elif isinstance(inner, KusnerUCB):
+        score = gp.ucb_score(beta_kusner(t, gp.n, inner.delta))
+    else:
+        raise ValueError(f"{getattr(inner, 'name', inner)} cannot choose around a row "
+                         "whose privacy budget is spent")
+    score[blocked] = -np.inf
+    return argmax_breaking_ties(score, rng)
+
+
 @dataclass(frozen=True)
 class Robust:
     """One of the heavy-tail strategies of parties.robust (stateful learners the modeler

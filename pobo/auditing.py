@@ -11,7 +11,7 @@ import numpy as np
 from pobo.parties.dataset import arrays_digest
 from pobo.protocol.audit import AuditReport, audit_session, audit_transcript, readable_records
 from pobo.parties.journal import Journal
-from pobo.protocol.checkpoint import forks
+from pobo.protocol.checkpoint import forks, inconsistencies
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import PoboError, ProtocolError
 from pobo.protocol.messages import Hello, LedgerHead
@@ -354,6 +354,13 @@ def check_ledger_chain(reports: list[AuditReport]) -> None:
         report = by_path[point.path]
         if why not in report.violations:
             report.violations.append(why)
+    found, notes = inconsistencies([c for r in reports for c in r.checkpoints])
+    for point, why in found:  # the Merkle log's: one head that does not extend another
+        report = by_path[point.path]
+        if why not in report.violations:
+            report.violations.append(why)
+    for note in notes:
+        reports[0].notes.append(note)
 
 
 def _session_of(path: Path) -> str | None:

@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from pobo.sweep import SweepSpec
 
 NEEDED = {"run": ("scenario",), "curator": ("scenario",), "modeler": ("connect",),
-          "sweep": (), "export-data": ("scenario",)}  # what a command needs from its flags or its --config
+          "sweep": (), "export-data": ("scenario",),
+          "risk": ("scenario",)}  # what a command needs from its flags or its --config
 SCENARIO_OPTIONS = ("grid", "data", "n", "f_kernel", "noise", "features", "objective",
                     "minimise", "bounds", "prep")
 
@@ -128,10 +129,39 @@ def _stop_with_parent() -> bool:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: the mistake and where help is, not the whole usage."""
+    """argparse with one-line errors: the mistake, the nearest flag or choice to what was
+    mistyped (difflib), and where help is, not the whole usage. A flag no subcommand
+    knows is reported by the subcommand it was given to (`pobo run: error: ...`), not by
+    `pobo`."""
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            subcommands = getattr(self, "subcommands", {})
+            where = subcommands.get(getattr(parsed, "command", None), self)
+            where.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {message}{self.nearest(message)} "
+                     f"(see {self.prog} --help)\n")
+
+    def nearest(self, message: str) -> str:
+        """'; did you mean --eps?' for a mistyped flag or choice named in `message`."""
+        import difflib
+        import re
+
+        if message.startswith("unrecognized arguments:"):
+            known = [o for o in self._option_string_actions if o.startswith("--")]
+            typed = [t.split("=")[0] for t in message.split(":", 1)[1].split()
+                     if t.startswith("-")]
+        else:
+            found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+            if found is None:
+                return ""
+            typed, known = [found.group(1)], re.findall(r"'?([\w.+-]+)'?", found.group(2))
+        guesses = [g for t in typed for g in difflib.get_close_matches(t, known, n=1)]
+        return f"; did you mean {' or '.join(dict.fromkeys(guesses))}?" if guesses else ""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch", type=positive_int,
                    help="the most queries the curator lets the modeler keep outstanding "
                         "(default: --batch)")
+    _risk_argument(p, "after the run, measure")
     p.set_defaults(handler=_cmd_run)
 
     p = sub.add_parser("sweep", help="run every combination of eps, r, strategy and seed")
@@ -205,7 +236,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit-every", type=positive_int, default=10)
     p.add_argument("--restarts", type=count, default=3)
     p.add_argument("--out", type=Path, help="output folder (default runs/sweep-NAME)")
+    _risk_argument(p, "for every release swept, measure (the frontier preset: K = 20)")
     p.set_defaults(handler=_cmd_sweep)
+
+    p = sub.add_parser("risk", help="measure what a modeler could learn about rows from a "
+                                    "release: recovery per feature against the marginals")
+    _scenario_arguments(p, default_seed=0)
+    for action in p._actions:  # SCENARIO, or a run folder holding a transcript
+        if action.dest == "scenario":
+            action.type, action.metavar = scenario_or_run, "SCENARIO|RUN_DIR"
+            action.help = ("a scenario (its release prepared as the curator would, with the "
+                           "options below), or a run folder: Z from its transcript, X rebuilt "
+                           "with the options the run used (--data, --n) and checked against "
+                           "its dataset digest; the result is added to its result.json")
+    p.add_argument("--anchors", type=positive_int, default=20, metavar="K",
+                   help="rows the modeler knows already, with their positions (default 20)")
+    p.add_argument("--repeats", type=positive_int, default=1,
+                   help="draws of the K known rows to average (default 1)")
+    p.add_argument("--json", action="store_true", help="print the measurement as JSON")
+    p.set_defaults(handler=_cmd_risk)
 
     p = sub.add_parser("audit", help="verify transcripts: chain, policy, ledger, agreement")
     p.add_argument("transcripts", nargs="+", type=Path,
@@ -231,12 +280,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unsigned", action="store_true",
                    help="exit 0 for transcripts without a signature verified against a key "
                         "you trust (by default: exit status 3)")
+    p.add_argument("--allow-incomplete", action="store_true",
+                   help="exit 0 for a transcript audited alone that holds no End from its "
+                        "peer, whose tail it cannot vouch for (by default: exit status 4)")
     p.set_defaults(handler=_cmd_audit)
 
-    p = sub.add_parser("report", help="write one self-contained HTML page about a run or a "
-                                      "sweep folder: parameters, ledger, audit, regret curves")
+    p = sub.add_parser("report", help="write one self-contained HTML page about a run, a "
+                                      "sweep or a deployment's curator or modeler folder: "
+                                      "answer, privacy, ledger, audit, curves")
     p.add_argument("folder", type=Path, metavar="RUN_OR_SWEEP_DIR",
-                   help="a run folder (result.json) or a sweep folder (runs.csv)")
+                   help="a run folder (result.json), a sweep folder (runs.csv), or a "
+                        "curator's session or a modeler's folder (curator.json, "
+                        "modeler.json)")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="where to write the page (default RUN_OR_SWEEP_DIR/report.html)")
     p.set_defaults(handler=_cmd_report)
@@ -246,8 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", type=Path, nargs="?", default=Path("runs"), metavar="DIR",
                    help="where to look (default ./runs), down to 4 levels: a folder with "
                         "result.json is a run, one with runs.csv a sweep (its runs/ are "
-                        "summarised on its line, not listed), one with only a party's record "
-                        "an incomplete run; TIME is when the result (runs.csv) was written")
+                        "summarised on its line, not listed), one with a party's record a "
+                        "deployment's curator or modeler (or a run not merged); STATUS is "
+                        "ok, failed or interrupted; TIME is when its record was written")
     p.add_argument("--json", action="store_true", help="print the list as JSON")
     p.set_defaults(handler=_cmd_runs)
 
@@ -285,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SQLite journal of the dataset: its projection, ledger and sessions; "
                         "answers are committed before they are sent, and a restarted curator "
                         "serves the same Z, keeps the same ledger and resumes the sessions in "
-                        "it (without it the ledger lives for the process only)")
+                        "it (default: the dataset's own journal under $POBO_HOME/ledgers, "
+                        "unless --ephemeral-ledger or a seeded run)")
     p.add_argument("--ledger-head", type=Path, metavar="FILE",
                    help="where the curator keeps the last ledger head it signed, outside the "
                         "journal (default JOURNAL.head; beside its keys is better): it refuses "
@@ -368,6 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curator-sign-key", type=Path, metavar="FILE",
                    help="the curator's public signing key (curator.sign_public): refuse a "
                         "curator that signs with another key or none")
+    p.add_argument("--ledger-heads", type=Path, metavar="FILE",
+                   help="where the last ledger head seen of each curator key's ledger is "
+                        "kept and checked (a head that does not extend it refuses the "
+                        "session; default: $POBO_HOME/ledger_heads.json)")
     p.add_argument("--out", type=Path, default=Path("runs/modeler"))
     _output_arguments(p, "-v: one line per query")
     p.set_defaults(handler=_cmd_modeler)
@@ -439,6 +500,23 @@ def _scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) ->
     p.add_argument("--budget-delta", type=probability,
                    help="the budget's delta (default 1/n with --budget-eps; else the "
                         "projection's, its test's and one release's)")
+    p.add_argument("--budget-releases", type=count, metavar="N",
+                   help="how many results (Kusner et al.'s releases) the dataset may ever "
+                        "release, at any (eps, delta) (default: 1 with the default budget; no "
+                        "limit but the budget's with --budget-eps)")
+    p.add_argument("--raise-budget", action="store_true",
+                   help="let this start's budget flags exceed the budget the dataset's journal "
+                        "fixed at its first serve (recorded in the journal, shown by pobo "
+                        "ledger); without it a start asking for more is refused")
+    p.add_argument("--new-release", action="store_true",
+                   help="draw (and charge) a second release of a dataset whose journal holds "
+                        "one already under other settings (--eps, --r, --lift); without it such "
+                        "a start is refused, and the same settings serve the stored release")
+    p.add_argument("--ephemeral-ledger", action="store_true",
+                   help="keep the ledger in memory, for this process only (default without "
+                        "--journal: the dataset's own journal in $POBO_LEDGERS or $POBO_HOME/ledgers, so "
+                        "every restart on the same data spends from one budget); every record "
+                        "then says 'budget covers this process only'")
     p.add_argument("--ldp-row-budget", type=budget_value, metavar="E",
                    help="refuse a query whose LDP report would take its row past E in total "
                         "(the PLD accountant's eps at --ldp-row-delta, or the basic sum; "
@@ -515,10 +593,42 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
                    help="ask the curator for a DP release of the result at the end "
                         "(Kusner et al. Algorithm 1, 2 or 3)")
     p.add_argument("--release-eps", type=positive, default=1.0, help="epsilon of the release")
-    p.add_argument("--release-delta", type=probability, default=1e-3, help="delta of the release")
+    p.add_argument("--release-delta", type=probability, default=1e-8,
+                   help="delta of the release (default 1e-8: below 1/n for every n < 5e7; "
+                        "Kusner's two-part releases charge 2 x delta)")
     p.add_argument("--batch", type=positive_int, default=1,
                    help="keep up to q queries outstanding, chosen by GP-BUCB (Desautels et "
                         "al. 2014); the curator's --max-batch caps it (default 1)")
+
+
+def _risk_argument(p: argparse.ArgumentParser, when: str) -> None:
+    """--risk [K]: measure the release's risk (`pobo risk`) with K known rows."""
+    p.add_argument("--risk", type=positive_int, nargs="?", const=20, metavar="K",
+                   help=f"{when} what a modeler recovers from the release with K known rows "
+                        "(default 20) and with none, as `pobo risk` does; kept in "
+                        "result.json under risk")
+
+
+def scenario_or_run(text: str) -> str:
+    """`pobo risk`'s target: a run folder (one with result.json), else a scenario."""
+    if (Path(text) / "result.json").is_file():
+        return text
+    return scenario_arg(text)
+
+
+def _cmd_risk(args: argparse.Namespace) -> int:
+    from pobo.risk import folder_risk, risk_lines, scenario_risk
+
+    if args.scenario is None:
+        raise ValueError("name a scenario or a run folder")
+    if (Path(args.scenario) / "result.json").is_file():
+        options = {k: getattr(args, k) for k in SCENARIO_OPTIONS
+                   if getattr(args, k, None) is not None}
+        risk = folder_risk(args.scenario, options, args.anchors, args.repeats)
+    else:
+        risk = scenario_risk(config_from_args(args), args.anchors, args.repeats)
+    print(json.dumps(risk, indent=1) if args.json else "\n".join(risk_lines(risk)))
+    return 0
 
 
 def release_from_args(args: argparse.Namespace) -> ReleaseRequest | None:
@@ -583,6 +693,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                      timeout=args.timeout, options=options, ldp_epsilon=args.ldp_eps,
                      budget_epsilon=args.budget_eps, budget_delta=args.budget_delta,
                      ldp_row_budget=args.ldp_row_budget, ldp_row_delta=args.ldp_row_delta,
+                     budget_releases=args.budget_releases, raise_budget=args.raise_budget,
+                     new_release=args.new_release, ephemeral_ledger=args.ephemeral_ledger,
                      lift=args.lift or ("paper" if authors else DEFAULT_LIFT),
                      lift_epsilon=args.lift_eps, lift_delta=args.lift_delta,
                      reward_bound=args.reward_bound, noise_bound=args.noise_bound,
@@ -689,8 +801,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
               f"{released['value']:.6g} (Laplace scale {released['scale']:.4g})")
     elif refused:
         print(f"DP release refused: {refused}")
+    if args.risk:
+        from pobo.risk import folder_risk, risk_lines
+
+        print("\n".join(risk_lines(folder_risk(out, config.options, args.risk))))
     print(f"result: {Path(out) / 'result.json'}")
+    print(next_commands(Path(out)))
     return 0
+
+
+def next_commands(out: Path) -> str:
+    """What a person does after `pobo run`: the report page and the audit of the two
+    transcripts (as shell words: a folder name with spaces is quoted)."""
+    import shlex
+
+    folder = shlex.quote(str(out))
+    transcripts = " ".join(shlex.quote(str(out / f"{role}.transcript"))
+                           for role in ("curator", "modeler"))
+    return ("next: pobo report " + folder + "   (one HTML page: answer, privacy, ledger, "
+            "audit)\n      pobo audit " + transcripts + "   (check both records, trusting "
+            "neither party)\n      pobo runs " + shlex.quote(str(out.parent)) +
+            "   (every run there, one line each)")
 
 
 def timing_line(modeler: dict) -> str | None:
@@ -765,7 +896,8 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
         lift=args.lift or (preset.lifts[0] if preset else
                            "paper" if args.authors_code else DEFAULT_LIFT),
         lifts=() if args.lift or not preset else preset.lifts,
-        authors_code=bool(args.authors_code))
+        authors_code=bool(args.authors_code),
+        risk_anchors=args.risk or (preset.risk_anchors if preset else None))
     return spec, preset
 
 
@@ -813,19 +945,28 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     else:
         said = list(dict.fromkeys(line for t in trusts.values() for line in t.lines()))
         print("\n".join([*said, *(r.text() for r in reports)]))
-    return audit_status(reports, args.allow_unsigned)
+    return audit_status(reports, args.allow_unsigned, args.allow_incomplete)
 
 
-def audit_status(reports: list, allow_unsigned: bool = False) -> int:
+def audit_status(reports: list, allow_unsigned: bool = False,
+                 allow_incomplete: bool = False) -> int:
     """`pobo audit`'s exit status: 2 for a violation, 3 when some frame is not verified
     against a trusted key (unsigned, or signed by a key the user does not trust) unless
-    `allow_unsigned`, else 0."""
+    `allow_unsigned`, 4 when a transcript audited without its peer's holds no End from
+    the peer (nothing then vouches for its tail: a party may have cut it, a release
+    say, and rehashed) unless `allow_incomplete`, else 0."""
     if not all(r.ok for r in reports):
         return 2
     if not allow_unsigned and not all(r.signatures == "verified" for r in reports):
         print("pobo audit: not every frame verifies against a key you trust (exit 3; "
               "--allow-unsigned accepts it)", file=sys.stderr)
         return 3
+    alone = [r.path for r in reports if not r.complete and not r.paired]
+    if alone and not allow_incomplete:
+        print(f"pobo audit: {', '.join(alone)} holds no End from its peer: alone it cannot "
+              "vouch for its tail, which its party may have cut (give the peer's transcript "
+              "too; exit 4; --allow-incomplete accepts it)", file=sys.stderr)
+        return 4
     return 0
 
 
@@ -961,16 +1102,22 @@ def _cmd_curator(args: argparse.Namespace) -> int:
                       else None)
     check_bindable(args.bind)  # before the journal or OUT is written: it could not serve
     writable(args.out)  # refused now, not after a modeler's Hello
+    command = "run" if args.under_run else "curator"  # what the user typed
     warning = new_journal_warning(config)
     if warning is not None:
-        print(f"pobo curator: warning: {warning}", file=sys.stderr, flush=True)
+        print(f"pobo {command}: warning: {warning}", file=sys.stderr, flush=True)
     journal = Journal(config.journal, durability=config.durability) if config.journal else None
+    service = None
     try:
         with preparing(config.scenario):
             service = prepare_service(config, journal=journal, head_file=args.ledger_head)
-        for line in startup_warnings(config, service.problem.X.shape[0],  # once it is built
+        if journal is None and service.journal.path != ":memory:":
+            print(f"pobo curator: the dataset's ledger: {service.journal.path} (its own journal;"
+                  " --journal to place it, --ephemeral-ledger for this process only)",
+                  file=sys.stderr, flush=True)
+        for line in startup_warnings(config, service.problem.X.shape[0], command,  # built
                                      service.problem.preparation):
-            print(f"pobo curator: warning: {line}", file=sys.stderr, flush=True)
+            print(f"pobo {command}: warning: {line}", file=sys.stderr, flush=True)
         result = spin.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                         max_sessions=args.max_sessions,
                                         max_sessions_per_key=args.max_sessions_per_key,
@@ -980,6 +1127,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     finally:
         if journal is not None:
             journal.close()
+        elif service is not None:  # the dataset's default journal, opened by the service
+            service.journal.close()
     results = result if isinstance(result, list) else [result]
     earlier = getattr(result, "earlier", None)
     if earlier:
@@ -1050,6 +1199,7 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
     from pobo.parties.budget import describe_journal_ledger, journal_ledger
     from pobo.parties.checkpoints import LedgerChain
     from pobo.parties.journal import Journal
+    from pobo.parties.ledger_log import LOG_KEY, LedgerLog
     from pobo.session import ledger_head_path
 
     head_file = args.ledger_head
@@ -1064,16 +1214,21 @@ def _cmd_ledger(args: argparse.Namespace) -> int:
         bad = journal.bad_entries()
         problems, checked = journal_findings(journal, head_file, args.transcripts, bad)
         ledger = None if bad else journal_ledger(journal)
-        entries, head = LedgerChain(journal).current() if ledger is not None else (None, None)
+        log = journal.meta(LOG_KEY)  # a journal that never signed a version-6 head has none
+        follower = LedgerLog(journal) if log else LedgerChain(journal)
+        entries, head = follower.current() if ledger is not None else (None, None)
+        root = follower.root() if log and ledger is not None else None
     finally:
         journal.close()
     chain = {"entries": entries, "head": head}  # what the curator's heads commit to
+    merkle = {"entries": entries, "root": root, "log": log}  # the same, as a Merkle log
     if args.json:
-        print(json.dumps({**(ledger or {}), "chain": chain,
+        print(json.dumps({**(ledger or {}), "chain": chain, "merkle": merkle,
                           "checked": {"heads": checked, "problems": problems}}, indent=1))
     else:
         print((describe_journal_ledger(ledger) + "\n" if ledger is not None else "")
               + (f"ledger chain: {entries} entries, head {head}\n" if head else "")
+              + (f"ledger Merkle log {log}: root {root}\n" if root else "")
               + (f"checked: every entry is a charge, and the journal holds all {checked} "
                  f"ledger head(s) the curator committed to (head file: {head_file or 'none'};"
                  f" transcripts: {len(args.transcripts)})"
@@ -1160,7 +1315,8 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
                                       if args.curve_secret else None,
                                       timeout=args.timeout, resume=args.resume,
                                       verbose=args.verbose, batch=args.batch,
-                                      patience=args.patience, signing=Signing(
+                                      patience=args.patience,
+                                      ledger_heads=args.ledger_heads, signing=Signing(
                                           modeler=own_signer(args, "modeler"),
                                           curator_key=load_verify_key(args.curator_sign_key)
                                           if args.curator_sign_key else None)))

@@ -46,7 +46,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pobo.parties.runners import PendingCallback, QueryWindow, closing_head, expect
+from pobo.parties.ledger_log import (
+    SeenHeads, check_closing_head, check_welcome_head, named_head,
+)
+from pobo.parties.runners import PendingCallback, QueryWindow, closing_end, expect
+from pobo.protocol.cookie import cookie_round
 from pobo.protocol.errors import PeerError, PeerTimeout
 from pobo.protocol.messages import (
     NO_LEDGER_HEAD,
@@ -63,6 +67,7 @@ from pobo.protocol.messages import (
 )
 from pobo.protocol.policy import CURATOR, MODELER, RELEASE_ALGORITHMS
 from pobo.session import MODELER_LOG, Signing, open_channel, write_json
+from pobo.transport.keyfiles import pobo_home
 from pobo.transport.security import CurveClient
 from pobo.transport.sockets import DealerPipe, close_context, new_context
 
@@ -101,6 +106,8 @@ class ModelerClient:
         self.release_error: str | None = None
         self.ledger_head = None  # the curator's closing checkpoint (protocol.checkpoint)
         self._checkpoints = False  # whether the Welcome carried a ledger head
+        self._heads: SeenHeads | None = None  # the last ledger heads seen (parties.ledger_log)
+        self._welcome: Welcome | None = None
         self._inflight: list[tuple[int, int]] = []  # (seq, row) of a call left unanswered
         self._received: dict[int, float] = {}  # rewards of that call that did arrive
         self._window: QueryWindow | None = None
@@ -117,7 +124,8 @@ class ModelerClient:
                 curve: CurveClient | None = None, signing: Signing | None = None,
                 timeout: float = 30.0, non_private: bool = False, retries: int = 2,
                 client: str = CLIENT_NAME, batch: int = 1,
-                on_pending: PendingCallback | None = None) -> ModelerClient:
+                on_pending: PendingCallback | None = None,
+                ledger_heads: str | Path | None = None) -> ModelerClient:
         """Connect to the curator at `endpoint` and complete the handshake (Hello,
         Welcome, Dataset); the session's parameters and Z are then available.
 
@@ -131,7 +139,10 @@ class ModelerClient:
         `batch` is how many queries `query_many` may keep outstanding at once (the
         curator grants at most its --max-batch: see `params.batch`); `on_pending(seq,
         row, seconds)` is called whenever the curator reports a query's evaluation
-        pending (an objective evaluated on demand).
+        pending (an objective evaluated on demand); `ledger_heads` is the file the last
+        ledger head seen of each curator key's ledger is kept in (default
+        ledger_heads.json in the user's pobo home): a head that does not extend it
+        refuses the session (protocol.errors.LedgerInconsistent, parties.ledger_log).
         """
         if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
             raise ClientError(f"timeout must be a positive number of seconds, not {timeout!r}")
@@ -140,6 +151,8 @@ class ModelerClient:
         if not (isinstance(batch, int) and batch >= 1):
             raise ClientError(f"batch must be an integer >= 1, not {batch!r}")
         self = cls()
+        self._heads = SeenHeads(Path(ledger_heads) if ledger_heads is not None
+                                else pobo_home() / SeenHeads.NAME)
         self._on_pending = on_pending
         self._out = Path(out) if out is not None else None
         self._retries = retries
@@ -175,9 +188,14 @@ class ModelerClient:
             raise
         channel = self._channel
         # an external optimizer declares no acquisition: no claim to Kusner's beta_t
-        await channel.send(Hello(PROTOCOL_VERSION, client, "", "", 0.0, channel.sign_key,
-                                 batch, new_nonce()))
+        named = named_head(self._heads, channel.peer_keys)
+        hello = Hello(PROTOCOL_VERSION, client, "", "", 0.0, channel.sign_key, batch,
+                      new_nonce(), ledger_log=named.log if named else "",
+                      ledger_seen=named.entries if named else 0)
+        await channel.send(await cookie_round(channel, hello))  # PROTOCOL.md 3.7
         welcome = expect(await channel.recv(), Welcome)
+        await check_welcome_head(channel, self._heads, welcome, named)
+        self._welcome = welcome
         dataset = expect(await channel.recv(), Dataset)
         self.params, self.session = welcome.params, welcome.session
         self._checkpoints = welcome.ledger != NO_LEDGER_HEAD
@@ -338,7 +356,10 @@ class ModelerClient:
                 try:
                     self._run(self._channel.send(End(reason[:200])), 0)
                     if self._checkpoints:  # the curator's End: its ledger head, recorded
-                        self.ledger_head = self._run(closing_head(self._channel), 1)
+                        end = self._run(closing_end(self._channel), 1)
+                        self.ledger_head = None if end is None or end.ledger == NO_LEDGER_HEAD \
+                            else end.ledger
+                        check_closing_head(self._channel, self._heads, self._welcome, end)
                 except Exception as exc:  # the record is still written
                     self._failed = self._failed or f"{type(exc).__name__}: {exc}"
             record = self._record()

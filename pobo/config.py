@@ -14,7 +14,7 @@ import argparse
 import tomllib
 from pathlib import Path
 
-CONFIGURABLE = ("run", "curator", "modeler", "sweep", "export-data")
+CONFIGURABLE = ("run", "curator", "modeler", "sweep", "export-data", "risk")
 
 
 MAX_CONFIG_BYTES = 1 << 20

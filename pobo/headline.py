@@ -113,6 +113,9 @@ def run_headline(result: dict) -> dict:
     out["text"] = (f"best f found {out['best']:.4g} (f* = {out['optimum']:.4g}): simple "
                    f"regret {out['value']:.3g} σ_y after {len(queries)} queries")
     out["short"] = f"S_T {out['value']:.3g} σ_y (best f {out['best']:.4g}, f* {out['optimum']:.4g})"
+    # without f* (curator-private: pobo.party_records), for a page that may be sent on
+    out["public"] = (f"best f found {out['best']:.4g}: simple regret {out['value']:.3g} σ_y "
+                     f"after {len(queries)} queries")
     return out
 
 

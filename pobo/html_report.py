@@ -36,7 +36,10 @@ from pobo.headline import (
     setting_of, spent_text, strategy_label, sweep_headline, sweep_spent, sweep_spent_text,
     varied_fields,
 )
-from pobo.report import dp_notice, frontier, markdown_table
+from pobo.report import (
+    dp_notice, frontier, frontier_risk, frontier_risk_table, markdown_table,
+)
+from pobo.party_records import folder_kind
 from pobo.runspec import nominal_reason
 
 REPORT_NAME = "report.html"
@@ -62,9 +65,10 @@ class Curve:
 
 
 def write_html_report(folder: Path | str, out: Path | str | None = None) -> Path:
-    """Write the HTML report of a run or sweep folder to `out` (default FOLDER/report.html)
-    and return its path; ReportError for a folder that is neither, or whose records
-    hold values of the wrong shape (a list where a number belongs, ...)."""
+    """Write the HTML report of a run, sweep or party's folder (a deployment's curator or
+    modeler: pobo.party_report) to `out` (default FOLDER/report.html) and return its
+    path; ReportError for a folder that is none of them, or whose records hold values of
+    the wrong shape (a list where a number belongs, ...)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ReportError(f"no folder at {folder}")
@@ -73,9 +77,13 @@ def write_html_report(folder: Path | str, out: Path | str | None = None) -> Path
             page = run_report_html(folder)
         elif (folder / "runs.csv").is_file():
             page = sweep_report_html(folder)
+        elif folder_kind(folder) is not None:  # a deployment's curator or modeler folder
+            from pobo.party_report import party_report_html
+
+            page = party_report_html(folder, folder_kind(folder))
         else:
-            raise ReportError(f"{folder} is neither a run folder (result.json) nor a sweep "
-                              "folder (runs.csv)")
+            raise ReportError(f"{folder} holds no run (result.json), sweep (runs.csv) nor "
+                              "party's record (curator.json, modeler.json, a transcript)")
     except ReportError:
         raise
     except (TypeError, KeyError, AttributeError, IndexError, ValueError) as exc:
@@ -94,7 +102,7 @@ RUN_PARAMETERS = (
     ("scenario", "scenario"), ("status", "status"), ("end_reason", "end reason"),
     ("n", "n (rows)"), ("d", "d (columns)"), ("r", "r (projection dimension)"), ("T", "T"),
     ("policy", "policy"), ("epsilon", "ε"), ("delta", "δ"), ("lift", "lift"),
-    ("lifted", "lifted"), ("sigma_min", "σ_min(X)"),
+    ("lifted", "lifted"),  # (not sigma_min: curator-private, pobo.party_records)
     ("omega", "ω: the release's noise parameter (the Gaussian σ of gaussian-rows)"),
     ("ldp_epsilon", "LDP ε (rewards)"), ("seed", "seed"), ("randomness", "randomness"),
     ("batch", "batch"), ("objective", "objective"), ("metric", "metric"),
@@ -125,8 +133,9 @@ def run_report_html(folder: Path) -> str:
                                            for k, v in result["kernel"].items())))
     body = [f"<h1>pobo run: {_e(result.get('scenario', '?'))}</h1>", _where(folder),
             "<section id='result'>", "<h2>Result</h2>", run_result_html(result),
-            "<h3>Privacy</h3>", privacy_html(result.get("privacy_unit"), result.get("ledger")),
-            "</section>",
+            "<h3>Privacy</h3>", privacy_html(result.get("privacy_unit"), result.get("ledger"),
+                                             nominal_spent(result)),
+            risk_html(result.get("risk")), "</section>",
             f"<h2 id='regret'>{'Hits' if result.get('metric') == 'hits' else 'Regret'}</h2>",
             _run_figure(result),
             "<h2 id='parameters'>Parameters</h2>", _table(("parameter", "value"), params),
@@ -153,15 +162,14 @@ def run_result_html(result: dict) -> str:
     elif head["metric"] == "measured":
         rows += [("best measured value", number(head["best"], 6))]
     elif head["value"] is not None:
-        rows += [("best f found", number(head["best"], 6)), ("f* (the best row)",
-                                                             number(head["optimum"], 6)),
+        rows += [("best f found", number(head["best"], 6)),  # (not f*: curator-private)
                  ("simple regret S_T", f"{head['regret']:.4g} = {head['value']:.4g} σ_y "
                   f"(σ_y = {head['sigma_y']:.4g}, {result.get('sigma_y_source') or '?'})")]
     modeler = result.get("modeler") if isinstance(result.get("modeler"), dict) else {}
     rows += [("queries", len(result.get("queries") or [])), ("T", result.get("T")),
              ("strategy", modeler.get("strategy")), ("policy", policy_text(result)),
              ("status", result.get("status"))]
-    return (f"<p class='answer'>{_e(head['text'])}</p>"
+    return (f"<p class='answer'>{_e(head.get('public', head['text']))}</p>"
             + _table(("", ""), rows, head=False))
 
 
@@ -187,6 +195,44 @@ def privacy_html(unit: object, ledger: object, spent_line: str | None = None) ->
     spent = spent_line if spent_line is not None else spent_text(ledger_spent(ledger))
     parts.append(f"<p class='spent'>Ledger: {_e(spent)}</p>")
     return "\n".join(parts)
+
+
+def nominal_spent(result: dict) -> str | None:
+    """The ledger's line for a run with no DP claim (its epsilons are nominal, not spent
+    under a guarantee); None for a run that carries one."""
+    why = nominal_reason(result)
+    return None if why is None else (f"no DP claim ({why}): nominally "
+                                     + spent_text(ledger_spent(result.get("ledger"))))
+
+
+def risk_html(risk: object) -> str:
+    """The measured risk (pobo.risk) beside the epsilon table: per feature, the share of
+    rows a modeler recovers with k known rows and with none, against the public
+    marginal's best guess; a note when the run measured none."""
+    if not isinstance(risk, dict) or not isinstance(risk.get("features"), list):
+        return ("<p class='risk none'>Risk not measured for this run (`pobo risk RUN_DIR`, "
+                "or `pobo run --risk`, measures what a modeler recovers).</p>")
+    k = risk.get("anchors")
+    pct = lambda v: "—" if v is None else f"{100 * float(v):.0f}%"  # noqa: E731
+    rows = [(f.get("feature"), f.get("grid"), pct(f.get("baseline")),
+             pct(f.get("anchored")) + (f" ± {100 * f['anchored_sd']:.0f}"
+                                       if f.get("anchored_sd") is not None else ""),
+             pct(f.get("unanchored")), number(f.get("residual"), 2),
+             "yes" if f.get("flagged") else "no")
+            for f in risk["features"] if isinstance(f, dict)]
+    flagged = risk.get("flagged") or []
+    return (f"<h3 id='risk'>Measured risk: what a modeler recovers</h3>"
+            f"<p class='risk'>From this release ({_e(risk.get('mechanism'))}, noise std "
+            f"{number(risk.get('noise_std'), 4)}), a modeler that knows {_e(k)} rows and their "
+            f"positions aligns Z to them ({_e(risk.get('alignment'))}) and decodes every "
+            "other row to each feature's grid; one that knows none aligns Z's principal axes "
+            "to the public marginals. Share of rows whose value it recovers, against the "
+            "best guess from the public marginal:</p>"
+            + _table(("feature", "grid (recovered means)", "marginal's best guess",
+                      f"{k} known rows", "none known",
+                      "residual risk (anonymeter's)", "flagged"), rows)
+            + f"<p class='risk-flag'>Flagged (an attack beats the marginal's guess by more "
+              f"than 5 points): {_e(', '.join(flagged) if flagged else 'none')}.</p>")
 
 
 def _ledger_html(ledger: object, nominal: str | None = None) -> str:
@@ -231,7 +277,10 @@ def audit_html(folder: Path) -> str:
                 f"{_e(exc)}</p>")
     ok = all(r.ok for r in reports)
     verified = ok and all(r.signatures == "verified" for r in reports)
-    verdict = "OK" if verified else "NOT VERIFIED" if ok else "VIOLATIONS"
+    vouched = all(r.complete or r.paired for r in reports)  # a tail alone: pobo audit's exit 4
+    verdict = ("VIOLATIONS" if not ok else "NOT VERIFIED" if not verified
+               else "INCOMPLETE" if not vouched else "OK")
+    verified = verified and vouched
     lines = [f"<p class='verdict {'ok' if verified else 'bad'}'>"
              f"{verdict}: {len(reports)} transcript(s) audited</p>"]
     lines += [f"<p class='note'>{_e(line)}</p>" for line in trust.lines()]
@@ -344,8 +393,12 @@ def sweep_report_html(folder: Path) -> str:
             *([f"<p class='verdict bad'>{_e(dp_notice(rows).replace('**', ''))}</p>"]
               if dp_notice(rows) else []),
             sweep_result_html(rows, results), "</section>"]
-    if len({r.get("lift") for r in rows if r.get("policy") == "private"}) > 1:
+    measured = frontier_risk(rows)
+    if len({r.get("lift") for r in rows if r.get("policy") == "private"}) > 1 or measured:
         body += ["<h2 id='frontier'>Privacy-utility frontier</h2>", frontier_chart(rows)]
+    if measured:
+        body += ["<h2 id='frontier-risk'>Measured risk against ε</h2>", risk_chart(rows),
+                 markdown_html(frontier_risk_table(rows))]
     body += ["<h2 id='regret'>Curves</h2>", sweep_figure(rows, results, missing),
              "<h2 id='table'>Table</h2>",
              ("<p>The paper's column: preset " + _e(preset.name) + " (" + _e(preset.caption)
@@ -410,6 +463,29 @@ def frontier_chart(rows: list[dict]) -> str:
     return svg_chart(curves, title="the metric against ε, per release", ident="frontier",
                      xlabel="ε (in order, not to scale)", xnames=[eps_text(e) for e in epsilons],
                      ylabel="hits (more is better)" if hits else "S_T / σ_y (less is better)")
+
+
+def risk_chart(rows: list[dict]) -> str:
+    """The measured risk against epsilon (in order): per release, the mean share of
+    feature values recovered with k known rows (solid) and with none (dashed), and the
+    marginals' best guess (dotted)."""
+    risk = frontier_risk(rows)
+    lifts = [name for name in risk if name != "baseline"]
+    epsilons = sorted({e for name in lifts for e, *_ in risk[name]})
+    curves = []
+    for i, name in enumerate(lifts):
+        by_eps = {p[0]: p for p in risk[name]}
+        colour = COLOURS[i % len(COLOURS)]
+        curves.append(Curve(f"{name}: known rows", tuple(
+            100 * by_eps[e][1] if e in by_eps else math.nan for e in epsilons), None, colour))
+        curves.append(Curve(f"{name}: none known", tuple(
+            100 * by_eps[e][3] if e in by_eps else math.nan for e in epsilons), "6 4", colour))
+    curves.append(Curve("marginals' best guess", tuple(100 * risk["baseline"]
+                                                       for _ in epsilons), "2 4", COLOURS[8]))
+    return svg_chart(curves, title="feature values recovered against ε, per release",
+                     ident="fig-frontier-risk", xlabel="ε (in order, not to scale)",
+                     xnames=[eps_text(e) for e in epsilons],
+                     ylabel="rows recovered, mean over features (%)")
 
 
 def sweep_parameters(rows: list[dict]) -> list[tuple[str, object]]:

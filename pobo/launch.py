@@ -1,9 +1,10 @@
 """Start the curator and the modeler as two separate OS processes and merge their results.
 
-`run_processes(config, out)` is what `pobo run --transport tcp|ipc` does: it starts
-`pobo curator --bind ...`, reads the endpoint the curator bound,
-starts `pobo modeler --connect ...`, forwards the curator's
-progress lines, and always stops both processes before returning, pass or fail.
+`run_processes(config, out)` is what `pobo run --transport tcp|ipc` does: it holds
+`out` (a second run into it is refused: pobo.inuse), starts `pobo curator --bind ...`
+on a port the system picks when the curator binds (after preparing its dataset),
+forwards the curator's progress lines, reads the endpoint it bound, then starts `pobo
+modeler --connect ...`, and always stops both processes before returning, pass or fail.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pobo.protocol.errors import PoboError
+from pobo.inuse import holding
 from pobo.progress import step
 from pobo.runspec import LISTENING, ROLES, RunConfig, merge_results
 
@@ -158,12 +160,13 @@ async def _inproc(config: RunConfig, out: Path | str, verbose: bool,
     from pobo.session import Signing, run_inproc  # the parties, in this process
 
     signing = Signing.from_store()
-    try:
-        return await run_inproc(config, out, verbose=verbose, signing=signing,
-                                modeler_verbose=modeler_lines)
-    finally:
-        publish_beside_records(signing.curator.public_hex, signing.modeler.public_hex,
-                               Path(out))
+    with holding(out):  # a second run into `out` is refused while this one runs
+        try:
+            return await run_inproc(config, out, verbose=verbose, signing=signing,
+                                    modeler_verbose=modeler_lines)
+        finally:
+            publish_beside_records(signing.curator.public_hex, signing.modeler.public_hex,
+                                   Path(out))
 
 
 def curve_argv(curve_dir: Path | None) -> tuple[list[str], list[str]]:
@@ -248,27 +251,29 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
     made = out  # the outermost folder this run would make (runs/ of runs/NAME, say)
     while not made.parent.exists():
         made = made.parent
-    with tempfile.TemporaryDirectory(prefix="pobo-") as sockdir:
+    with tempfile.TemporaryDirectory(prefix="pobo-") as sockdir, holding(out):
         curator_sign, modeler_sign, public = signing_argv(curve_dir, Path(sockdir))
         curator_curve, modeler_curve = (curator_curve + curator_sign,
                                         modeler_curve + modeler_sign)
-        # the endpoint is chosen here, so that both parties start at once (a DEALER
-        # connects, and queues its Hello, until the curator has bound)
-        bind = (f"tcp://127.0.0.1:{_free_port()}" if transport == "tcp"
+        # the curator prepares its dataset, then binds a port the system picks (tcp) and
+        # says where; only then does the modeler start: no port is chosen long before it
+        # is bound, and no peer timeout runs while the curator prepares (however long)
+        bind = ("tcp://127.0.0.1:0" if transport == "tcp"
                 else f"ipc://{sockdir}/curator.sock")
         endpoint_ready = threading.Event()
         endpoint: list[str] = []
         spawned: list[Spawned] = []
+        codes: dict[str, int] = {}
         try:
             curator = _spawn("curator", ["curator", *scenario_argv(config), "--bind", bind,
                                          "--out", str(out), *curator_curve], verbose,
                              on_line=lambda line: _found_endpoint(line, endpoint, endpoint_ready))
             spawned.append(curator)
-            spawned.append(_spawn("modeler", ["modeler", "--connect", bind, "--out",
+            _wait_for_endpoint(curator, endpoint_ready, start_timeout, stop)
+            spawned.append(_spawn("modeler", ["modeler", "--connect", endpoint[0], "--out",
                                               str(out), *modeler_argv(config), *modeler_curve,
                                               *(["-v"] if modeler_lines else [])],
                                   verbose=modeler_lines))
-            _wait_for_endpoint(curator, endpoint_ready, start_timeout, stop)
             codes = _wait_all(spawned, wall_timeout, stop)
         except KeyboardInterrupt:  # Ctrl-C reached the parties too: let them write
             for s in spawned:
@@ -283,7 +288,7 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                 s.reader.join(5)
             if endpoint:
                 publish_beside_records(*public, out)
-            else:  # the curator never bound: the modeler's Hello reached nobody
+            else:  # the curator never bound: nothing of a session was recorded
                 _discard_unserved(out, before, made)
     result = _merge_if_present(out)
     failed = {role: code for role, code in codes.items() if code != 0}
@@ -335,16 +340,6 @@ def _discard_unserved(out: Path, before: set[str] | None, made: Path) -> None:
         if folder == made or folder.parent == folder:
             return
         folder = folder.parent
-
-
-def _free_port() -> int:
-    """A loopback tcp port free now (the curator binds it a moment later; if another
-    process takes it first, the curator exits with a one-line BindError)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float,

@@ -48,7 +48,7 @@ from pobo.parties.release import (
     ucb_replay,
 )
 from pobo.protocol.errors import ErrorCode, ProtocolError
-from pobo.protocol.ledger import Entry, Ledger
+from pobo.protocol.ledger import Entry, Ledger, PrivacyBudgetExceeded
 from pobo.protocol.messages import Hello, KernelParams, Release, ReleaseRequest
 from pobo.protocol.policy import KUSNER_UCB
 from pobo.scenarios.problem import Problem
@@ -81,10 +81,18 @@ def release_handler(problem: Problem, Z: np.ndarray, kernel: KernelParams, curat
         elif request.algorithm == "noise-free":
             check_noise_free(curator, problem)
         entry = Entry(f"release:{request.algorithm}", k * request.epsilon, k * delta)
-        if isinstance(ledger, DatasetLedger):  # once per session, for ever (the journal)
-            ledger.charge_release(entry, request.algorithm)
-        else:
-            ledger.charge(entry)
+        try:
+            if isinstance(ledger, DatasetLedger):  # once per session, for ever (the journal)
+                ledger.charge_release(entry, request.algorithm)
+            else:
+                ledger.charge(entry)
+        except PrivacyBudgetExceeded as exc:
+            if k == 1:
+                raise
+            raise PrivacyBudgetExceeded(  # say why the figure is not the one asked for
+                f"the {request.algorithm} release of (eps={request.epsilon:g}, "
+                f"delta={delta:g}) releases a row and a value, each at that (eps, delta): "
+                f"it is charged (eps={entry.epsilon:g}, delta={entry.delta:g}); {exc}") from None
         try:  # charged first: whatever the computation does with the data is paid for
             result = compute(request, problem, Z, kernel, curator, source, similarity)
         except Exception as exc:  # its text may be data-dependent: logged, never sent

@@ -12,17 +12,25 @@ import signal
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 
 from pobo.parties.curator import ReplayMismatch
+from pobo.parties.journal import JournalError
 from pobo.parties.modeler import HyperFit
 from pobo.parties.runners import receive_hello, resume_state
 from pobo.parties.service import CuratorService
 from pobo.protocol.channel import LateSignature
-from pobo.protocol.errors import ErrorCode, PeerError, PeerGone, PeerTimeout, ProtocolError
+from pobo.protocol.codec import DEFAULT_MAX_FRAME
+from pobo.protocol.cookie import COOKIE_LIFETIME, CookieJar, screen
+from pobo.protocol.errors import (
+    ErrorCode, PeerError, PeerGone, PeerTimeout, PolicyViolation, ProtocolError,
+)
 from pobo.protocol.messages import Error, ReleaseRequest
-from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
+from pobo.protocol.policy import (
+    CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary, release_refusal,
+)
 from pobo.protocol.transcript import Transcript, TranscriptError, chain_end
 from pobo.parties.statement import privacy_lines
 from pobo.runspec import LISTENING  # noqa: F401  (re-exported)
@@ -32,7 +40,10 @@ from pobo.transport.sockets import DealerPipe, RouterHub, close_context, new_con
 
 log = logging.getLogger("pobo.curator")
 modeler_log = logging.getLogger("pobo.modeler")
-REPLAY_WINDOW = 4096  # Hello nonces a curator remembers (PROTOCOL.md 3: replays)
+# an admitted Hello's nonce is remembered this long (s): longer than any cookie is valid,
+# so a captured Hello is refused `replay` while its cookie would pass (PROTOCOL.md 3.5)
+REPLAY_WINDOW = 2 * COOKIE_LIFETIME
+REPLAY_CAP = 1 << 16  # nonces remembered at most: past it, new Hellos get `busy` (fail closed)
 KEPT_RESULTS = 1000  # sessions' results a service (--sessions 0) keeps in memory, the last
 
 
@@ -49,8 +60,9 @@ class SessionResults(list):
 
 @dataclass
 class Admissions:
-    """Which sessions a curator serves: slots are taken only by a valid Hello, and no
-    one key holds more than `max_per_key` of them at once (so that one admitted modeler
+    """Which sessions a curator serves: slots are taken only by a valid Hello (one that
+    echoes a valid cookie: PROTOCOL.md 3.7), and no one key holds more than
+    `max_per_key` of them at once (so that one admitted modeler
     cannot take every slot from the others)."""
 
     limit: int  # sessions to serve in all (0: until stopped)
@@ -62,23 +74,32 @@ class Admissions:
     results: SessionResults = field(default_factory=SessionResults)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    nonces: OrderedDict = field(default_factory=OrderedDict)  # the last REPLAY_WINDOW seen
+    # the nonce of every Hello admitted in the last REPLAY_WINDOW s -> when (monotonic)
+    nonces: OrderedDict = field(default_factory=OrderedDict)
+    cookies: CookieJar = field(default_factory=CookieJar.fresh)  # this process's secret
+    channels: dict = field(default_factory=dict)  # live session id -> its connection's Channel
 
-    def replayed(self, nonce: str) -> bool:
-        """Whether a Hello's nonce is among the last REPLAY_WINDOW this curator admitted or
-        refused ('' never is: a peer that sends none gets no replay check); remembers it."""
-        if not nonce:
-            return False
-        if nonce in self.nonces:
-            return True
-        self.nonces[nonce] = None
-        while len(self.nonces) > REPLAY_WINDOW:
-            self.nonces.popitem(last=False)
-        return False
+    def replayed(self, nonce: str, now: float) -> bool:
+        """Whether a Hello with `nonce` was admitted in the last REPLAY_WINDOW seconds
+        (refused Hellos are never remembered, so no flood of them flushes the window)."""
+        while self.nonces:
+            oldest, when = next(iter(self.nonces.items()))
+            if now - when < REPLAY_WINDOW:
+                break
+            del self.nonces[oldest]
+        return bool(nonce) and nonce in self.nonces
+
+    def remember(self, nonce: str, now: float) -> None:
+        """Keep an admitted Hello's nonce for REPLAY_WINDOW seconds."""
+        if nonce:
+            self.nonces[nonce] = now
 
     def refusal(self, key: str = "") -> ProtocolError | None:
         """Why a new session of `key` (a `quota_key`; '' for a peer with no key, which
         only the totals cap) may not start now (None: it may)."""
+        if len(self.nonces) >= REPLAY_CAP:  # a window that would have to forget: fail closed
+            return ProtocolError(f"this curator admitted {REPLAY_CAP} Hellos in the last "
+                                 f"{REPLAY_WINDOW:g} s: try again later", ErrorCode.BUSY)
         if self.limit and self.admitted >= self.limit:
             return ProtocolError(f"this curator serves {self.limit} session(s) and has "
                                  "admitted them", ErrorCode.BUSY)
@@ -117,9 +138,10 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
                         signing: Signing | None = None) -> dict | list[dict]:
     """Bind a ROUTER at `bind` and serve modeler sessions of `service`; return the result(s).
 
-    A peer takes a session slot only with a valid Hello: a garbage frame, a deeply
-    nested one or anything else first is answered with a typed Error and dropped, and
-    the curator goes on. One session (the default) is written to `out` and its result
+    A peer takes a session slot only with a valid Hello that echoes the cookie of the
+    curator's Retry (PROTOCOL.md 3.7: a first Hello is answered from the hub's reading
+    loop, nothing kept); a garbage frame, a deeply nested one or anything else first is
+    answered with a typed Error and dropped, and the curator goes on. One session (the default) is written to `out` and its result
     returned. With `sessions` > 1 (0: until stopped) sessions run concurrently in
     out/<session id>/ and the list of results is returned; `max_sessions` caps how many
     run at once (a Hello past it gets a typed `busy`), and `max_sessions_per_key` how
@@ -142,6 +164,10 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
     try:  # a failing bind (the port in use) stops the authenticator and the context too
         auth = start_authenticator(ctx, curve) if curve is not None else None
         hub = RouterHub.bind(ctx, bind, curve=curve, insecure=insecure)
+        # a Hello without a valid cookie gets a Retry from the hub's pump itself: no task,
+        # no waiting slot, nothing kept (PROTOCOL.md 3.7)
+        hub.screen = partial(_screen, cookies=slots.cookies,
+                             signer=(signing or Signing()).curator)
         stop = _stop_on_signals()
         if on_bound is not None:
             on_bound(hub.endpoint)
@@ -169,11 +195,12 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
                 if slots.admitted or handshakes:
                     continue  # sessions are running: keep serving them
                 raise
-            task = asyncio.ensure_future(_connection(pipe, service, out, sessions != 1,
-                                                     hub.security, verbose, slots,
-                                                     signing or Signing()))
-            handshakes.add(task)
-            task.add_done_callback(handshakes.discard)
+            for pipe in (pipe, *hub.accept_ready()):  # every peer waiting, this turn
+                task = asyncio.ensure_future(_connection(pipe, service, out, sessions != 1,
+                                                         hub.security, verbose, slots,
+                                                         signing or Signing()))
+                handshakes.add(task)
+                task.add_done_callback(handshakes.discard)
         running = [t for t in (*slots.live.values(), *handshakes) if not t.done()]
         if stop.done():
             for task in running:
@@ -198,6 +225,12 @@ async def serve_curator(service: CuratorService, bind: str, out: Path | None, *,
             close_context(ctx)
 
 
+def _screen(frame: bytes, user: str, *, cookies: CookieJar, signer) -> bytes | None:
+    """The hub's screen of a new peer's first frame: the Retry for a Hello without a
+    valid cookie (the peer's identity: its CURVE key, else `plaintext`), else None."""
+    return screen(frame, cookies, (user or PLAINTEXT).encode(), signer, DEFAULT_MAX_FRAME)
+
+
 async def _connection(pipe, service: CuratorService, out: Path | None,
                       per_session_folder: bool, security: str, verbose: bool,
                       slots: Admissions, signing: Signing) -> None:
@@ -205,15 +238,25 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
     gets past the handshake (refused, or it sent something other than a Hello) takes no
     slot and stops nothing; a session that fails leaves its record and is logged."""
     timeout = float(service.config.get("timeout", 60.0))  # --timeout, for the Hello too
+    identity = pipe.peer.encode()  # a cookie is bound to the peer's CURVE key
     channel = open_channel(pipe, CURATOR, False, None, timeout, signer=signing.curator,
                            peer_key=signing.modeler_keys)
     try:
         try:
             hello = await receive_hello(channel)  # answers a bad first frame with an Error
+            if not slots.cookies.valid(hello.cookie, identity, hello.nonce):
+                raise ProtocolError("a Hello needs a nonce, and then the cookie of this "
+                                    "curator's Retry (PROTOCOL.md 3.7)", ErrorCode.MALFORMED)
             folder = ((out / hello.resume if per_session_folder else out)
                       if hello.resume and out is not None else None)
             session = _admit(hello, service, pipe.peer, security, slots, folder,
                              signing.modeler_keys is not None)
+        except JournalError as exc:  # e.g. a damaged answer log: refused typed, changes nothing
+            log.error("refused a Hello (%s): its journal cannot serve it: %s", pipe.peer, exc)
+            await channel.send(Error(ErrorCode.INTERNAL.value, (
+                f"the curator cannot continue this session: {exc} (the session stays as it "
+                "was; try again once the operator has repaired it)")[:1000]))
+            return
         except ProtocolError as exc:
             log.info("refused a peer (%s) before any session: %s: %s", pipe.peer,
                      exc.code.value, exc)
@@ -224,11 +267,16 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
             return
         me = asyncio.current_task()
         stale = slots.live.get(session.session_id)
+        told = slots.channels.get(session.session_id)
         slots.live[session.session_id] = me
-        if stale is not None and stale is not me:
-            stale.cancel()  # superseded: its writes are fenced, it records nothing
+        slots.channels[session.session_id] = channel  # (settled below; only a full queue
+        # to the connection taken over makes the wait before it more than a turn)
         kept: list[dict] = []
         try:
+            if stale is not None and stale is not me:
+                stale.cancel()  # superseded: its writes are fenced, it sends nothing more
+                if told is not None:  # but this, its last frame, before this one's first
+                    await _tell_superseded(told, session.session_id)
             where = (out / session.session_id if per_session_folder and out is not None
                      else out)
             boundary = Boundary(NON_PRIVATE if service.settings.non_private else PRIVATE,
@@ -254,9 +302,27 @@ async def _connection(pipe, service: CuratorService, out: Path | None,
                           session.session_id[:12], exc)
                 await channel.send(Error(exc.code.value, ReplayMismatch.PUBLIC))
         finally:
+            if slots.channels.get(session.session_id) is channel:
+                del slots.channels[session.session_id]
             slots.finish(session.session_id, me, kept[0] if kept else None)
     finally:
         channel.close()
+
+
+async def _tell_superseded(channel, session_id: str) -> None:
+    """Send the peer of a connection a resume took over (its task cancelled already) the
+    fatal `superseded` Error (PROTOCOL.md 8), recorded in that connection's transcript,
+    so that it stops at once instead of waiting out its timeout: sent at once (no other
+    task runs first unless its queue is full, then for at most a second), never raising
+    (the peer may be gone, its transcript closed)."""
+    try:
+        async with asyncio.timeout(1.0):
+            await channel.send(Error(ErrorCode.SUPERSEDED.value, "a resume on another "
+                                     "connection took this session over: this connection "
+                                     "is closed"))
+    except Exception as exc:  # (TimeoutError included; a cancellation of the curator not)
+        log.info("session %s: the superseded connection was not told: %s: %s",
+                 session_id[:12], type(exc).__name__, exc)
 
 
 UNKEPT_TRANSCRIPT = ("the curator cannot keep this session's transcript (see its log): the "
@@ -310,9 +376,13 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
     """The session a valid Hello opens or resumes for `peer`, or a typed refusal. A resume
     whose session (its transcript in `folder`) cannot be continued is refused before it
     takes a slot, the session or its stale connection: the refusal changes nothing."""
-    if slots.replayed(hello.nonce):
+    now = asyncio.get_running_loop().time()
+    if slots.replayed(hello.nonce, now):
         raise ProtocolError(f"a hello with nonce {hello.nonce} was received before: a replay",
                             ErrorCode.REPLAY)
+    why = release_refusal(hello, service.params)  # never granted: refused before any work
+    if why is not None:
+        raise PolicyViolation(why)
     key = quota_key(peer, hello.sign_key, sign_allowlist)
     if not (hello.resume and hello.resume in slots.live):  # a takeover needs no new slot
         refusal = slots.refusal(key)
@@ -327,6 +397,7 @@ def _admit(hello, service: CuratorService, peer: str, security: str, slots: Admi
                else service.new_session(security, owner=owner, batch=hello.batch))
     if session.session_id not in slots.live:
         slots.admitted += 1
+    slots.remember(hello.nonce, now)  # admitted: only now is its nonce spent
     slots.holders[session.session_id] = key  # live from here on (no await before it is)
     return session
 
@@ -357,7 +428,8 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
                           non_private: bool = False, curve: CurveClient | None = None,
                           timeout: float = 60.0, resume: bool = False,
                           verbose: bool = False, signing: Signing | None = None,
-                          batch: int = 1, patience: float = 86400.0) -> dict:
+                          batch: int = 1, patience: float = 86400.0,
+                          ledger_heads: Path | None = None) -> dict:
     """Connect a DEALER to the curator at `connect` (CURVE-encrypted to its key when
     `curve` is given) and run one session as the modeler, keeping up to `batch` queries
     outstanding; with `resume`, continue the session recorded in out/modeler.transcript
@@ -365,7 +437,15 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
     `curator_key` it expects if given) every frame is signed and every curator frame
     verified. A curator lost while one of our queries was pending (an evaluation on
     demand: a restart, a network cut) is reconnected to, resuming the session from the
-    transcript, for up to `patience` seconds."""
+    transcript, for up to `patience` seconds. Every ledger head the curator signs is
+    checked against the last one seen of its key's ledger, kept in `ledger_heads`
+    (default: ledger_heads.json in the user's pobo home; parties.ledger_log.SeenHeads):
+    a head that does not extend it refuses the session (LedgerInconsistent)."""
+    from pobo.parties.ledger_log import SeenHeads
+    from pobo.transport.keyfiles import pobo_home
+
+    heads = SeenHeads(ledger_heads if ledger_heads is not None
+                      else pobo_home() / SeenHeads.NAME)
     state = None
     if resume:
         if out is None:
@@ -385,7 +465,7 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
                 return await _modeler_session(connect, out, seed, strategy, hyper, beta_scale,
                                               release, non_private, curve, timeout, state,
                                               verbose, signing or Signing(), batch,
-                                              current.append)
+                                              current.append, heads)
             except (PeerTimeout, PeerGone, ProtocolError, PeerError) as exc:
                 state = _reconnectable(exc, out, deadline)
                 if state is None:
@@ -445,7 +525,7 @@ def _reconnectable(exc: Exception, out: Path | None, deadline: float):
 
 async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, release,
                            non_private, curve, timeout, state, verbose, signing: Signing,
-                           batch: int, on_channel=None) -> dict:
+                           batch: int, on_channel=None, heads=None) -> dict:
     """One connection of the modeler: a fresh DEALER, its channel and the session."""
     ctx = new_context()
     pipe = channel = None
@@ -457,7 +537,8 @@ async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, rele
         if on_channel is not None:
             on_channel(channel)
         return await optimise(channel, seed, strategy, out, hyper=hyper, beta_scale=beta_scale,
-                              release=release, resume=state, verbose=verbose, batch=batch)
+                              release=release, resume=state, verbose=verbose, batch=batch,
+                              heads=heads)
     finally:
         if channel is not None:
             channel.close()

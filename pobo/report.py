@@ -135,6 +135,59 @@ def frontier_table(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def frontier_risk(rows: list[dict]) -> dict:
+    """The measured risk of a sweep's releases (the runs that kept one: `--risk` or the
+    frontier preset): {release: [(eps, anchored mean, anchored sd, unanchored mean,
+    unanchored sd)]} over seeds, each the mean over features of the share of rows
+    recovered (pobo.risk), and the marginals' best guess as 'baseline'."""
+    measured = [r for r in rows if r.get("risk_anchored") not in (None, "")
+                and r["policy"] == "private"]
+    out: dict[str, list] = {}
+    seen: set = set()
+    for lift in sorted({r["lift"] for r in measured}):
+        points = []
+        for e in sorted({r["epsilon"] for r in measured if r["lift"] == lift}):
+            release = {}  # one value per seed: the random run shares gp-ucb's release
+            for r in measured:
+                if r["lift"] == lift and r["epsilon"] == e:
+                    release[r["seed"]] = (float(r["risk_anchored"]),
+                                          float(r["risk_unanchored"]))
+                    seen.add((r["seed"], float(r["risk_baseline"])))
+            a = [v[0] for v in release.values()]
+            b = [v[1] for v in release.values()]
+            points.append((e, float(np.mean(a)), float(np.std(a)), float(np.mean(b)),
+                           float(np.std(b))))
+        out[lift] = points
+    if seen:
+        out["baseline"] = float(np.mean([b for _, b in seen]))
+    return out
+
+
+def frontier_risk_table(rows: list[dict]) -> str:
+    """The measured risk beside the frontier: one row per epsilon, one column per
+    release, "k known rows / none known" as percentages (mean ± sd over seeds)."""
+    risk = frontier_risk(rows)
+    if not risk:
+        return ""
+    k = next(int(r["risk_anchors"]) for r in rows if r.get("risk_anchors") not in (None, ""))
+    lifts = [name for name in risk if name != "baseline"]
+    epsilons = sorted({e for name in lifts for e, *_ in risk[name]})
+    out = [f"### Measured risk: {rows[0]['scenario']}, share of feature values a modeler "
+           f"recovers (mean over features), with {k} known rows / with none; the public "
+           f"marginals' best guess gets {100 * risk['baseline']:.0f}% (mean ± sd over "
+           f"{len({r['seed'] for r in rows})} seeds)", "",
+           "| eps | " + " | ".join(lifts) + " |", "|---" * (len(lifts) + 1) + "|"]
+    for e in epsilons:
+        cells = []
+        for name in lifts:
+            found = [p for p in risk[name] if p[0] == e]
+            cells.append("—" if not found else
+                         f"{100 * found[0][1]:.0f}% ± {100 * found[0][2]:.1f} / "
+                         f"{100 * found[0][3]:.0f}% ± {100 * found[0][4]:.1f}")
+        out.append(f"| {e:.4g} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def admissible_r(scenario: str, options: dict, epsilons, rs, seed: int = 0) -> str:
     """The dataset's sigma_min, sigma_y and, for each epsilon, the largest r with
     sigma_min >= omega (the paper's guideline) and which swept r satisfy it. For a
@@ -269,8 +322,11 @@ def write_report(rows: list[dict], out: Path | str, *, scenario: str, options: d
     notice = dp_notice(rows)
     if notice:
         table = notice + "\n" + table
-    if len({r["lift"] for r in rows if r["policy"] == "private"}) > 1:
-        table += "\n" + frontier_table(rows)
+    risk = frontier_risk_table(rows)
+    if len({r["lift"] for r in rows if r["policy"] == "private"}) > 1 or risk:
+        table += "\n" + frontier_table(rows)  # utility beside the risk: the two axes
+    if risk:
+        table += "\n" + risk
     about = dataset if dataset is not None else admissible_r(scenario, options, epsilons, rs)
     (out / "table.md").write_text(table + "\n" + about + "\n")
     text = table + "\n" + ("" if dataset is not None else about + "\n")

@@ -4,11 +4,16 @@ result. From Python: `list_runs(path) -> list[dict]`, and `runs_table(entries)` 
 lines the command prints.
 
 A run is a folder holding result.json, a sweep one holding runs.csv; the runs inside a
-sweep (SWEEP/runs/RUN/) are summarised on the sweep's line, not listed. A folder holding
-a party's record (curator.json, modeler.json, a transcript) but no result.json is listed
-as incomplete (a run stopped before it wrote its result). Other folders are searched,
-down to MAX_DEPTH levels. A record that cannot be read is listed with status
-"unreadable" and a one-line note, never a traceback.
+sweep (SWEEP/runs/RUN/) are summarised on the sweep's line, not listed. A deployment's
+folders are runs too, each described by what its side can know (pobo.party_records): a
+curator's session folder (curator.json: kind "curator"), a modeler's or an ask/tell
+client's folder (modeler.json: kind "modeler"), and a `pobo run` folder holding both
+parties' records but no result.json (a run that failed or was stopped: kind "run").
+Every status is ok, failed (its cause in `note`) or interrupted, or running while a
+`pobo run` still holds the folder (pobo.inuse). A run that carries no
+DP claim (seeded, --lift paper, non-private) says "no DP claim" where its epsilon would
+be. Other folders are searched, down to MAX_DEPTH levels. A record that cannot be read
+is listed with status "unreadable" and a one-line note, never a traceback.
 """
 from __future__ import annotations
 
@@ -21,11 +26,15 @@ from pathlib import Path
 from pobo.headline import (
     eps_text, ledger_spent, number, policy_text, run_headline, sweep_headline, sweep_spent,
 )
+from pobo.party_records import (
+    TRANSCRIPTS, folder_kind, modeler_view, party_status, read_record, status_of,
+)
+from pobo.inuse import in_use
+from pobo.runspec import nominal_reason
 
 MAX_DEPTH = 4  # how deep under DIR to look for runs and sweeps
-PARTY_RECORDS = ("curator.json", "modeler.json", "curator.transcript", "modeler.transcript")
 COLUMNS = (("path", "FOLDER"), ("kind", "KIND"), ("scenario", "SCENARIO"), ("when", "TIME"),
-           ("status", "STATUS"), ("policy", "POLICY"), ("claim", "DP"), ("spent", "ε SPENT"),
+           ("status", "STATUS"), ("policy", "POLICY"), ("spent", "ε SPENT"),
            ("result", "RESULT"))
 
 
@@ -34,9 +43,9 @@ class RunsError(ValueError):
 
 
 def list_runs(path: Path | str = "runs") -> list[dict]:
-    """Every run, sweep and incomplete run folder under `path` (itself included), oldest
-    first by the time its record was written: one dict each (see `describe_run` and
-    `describe_sweep`); RunsError when `path` is not a folder."""
+    """Every run, sweep and party's folder under `path` (itself included), oldest first
+    by the time its record was written: one dict each (see `describe_run`,
+    `describe_party` and `describe_sweep`); RunsError when `path` is not a folder."""
     root = Path(path)
     if not root.is_dir():
         raise RunsError(f"no folder at {root}")
@@ -60,37 +69,41 @@ def record_folders(root: Path, depth: int = 0) -> list[Path]:
 
 
 def kind_of(folder: Path) -> str | None:
-    """run (result.json), sweep (runs.csv), incomplete (a party's record only), or None."""
+    """run (result.json, or both parties' records), sweep (runs.csv), curator
+    (curator.json or its transcript only), modeler (a modeler's or an ask/tell client's
+    record or transcript only), or None."""
     if (folder / "result.json").is_file():
         return "run"
     if (folder / "runs.csv").is_file():
         return "sweep"
-    if any((folder / name).is_file() for name in PARTY_RECORDS):
-        return "incomplete"
-    return None
+    return folder_kind(folder)
 
 
 def describe(folder: Path, root: Path) -> dict:
     """The entry of one folder; a record that cannot be read gives status "unreadable"
     and its reason in `note`."""
     kind = kind_of(folder)
-    record = folder / {"run": "result.json", "sweep": "runs.csv"}.get(kind, "")
+    merged = (folder / "result.json").is_file()
+    record = folder / ("result.json" if merged else "runs.csv" if kind == "sweep" else
+                       f"{kind}.json" if kind in ("curator", "modeler") else "curator.json")
     entry = {"path": relative(folder, root), "kind": kind, "scenario": None, "time": None,
-             "mtime": None, "status": None, "policy": None, "claim": None,
-             "epsilon_spent": None,
-             "delta_spent": None, "budget_epsilon": None, "result": None, "note": None}
+             "mtime": None, "status": None, "policy": None, "dp_claim": None,
+             "no_dp_claim": None, "epsilon_spent": None, "delta_spent": None,
+             "budget_epsilon": None, "result": None, "note": None}
     try:
-        entry["mtime"] = record.stat().st_mtime if kind != "incomplete" else max(
-            (folder / n).stat().st_mtime for n in PARTY_RECORDS if (folder / n).is_file())
+        written = [folder / n for n in (record.name, *TRANSCRIPTS) if (folder / n).is_file()]
+        entry["mtime"] = max(p.stat().st_mtime for p in written) if not merged and \
+            kind != "sweep" else record.stat().st_mtime
         entry["time"] = datetime.fromtimestamp(entry["mtime"], timezone.utc).isoformat(
             timespec="seconds")
-        if kind == "run":
-            entry.update(describe_run(read_result(record)))
-        elif kind == "sweep":
+        if kind == "sweep":
             entry.update(describe_sweep(folder))
+        elif merged:
+            entry.update(describe_run(read_result(record)))
         else:
-            entry.update(status="incomplete", note="a party's record but no result.json: "
-                                                   "a run stopped before it finished")
+            entry.update(describe_party(folder, kind))
+            if in_use(folder):  # a `pobo run` still going: its records are not final
+                entry.update(status="running", note="a run is still going in this folder")
     except (OSError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         entry.update(status="unreadable", note=f"{record.name}: {type(exc).__name__}: "
                                                 f"{one_line(exc)}")
@@ -99,30 +112,55 @@ def describe(folder: Path, root: Path) -> dict:
 
 def read_result(path: Path) -> dict:
     """A result.json's object; ValueError when it holds anything else."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
-    return data
+    return read_record(path)
 
 
 def describe_run(result: dict) -> dict:
-    """A run's fields: scenario, status, policy, what its ledger spent, its headline."""
+    """A run's fields: scenario, status (and its cause in `note`), policy, whether it
+    carries a DP claim, what its ledger spent, its headline."""
     spent = ledger_spent(result.get("ledger"))
     head = run_headline(result)
-    status = str(result.get("status") or "?")
-    if result.get("consistent") is False:
-        status += " (inconsistent)"
-    reasons = [str(why) for why in result.get("not_dp") or []]
-    short = "; ".join(why.split(":")[0].split(" (")[0] for why in reasons)
-    claim = (None if "dp" not in result else "yes" if result.get("dp") is not False
-             else f"no: {short or 'dp: false'}")
-    return {"scenario": result.get("scenario"), "status": status, "dp": result.get("dp"),
-            "not_dp": reasons, "claim": claim, "policy": policy_text(result),
-            "epsilon_spent": spent.get("epsilon"),
-            "delta_spent": spent.get("delta_spent"), "epsilon_at_delta": spent.get("delta"),
+    status, cause = status_of(result)
+    why = nominal_reason(result)
+    return {"scenario": result.get("scenario"), "status": status, "note": cause,
+            "policy": policy_text(result), "dp_claim": why is None, "no_dp_claim": why,
+            "epsilon_spent": spent.get("epsilon"), "delta_spent": spent.get("delta_spent"),
+            "stated_at_delta": spent.get("delta"),
             "budget_epsilon": spent.get("budget_epsilon"),
+            "budget_delta": spent.get("budget_delta"),
             "result": head["short"], "metric": head["metric"], "value": head["value"],
             "random": head["random"], "best": head["best"], "optimum": head["optimum"]}
+
+
+def describe_party(folder: Path, kind: str) -> dict:
+    """A party's folder without result.json. A curator's (or a `pobo run`'s whose result
+    was not merged) is described from curator.json like a run; a modeler's (or an ask/tell
+    client's) from modeler.json and what its transcript holds from the curator: the
+    session's parameters, its DP claim, and the dataset's epsilon spent as the curator
+    signed it in its last ledger head."""
+    status, cause = party_status(folder)
+    if kind in ("curator", "run") and (folder / "curator.json").is_file():
+        entry = describe_run(read_record(folder / "curator.json"))
+        entry.update(status=status, note=cause)
+        return entry
+    if kind in ("curator", "run"):  # a transcript alone: killed before any record
+        return {"status": status, "note": cause}
+    record = (read_record(folder / "modeler.json") if (folder / "modeler.json").is_file()
+              else {})
+    view = (modeler_view(folder / "modeler.transcript")
+            if (folder / "modeler.transcript").is_file() else {})
+    head = record.get("ledger_head") if isinstance(record.get("ledger_head"), dict) else {}
+    why = "; ".join(view["not_dp"]) if view.get("not_dp") else None
+    queries = record.get("queries") or []
+    best = record.get("best_reward")
+    return {"scenario": view.get("scenario"), "status": status, "note": cause,
+            "policy": (f"{view['policy']} ({view['mechanism']})" if view.get("mechanism")
+                       else view.get("policy")),
+            "dp_claim": None if "dp" not in view else why is None, "no_dp_claim": why,
+            "epsilon_spent": head.get("central_epsilon"),
+            "delta_spent": head.get("central_delta"),
+            "result": (f"best reward {number(best, 4)} at row {record.get('best_index')} "
+                       f"({len(queries)} queries)" if best is not None else None)}
 
 
 def describe_sweep(folder: Path) -> dict:
@@ -144,14 +182,14 @@ def describe_sweep(folder: Path) -> dict:
     lifts = sorted({str(r.get("lift")) for r in rows if r.get("policy") == "private"})
     policies = ([f"private ({', '.join(lifts)})"] if lifts else []) + (
         ["non-private"] if any(r.get("policy") == "non-private" for r in rows) else [])
-    without = [r for r in results if r.get("dp") is False]
-    short = sorted({why.split(":")[0].split(" (")[0] for r in without
-                    for why in (r.get("not_dp") or [])})
-    claim = (None if not results else "yes" if not without else
-             f"no in {len(without)} of {len(results)}: {'; '.join(short) or 'dp: false'}")
+    claims = [str(r.get("dp")) in ("True", "true", "1") for r in rows if "dp" in r]
     return {"scenario": ", ".join(sorted({str(r["scenario"]) for r in rows})),
             "status": "ok" if ok == len(rows) else f"{ok}/{len(rows)} ok",
-            "policy": " + ".join(policies), "claim": claim, "runs": len(rows),
+            "dp_claim": (None if not claims or 0 < claims.count(True) < len(claims)
+                         else all(claims)),  # None: some runs carry one, some not
+            "no_dp_claim": None if not claims or all(claims) else
+            f"{claims.count(False)} of {len(claims)} runs carry no DP claim",
+            "policy": " + ".join(policies), "runs": len(rows),
             "epsilon_spent": spent.get("epsilon_max"),
             "epsilon_spent_min": spent.get("epsilon_min"),
             "epsilon_spent_sum": spent.get("epsilon_sum"), "delta_spent": spent.get("delta_max"),
@@ -176,17 +214,22 @@ def one_line(exc: BaseException) -> str:
 
 
 def spent_cell(entry: dict) -> str:
-    """The epsilon-spent column: a run's, a sweep's range per run, or a dash; a
-    non-private run spends no epsilon but its data had no DP protection at all."""
+    """The epsilon-spent column: a run's, a sweep's range per run, or a dash; "no DP
+    claim" for a run that carries none (seeded, --lift paper, non-private: its ledger's
+    epsilons are nominal, not a guarantee) and a sweep whose runs carry none."""
+    if entry.get("dp_claim") is False:
+        return "no DP claim" + (" (non-private)" if entry.get("policy") == "non-private"
+                                else "")
     if entry.get("policy") == "non-private":
-        return "n/a (no DP)"
+        return "no DP claim (non-private)"
     if entry.get("epsilon_spent") is None:
         return "—"
     high = entry["epsilon_spent"]
     low = entry.get("epsilon_spent_min", high)
     text = number(high) if low == high else f"{number(low)}–{number(high)}/run"
     return text + ("" if entry.get("budget_epsilon") is None else
-                   f" of {eps_text(entry['budget_epsilon'])}")
+                   f" of {eps_text(entry['budget_epsilon'])}") + (
+        f" ({entry['no_dp_claim']})" if entry.get("no_dp_claim") else "")
 
 
 def runs_table(entries: list[dict]) -> str:
@@ -196,7 +239,9 @@ def runs_table(entries: list[dict]) -> str:
     cells = [[{"spent": spent_cell(e),
                "when": "" if e["mtime"] is None else time.strftime(
                    "%Y-%m-%d %H:%M", time.localtime(e["mtime"])),
-               "result": e["note"] if e.get("note") else e.get("result")}.get(
+               "result": e["note"] if e.get("note") and e["status"] in ("unreadable",
+                                                                        "failed")
+               else e.get("result") or e.get("note")}.get(
                    key, e.get(key)) for key, _ in COLUMNS] for e in entries]
     cells = [[title for _, title in COLUMNS]] + [["—" if c is None else str(c) for c in row]
                                                  for row in cells]

@@ -16,6 +16,13 @@ from pobo.parties.choices import DEFAULT_DURABILITY, DEFAULT_LIFT, HyperFit, str
 from pobo.scenarios.registry import DISTINCT_ROWS, public_inputs
 
 LISTENING = "[curator] listening on "  # then the endpoint: what `pobo run` waits for
+# the fields of a curator's records that must not leave it: the unsalted SHA-256 of
+# (X, f) (a guess of the data is checked against it), the exact sigma_min of X (the
+# statistic the private lift test protects) and f*, the best value of f over every row.
+# Every curator.json names them in its "curator_private" field; the curator's own
+# commands use them (`pobo audit --data` checks a file by the digest), `pobo report` and
+# anything made for an auditor leave them out (pobo.party_records.without_curator_private).
+CURATOR_PRIVATE = ("dataset_digest", "sigma_min", "f_star")
 ROLES = ("curator", "modeler")  # protocol.policy's CURATOR and MODELER (no numpy here)
 
 
@@ -38,9 +45,13 @@ class RunConfig:
     beta_scale: float | None = None  # None: the strategy's documented default
     release: str | None = None  # DP release of the result: noisy, noise-free, lipschitz
     release_epsilon: float = 1.0
-    release_delta: float = 1e-3
+    release_delta: float = 1e-8  # pobo.session.DEFAULT_RELEASE_DELTA: below 1/n
     budget_epsilon: float | None = None  # the dataset's central privacy budget
     budget_delta: float | None = None
+    budget_releases: int | None = None  # how many results may ever be released
+    raise_budget: bool = False  # a budget above the one the dataset's journal holds
+    new_release: bool = False  # a second release of a dataset whose journal holds one
+    ephemeral_ledger: bool = False  # the ledger in memory: covers this process only
     ldp_row_budget: float | None = None  # the LDP epsilon any one row may accumulate
     ldp_row_delta: float | None = None  # the delta of that row budget (None: ROW_DELTA)
     lift: str = DEFAULT_LIFT  # paper | always | private (PO-GP-UCB Algorithm 1's branch)
@@ -73,11 +84,12 @@ class RunConfig:
 
 
 def startup_warnings(config: RunConfig, n: int | None = None,
-                     preparation: str = "") -> list[str]:
+                     command: str = "curator", preparation: str = "") -> list[str]:
     """What a curator started with `config` (on `n` rows, when known, prepared by
     `preparation` when the rows are prepared from the data) says loudly before it serves:
     every setting that removes or weakens the DP guarantee or its budget, a delta given
-    at or above 1/n among them."""
+    at or above 1/n among them. `command`: what the user typed, `pobo curator` or `pobo
+    run` (which seeds every run: its seed is not a flag the user gave)."""
     out = []
     if preparation and not config.non_private:
         out.append(f"data-dependent preprocessing ({preparation}): the privacy unit depends "
@@ -96,7 +108,13 @@ def startup_warnings(config: RunConfig, n: int | None = None,
     elif config.lift == "paper":
         out.append("--lift paper: Algorithm 1 as published branches on the exact sigma_min; "
                    "the release is NOT covered by the DP claim (every record says dp: false)")
-    if config.seed is not None:
+    if config.seed is not None and command == "run":
+        out.append(f"this run is a seeded simulation (seed {config.seed}; pobo run seeds "
+                   "every run, 0 unless --seed): its projection, noise and measurements can "
+                   "be recomputed, so it is NOT differentially private (every record says "
+                   "randomness: seeded, dp: false); a deployment runs `pobo curator` "
+                   "without --seed")
+    elif config.seed is not None:
         out.append(f"--seed {config.seed} draws the projection, the noise and the session's "
                    "measurements from a known seed: for simulation only, NOT differentially "
                    "private (every record says randomness: seeded, dp: false)")

@@ -7,8 +7,10 @@ in scenarios.launch for two OS processes.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -23,18 +25,19 @@ from pobo.parties.service import CuratorService, CuratorSession, CuratorSettings
 from pobo.parties.strategies import make_strategy
 from pobo.protocol.channel import Channel
 from pobo.protocol.errors import PeerGone, PeerTimeout
-from pobo.protocol.ledger import ROW_DELTA, Budget
+from pobo.protocol.ledger import DATASET_SCOPE, PROCESS_SCOPE, ROW_DELTA, Budget
 from pobo.protocol.messages import Hello, ReleaseRequest
 from pobo.protocol.policy import CURATOR, MODELER, NON_PRIVATE, PRIVATE, Boundary
 from pobo.protocol.signing import Signer
 from pobo.protocol.transcript import Transcript
-from pobo.parties.dataset import regret_scale
+from pobo.transport.keyfiles import pobo_home
+from pobo.parties.dataset import dataset_digest, regret_scale
 from pobo.scenarios.problem import Problem, distinct_hits, random_regret_expected, rng_for
 from pobo.progress import step
-from pobo.scenarios.registry import build_problem
+from pobo.scenarios.registry import build_problem, public_inputs
 from pobo.releases import release_handler
 from pobo.runspec import (  # noqa: F401  (re-exported: defined without numpy)
-    LISTENING, RunConfig, merge_results, startup_warnings, write_json,
+    CURATOR_PRIVATE, LISTENING, RunConfig, merge_results, startup_warnings, write_json,
 )
 
 
@@ -42,7 +45,11 @@ CURATOR_LOG = logging.getLogger("pobo.curator")
 AUTHORS_CODE_NOTE = ("reproduction switch --authors-code: lift sigma + omega (the paper's "
                      "text: sqrt(sigma^2 + omega^2)); the modeler's GP-UCB scores mean + "
                      "beta_t variance with delta 0.1 (the text: std, delta 0.05)")
-DEFAULT_RELEASE_ALLOWANCE = (2.0, 2e-3)  # central (eps, delta) a default budget leaves for a release
+DEFAULT_RELEASE_DELTA = 1e-8  # a release's default delta: below 1/n for every n < 5e7
+# central (eps, delta) a default budget leaves for one release at the default (1, 1e-8),
+# which Kusner's two-part releases charge twice; and one release, at any (eps, delta)
+DEFAULT_RELEASE_ALLOWANCE = (2.0, 2 * DEFAULT_RELEASE_DELTA)
+DEFAULT_RELEASES = 1
 DEFAULT_ROW_REPORTS = 1  # a row's default LDP budget: this many sessions' worth (T reports)
 MODELER_LOG = logging.getLogger("pobo.modeler")
 
@@ -93,7 +100,10 @@ def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
         lift_epsilon=config.lift_epsilon, lift_delta=config.lift_delta,
         ldp_epsilon=config.ldp_epsilon,
         seed=config.seed, reward_bound=config.reward_bound, noise_bound=config.noise_bound,
-        distinct=bool(config.distinct), additive_lift=config.authors_code)
+        distinct=bool(config.distinct), additive_lift=config.authors_code,
+        inputs_public=public_inputs(config.scenario) and bool(config.non_private),
+        budget_given=budget_given(config), raise_budget=config.raise_budget,
+        new_release=config.new_release)
     return replace(settings, budget=dataset_budget(config, settings, problem.X.shape))
 
 
@@ -125,23 +135,38 @@ def dataset_budget(config: RunConfig, settings: CuratorSettings,
     session's worth of queries on one row, GP-UCB re-queries its best row). `inf` opts
     out (`--budget-eps inf`), with a warning at start (`startup_warnings`)."""
     n, d = shape
+    releases = math.inf
     if config.budget_epsilon is not None:
         epsilon = config.budget_epsilon
         delta = config.budget_delta if config.budget_delta is not None else (
-            1.0 / n if math.isfinite(epsilon) else 1.0)
-    elif settings.non_private:
+            0.1 / n if math.isfinite(epsilon) else 1.0)
+    elif settings.non_private and not settings.inputs_public:
         epsilon, delta = math.inf, 1.0 if config.budget_delta is None else config.budget_delta
-    else:
+    else:  # the release (none for public inputs), its lift test, and one result release
         test_eps, test_delta = settings.test_budget(n, d)
-        epsilon = settings.epsilon + test_eps + DEFAULT_RELEASE_ALLOWANCE[0]
-        delta = (settings.delta + test_delta + DEFAULT_RELEASE_ALLOWANCE[1]
+        mine = (0.0, 0.0) if settings.non_private else (settings.epsilon, settings.delta)
+        epsilon = mine[0] + test_eps + DEFAULT_RELEASE_ALLOWANCE[0]
+        delta = (mine[1] + test_delta + DEFAULT_RELEASE_ALLOWANCE[1]
                  if config.budget_delta is None else config.budget_delta)
+        releases = DEFAULT_RELEASES
+    if config.budget_releases is not None:
+        releases = config.budget_releases
     row = config.ldp_row_budget
     if row is None:
         row = (math.inf if config.ldp_epsilon is None
                else DEFAULT_ROW_REPORTS * settings.T * config.ldp_epsilon)
-    row_delta = ROW_DELTA if config.ldp_row_delta is None else config.ldp_row_delta
-    return Budget(epsilon, min(delta, 1.0), row, row_delta)
+    row_delta = (min(ROW_DELTA, 0.1 / n) if config.ldp_row_delta is None
+                 else config.ldp_row_delta)
+    return Budget(epsilon, min(delta, 1.0), row, row_delta, releases)
+
+
+def budget_given(config: RunConfig) -> tuple[str, ...]:
+    """The limits of the budget (Budget's field names) that `config` sets itself, by a
+    flag or a key, rather than the defaults that follow from the release and T."""
+    pairs = (("epsilon", config.budget_epsilon), ("delta", config.budget_delta),
+             ("row_epsilon", config.ldp_row_budget), ("row_delta", config.ldp_row_delta),
+             ("releases", config.budget_releases))
+    return tuple(name for name, value in pairs if value is not None)
 
 
 def prepare_service(config: RunConfig, problem: Problem | None = None,
@@ -153,11 +178,38 @@ def prepare_service(config: RunConfig, problem: Problem | None = None,
     its ledger head in `head_file` (default: the journal's path + '.head')."""
     if problem is None:
         problem = build_problem(config.scenario, config.seed, **config.options)
+    if journal is None and ledger_scope(config) == DATASET_SCOPE:
+        journal = Journal(default_journal_path(problem), durability=config.durability)
     if head_file is None and journal is not None and journal.path != ":memory:":
         head_file = ledger_head_path(journal.path)
     return CuratorService(problem, curator_settings(config, problem), journal,
                           journal_config(config), objective_for(config),
                           max_batch=config.max_batch, head_file=head_file)
+
+
+def ledger_scope(config: RunConfig) -> str:
+    """Where the dataset's ledger lives: 'dataset' (a journal on disk, `--journal` or the
+    default one under the pobo home: every restart on the same data spends from the same
+    budget) or 'process' (memory: `--ephemeral-ledger`, or a run that makes no DP claim --
+    seeded, `--lift paper`, the non-private baseline -- whose budget is nominal anyway)."""
+    if config.journal:
+        return DATASET_SCOPE
+    if config.ephemeral_ledger or config.seed is not None or config.lift == "paper" \
+            or (config.non_private and not public_inputs(config.scenario)):
+        return PROCESS_SCOPE
+    return DATASET_SCOPE
+
+
+def default_journal_path(problem: Problem, home: Path | None = None) -> Path:
+    """The embedded journal of a dataset, when the curator names none: keyed by the
+    scenario, the SHA-256 of the prepared X and f (which the public domain prepared), and
+    the domain's own declaration, in $POBO_LEDGERS, else <pobo home>/ledgers/ (made
+    owner-only)."""
+    folder = (Path(os.environ["POBO_LEDGERS"]) if home is None and os.environ.get("POBO_LEDGERS")
+              else (home or pobo_home()) / "ledgers")
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    domain = hashlib.sha256(repr(problem.domain).encode()).hexdigest()[:12]
+    return folder / f"{problem.name}-{dataset_digest(problem)[:32]}-{domain}.sqlite"
 
 
 def ledger_head_path(journal: str | Path) -> Path:
@@ -322,7 +374,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
             channel, curator, session.params, session.release, sid, on_answer=progress,
             on_release=handler, hello=hello, measure=session.measure, on_evaluate=evaluating,
             on_measured=session.measured, checkpoint=service.checkpoint,
-            dataset=session.service.dataset_body,
+            prove=service.consistency, dataset=session.service.dataset_body,
             asked={**{seq: row for seq, (row, _) in curator.answered.items()},
                    **curator.reserved},
             on_end=lambda why: record_status(ended(why)))  # before the End is answered
@@ -405,6 +457,7 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "dataset_digest": service.digest, "ledger": session.ledger_view(),
         "privacy_unit": service.privacy_unit(),
         "authors_code": AUTHORS_CODE_NOTE if s.additive_lift else None,
+        "curator_private": list(CURATOR_PRIVATE),  # never to leave the curator (runspec)
     }
 
 
@@ -417,10 +470,11 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
                    out: Path | None = None, *, hyper: HyperFit = HyperFit(),
                    beta_scale: float | None = None, release: ReleaseRequest | None = None,
                    resume: ResumeState | None = None, verbose: bool = False,
-                   batch: int = 1, keep: list | None = None) -> dict:
+                   batch: int = 1, keep: list | None = None, heads=None) -> dict:
     """Run the modeler's side of one session (asking for a DP `release` of the result at
     the end, if given); return what it saw and chose, written to out/modeler.json even
-    when the session fails part-way (and appended to `keep`)."""
+    when the session fails part-way (and appended to `keep`). `heads`: the
+    parties.ledger_log.SeenHeads the curator's ledger heads are checked against and kept in."""
     started, status, fits, released = time.perf_counter(), "error", [], {}
     answers: dict[int, tuple[int, float]] = {}  # seq -> (row, reward): a batch answers out of order
 
@@ -440,7 +494,8 @@ async def optimise(channel: Channel, seed: int | None, strategy: str = "gp-ucb",
         modeler = await run_modeler(channel, make_strategy(strategy, beta_scale),
                                     rng_for(seed, "modeler"),
                                     hyper=hyper, on_step=progress, release=release,
-                                    resume=resume, batch=batch, on_pending=pending)
+                                    resume=resume, batch=batch, on_pending=pending,
+                                    heads=heads)
         released = {**(modeler.timing or {}),
                     "release": None if modeler.release is None else asdict(modeler.release),
                     "release_error": modeler.release_error,
@@ -488,7 +543,7 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     out = Path(out)
     session = prepare_curator(config, problem)
     if verbose:  # said once the dataset is built (a broken scenario is one error line)
-        for line in startup_warnings(config, session.service.problem.X.shape[0],
+        for line in startup_warnings(config, session.service.problem.X.shape[0], "run",
                                      session.service.problem.preparation):
             CURATOR_LOG.warning("warning: %s", line)
     cpipe, mpipe = pipe_pair()

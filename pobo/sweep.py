@@ -25,6 +25,7 @@ from pobo.allocator import KEEP_ENV
 from pobo.blocking import run_blocking
 from pobo.progress import step
 from pobo.session import RunConfig, run_inproc
+from pobo.runspec import write_json
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class SweepSpec:
     moma_ks: tuple[int | None, ...] = (None,)  # MoMA epoch lengths (moma-gp-ucb runs only)
     authors_code: bool = False  # reproduce the PO-GP-UCB authors' code (RunConfig.authors_code)
     lifts: tuple[str, ...] = ()  # several releases to compare (the frontier); () = (lift,)
+    risk_anchors: int | None = None  # measure each release's risk (pobo.risk) with k known rows
 
     def runs(self) -> list[tuple[str, RunConfig]]:
         """(run id, config) for every run, seed-major so that a seed's runs are adjacent.
@@ -80,6 +82,9 @@ class SweepSpec:
         return out
 
 
+RISK_SEED = 0  # the anchors' draw of a sweep's risk measurement (the same rows at every eps)
+
+
 def run_id(cfg: RunConfig, with_lift: bool = False) -> str:
     """A file-name-safe id naming a run's parameters (and its release, when a sweep
     compares several)."""
@@ -94,27 +99,53 @@ def run_id(cfg: RunConfig, with_lift: bool = False) -> str:
     return f"{cfg.scenario}-{cfg.strategy}-{privacy}{extra}-seed{cfg.seed}"
 
 
-def run_group(runs: list[tuple[str, RunConfig]], out: str, transcripts: bool = False) -> list[dict]:
-    """Run one seed's runs in this process on one shared dataset; their summaries.
+def run_group(runs: list[tuple[str, RunConfig]], out: str, transcripts: bool = False,
+              risk_anchors: int | None = None) -> list[dict]:
+    """Run one seed's runs in this process on one shared dataset; their summaries (with
+    each release's measured risk when `risk_anchors` is given).
 
     Module-level and built from plain data, so any executor (process pool, dask) can
     ship it to a worker.
     """
     first = runs[0][1]
     problem = build_problem(first.scenario, first.seed, **first.options)
-    return run_blocking(_run_all(runs, Path(out), problem, transcripts))
+    return run_blocking(_run_all(runs, Path(out), problem, transcripts, risk_anchors))
 
 
 async def _run_all(runs: list[tuple[str, RunConfig]], out: Path, problem,
-                   transcripts: bool) -> list[dict]:
+                   transcripts: bool, risk_anchors: int | None = None) -> list[dict]:
     """The group's runs one after another on one event loop (a loop per run costs more
-    than a short run's protocol path); their summaries."""
-    summaries = []
+    than a short run's protocol path); their summaries. With `risk_anchors`, each
+    private release's risk is measured once (the seeded release prepared again, the
+    same Z the run's curator drew) and kept in the result.json of every run it served."""
+    summaries, risks = [], {}
     for rid, cfg in runs:
         result = await run_inproc(cfg, out / "runs" / rid, problem=problem,
                                   transcripts=transcripts, records=False)  # result.json: both
+        if risk_anchors and not cfg.non_private and result.get("status") == "ok":
+            key = (cfg.epsilon, cfg.r, cfg.lift)
+            if key not in risks:
+                risks[key] = release_risk_of(cfg, problem, risk_anchors)
+            result["risk"] = risks[key]
+            write_json(out / "runs" / rid / "result.json", result)
         summaries.append(summarise(rid, cfg, result))
     return summaries
+
+
+def release_risk_of(cfg: RunConfig, problem, anchors: int) -> dict:
+    """The measured risk (pobo.risk) of the release a curator with `cfg` serves on
+    `problem`: prepared again from the run's seed, so the very Z of the run."""
+    from pobo.parties.journal import Journal
+    from pobo.parties.row_order import in_data_order
+    from pobo.risk import RiskError, release_risk
+    from pobo.session import prepare_service
+
+    service = prepare_service(cfg, problem, journal=Journal())  # in memory: charges nothing
+    release = in_data_order(service.release, service.row_order)  # the curator's own order
+    try:
+        return release_risk(problem, release, anchors, RISK_SEED)
+    except RiskError as exc:  # kept in the record, not a lost sweep
+        return {"anchors": anchors, "error": str(exc)}
 
 
 def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
@@ -138,7 +169,21 @@ def summarise(rid: str, cfg: RunConfig, result: dict) -> dict:
         "random_regret_expected": result.get("random_regret_expected"),
         "sigma_y": sy, "sigma_y_source": result.get("sigma_y_source"),
         "sigma_f": result["sigma_f"], "seconds": result["seconds"],
+        **risk_columns(result.get("risk")),
     }
+
+
+def risk_columns(risk: object) -> dict:
+    """A run's measured risk as CSV columns: the mean over features of the share of rows
+    recovered with k known rows, with none, and by the marginals' best guess (empty
+    cells when the run measured none)."""
+    summary = risk.get("summary") if isinstance(risk, dict) else None
+    if not isinstance(summary, dict):
+        return dict.fromkeys(("risk_anchors", "risk_anchored", "risk_unanchored",
+                              "risk_baseline"))
+    return {"risk_anchors": risk.get("anchors"), "risk_anchored": summary.get("anchored"),
+            "risk_unanchored": summary.get("unanchored"),
+            "risk_baseline": summary.get("baseline")}
 
 
 def finished(out: Path, rid: str) -> dict | None:
@@ -218,15 +263,15 @@ def run_sweep(spec: SweepSpec, out: Path | str, *, executor: Executor | None = N
                 len(rows), total)
     if executor is None and workers == 1:  # in this process, like joblib's n_jobs=1: no
         for group in todo.values():       # interpreter to start, no main-module guard needed
-            take(run_group(group, str(out), spec.transcripts))
+            take(run_group(group, str(out), spec.transcripts, spec.risk_anchors))
     elif todo:
         own = executor is None
         pool = (ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
                 if own else executor)
         try:
             with worker_environment():  # the pool spawns its workers on these submits
-                futures = [pool.submit(run_group, group, str(out), spec.transcripts)
-                           for group in todo.values()]
+                futures = [pool.submit(run_group, group, str(out), spec.transcripts,
+                                       spec.risk_anchors) for group in todo.values()]
             for future in as_completed(futures):
                 take(future.result())
         finally:

@@ -65,14 +65,15 @@ import numpy as np
 from pobo.protocol.chunks import with_body
 from pobo.protocol.codec import decode
 from pobo.protocol.errors import ErrorCode, ProtocolError
-from pobo.protocol.ledger import CENTRAL, LOCAL, Entry, Ledger
-from pobo.protocol.checkpoint import Checkpoint, charged_floor, forks
+from pobo.protocol.ledger import CENTRAL, LOCAL, PROCESS_ONLY, PROCESS_SCOPE, Entry, Ledger
+from pobo.protocol.checkpoint import Checkpoint, charged_floor, forks, inconsistencies
 from pobo.protocol.messages import (
-    NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, Release, Reward, Welcome,
+    NO_LEDGER_HEAD, PROTOCOL_VERSION, Dataset, End, Error, Hello, Query, Release, Reward,
+    Welcome,
 )
 from pobo.protocol.signing import ZERO, body_of, key_id, open_frame, verify, verify_key
 from pobo.protocol.policy import (
-    CURATOR, IDENTITY, LDP_REWARD, MODELER, NON_PRIVATE, POLICIES, Boundary,
+    CURATOR, IDENTITY, LDP_REWARD, MODELER, NON_PRIVATE, POLICIES, WITHDRAWING, Boundary,
 )
 from pobo.protocol.transcript import (
     GENESIS, REFUSED, REFUSED_SUMMARY, Record, TranscriptError, blob_dirs, linked_records,
@@ -99,7 +100,8 @@ class AuditReport:
     refused: dict | None = None  # refused frames: recorded (by code), counted past the cap
     unacknowledged: dict | None = None  # paired audit: frames sent, never received
     signatures: str = "unsigned"  # verified | unsigned | unverified (...) | FAILED at record N (...)
-    complete: bool = True  # False when the transcript holds no End (cut, or still running)
+    complete: bool = True  # False when it holds no End from the peer: its tail is unvouched
+    paired: bool = False  # audited with the peer's transcript (which vouches for its tail)
     checkpoints: list[Checkpoint] = field(default_factory=list)  # the curator's ledger heads
     floors: list[Checkpoint] = field(default_factory=list)  # entries it shows were charged
     dp: bool | None = None  # what the Dataset says (False: "not DP"); None without one
@@ -117,7 +119,8 @@ class AuditReport:
                 "session": self.session, "violations": self.violations, "notes": self.notes,
                 "ledger": self.ledger, "refused": self.refused,
                 "unacknowledged": self.unacknowledged, "signatures": self.signatures,
-                "complete": self.complete, "dp": self.dp, "claims": self.claims,
+                "complete": self.complete, "paired": self.paired, "dp": self.dp,
+                "claims": self.claims,
                 "ledger_heads": [{"kind": c.kind, "record": c.record, **asdict(c.head)}
                                  for c in self.checkpoints]}
 
@@ -126,6 +129,10 @@ class AuditReport:
         lines = [f"{self.path}: {self.role} transcript, {self.records} records, session "
                  f"{self.session}: {'OK' if self.ok else 'VIOLATIONS'}"]
         lines.append(f"  signatures: {self.signatures}")
+        if not self.complete and not self.paired:
+            lines.append("  INCOMPLETE: no End from the peer, so this transcript cannot vouch "
+                         "for its tail: records cut from its end (a release, say) do not "
+                         "show without the peer's transcript")
         if self.dp is False:
             lines.append("  not DP: the release carries no differential-privacy claim "
                          "(dp: false: non-private, lift paper, seeded randomness or "
@@ -219,17 +226,26 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
         report.violations.append(f"unknown policy {welcome.params.policy!r} in the welcome")
         return report
     _replay(messages, Boundary(policy, role, versions=AUDITED_VERSIONS), report)
-    if not any(isinstance(m, End) for _, m in messages):
+    if not any(isinstance(m, End) and r.dir == "recv" for r, m in messages):
+        # the peer's End acknowledges the last frame this party sent before it (whose link
+        # chains every record before): without it nothing the peer signed pins the tail
         last = messages[-1][0] if messages else None
-        report.notes.append("session incomplete: no End in this transcript" + (
-            f" (it stops at record {last.seq}, {last.kind})" if last is not None else "")
-            + "; whatever it does not hold (a later release, say) the audit cannot see")
+        peer = MODELER if role == CURATOR else CURATOR
+        report.notes.append(f"session incomplete: no End from the {peer} in this transcript"
+                            + (f" (it stops at record {last.seq}, {last.kind})"
+                               if last is not None else "")
+                            + "; alone it cannot vouch for its tail: records cut from its "
+                            "end (a later release, say) cannot be seen (PROTOCOL.md 12.3)")
         report.complete = False
+    if welcome.params.ledger_scope == PROCESS_SCOPE:
+        report.notes.append(f"{PROCESS_ONLY}: the curator kept its ledger in memory "
+                            "(ledger_scope 'process'); a restart of it started a new budget")
     report.ledger = recompute_ledger(messages, welcome).to_dict()
     report.checkpoints = checkpoints(messages, role, str(path))
     report.floors = charged_floors(messages, role, report.checkpoints)
     report.violations += undercharged(messages, welcome, report.checkpoints)
     report.violations += [why for _, why in forks(report.checkpoints)]
+    report.violations += [why for _, why in inconsistencies(report.checkpoints)[0]]
     if X is not None:
         _check_data(messages, welcome, np.asarray(X, float), f, report)
     return report
@@ -278,15 +294,29 @@ def checkpoints(messages: list, role: str, path: str) -> list[Checkpoint]:
     """The ledger heads the curator's Welcomes and Ends carry in a transcript, in order."""
     by_curator = "sent" if role == CURATOR else "recv"
     session, opened, out = "", 0.0, []
+    hello, welcomed = None, NO_LEDGER_HEAD  # the connection's Hello and Welcome's head
     for r, m in messages:
         if r.kind == "hello":  # a connection opens: the heads it carries are computed later
-            opened = r.time
+            opened, hello, welcomed = r.time, m, NO_LEDGER_HEAD
         if isinstance(m, Welcome):
             session = m.session
         if (isinstance(m, (Welcome, End)) and r.dir == by_curator
                 and m.ledger != NO_LEDGER_HEAD):
-            out.append(Checkpoint(session, r.kind, r.time, m.ledger, path, r.seq, opened))
+            start = _proof_start(m, hello, welcomed)  # version 6: where its proof starts
+            out.append(Checkpoint(session, r.kind, r.time, m.ledger, path, r.seq, opened,
+                                  start, m.consistency))
+            if isinstance(m, Welcome):
+                welcomed = m.ledger
     return out
+
+
+def _proof_start(message: Welcome | End, hello, welcomed) -> int:
+    """The ledger size a Welcome's or End's consistency proof starts from: the head its
+    connection's Hello named, or its Welcome's (-1: none of this log)."""
+    if isinstance(message, Welcome):
+        named = isinstance(hello, Hello) and hello.ledger_log == message.ledger.log
+        return hello.ledger_seen if named and hello.ledger_seen else -1
+    return welcomed.entries if welcomed.log and welcomed.log == message.ledger.log else -1
 
 
 def charged_floors(messages: list, role: str, heads: list[Checkpoint]) -> list[Checkpoint]:
@@ -418,6 +448,14 @@ def _replay(messages: list, boundary: Boundary, report: AuditReport) -> None:
             (boundary.outgoing if r.dir == "sent" else boundary.incoming)(m)
         except ProtocolError as exc:
             if r.dir == "sent":
+                if (isinstance(m, Query) and boundary.role == MODELER
+                        and exc.code.value in WITHDRAWING):
+                    # a query the curator must refuse, and so never asks (PROTOCOL.md 7.1:
+                    # a pipelined bad row, refused, then asked again with a good one)
+                    report.notes.append(f"record {r.seq}: sent query {m.seq} (row {m.index}) "
+                                        f"that the curator refuses ({exc.code.value}: "
+                                        f"{exc}): a refused query is not asked")
+                    continue
                 report.violations.append(f"record {r.seq}: sent {r.kind} that the policy "
                                          f"forbids: {exc}")
                 continue
@@ -928,6 +966,7 @@ def audit_session(curator_path: str | Path, modeler_path: str | Path,
     for report in reports:
         report.notes += comparison.notes
         report.unacknowledged = comparison.unacknowledged
+        report.paired = True
     curator, modeler = readable_records(curator_path), readable_records(modeler_path)
     for receiver, rrecords, sender, srecords, report in (
             (MODELER, modeler, CURATOR, curator, reports[1]),  # on the cut transcript's report

@@ -63,17 +63,19 @@ def chain_head(records: Iterable[bytes], head: str = GENESIS_HEAD) -> str:
     return digest.hex()
 
 
-def ledger_head(entries: int, chain: str, ledger: dict) -> LedgerHead:
+def ledger_head(entries: int, chain: str, ledger: dict, root: str = "",
+                log: str = "") -> LedgerHead:
     """The checkpoint of a ledger of `entries` entries whose chain ends at `chain`, with
     the basic-composition totals of `ledger` (the layout of protocol.ledger.ledger_dict:
     central epsilon and delta, the worst-off row's local epsilon and delta): plain sums
     that anyone recomputes exactly from the entries, not the accountant's tighter (and
-    numerically approximate) figures."""
+    numerically approximate) figures. `root` and `log`: the Merkle tree head of the same
+    entries and the ledger's id (protocol version 6; '' for a chain-only head)."""
     central, local = ledger["central"], ledger["local"]
     pick = lambda part, key: float(part[key + "_basic"] if key + "_basic" in part  # noqa: E731
                                    else part[key])
     return LedgerHead(int(entries), chain, pick(central, "epsilon"), pick(central, "delta"),
-                      pick(local, "max_row_epsilon"), pick(local, "max_row_delta"))
+                      pick(local, "max_row_epsilon"), pick(local, "max_row_delta"), root, log)
 
 
 def check_head(head: LedgerHead, sender: str) -> None:
@@ -87,11 +89,81 @@ def check_head(head: LedgerHead, sender: str) -> None:
     if len(head.chain) != 64 or not set(head.chain) <= _HEX:
         raise ProtocolError(f"a ledger head's chain must be 64 lowercase hex digits, got "
                             f"{head.chain[:70]!r}")
+    if head.root and not _is_hex(head.root, 64) or head.log and not _is_hex(head.log, 32):
+        raise ProtocolError("a ledger head's root is 64 lowercase hex digits and its log 32 "
+                            f"(or both ''), got {head.root[:70]!r} and {head.log[:40]!r}")
+    if bool(head.root) != bool(head.log):
+        raise ProtocolError("a ledger head names its log and its root together, or neither")
     totals = (head.central_epsilon, head.central_delta, head.max_row_epsilon,
               head.max_row_delta)
     if head.entries < 0 or any(not (math.isfinite(v) and v >= 0) for v in totals):
         raise ProtocolError(f"a ledger head commits to {head.entries} entries and totals "
                             f"{totals}: counts and totals must be >= 0")
+
+
+MAX_PROOF = 128  # nodes in a consistency proof: 2 log2(size) + 1 is 127 at 2^63 entries
+
+
+def _is_hex(text: str, length: int) -> bool:
+    return len(text) == length and set(text) <= _HEX
+
+
+def check_seen(log: str, seen: int) -> None:
+    """Raise a typed ProtocolError for a Hello's last-seen head that no log can have."""
+    if seen < 0 or (log and not _is_hex(log, 32)) or (seen > 0) != bool(log):
+        raise ProtocolError("a hello's ledger_log is 32 lowercase hex digits with a "
+                            f"ledger_seen > 0, or '' with 0; got {log[:40]!r}, {seen}")
+
+
+def check_proof(proof: tuple[str, ...], head: LedgerHead, sender: str) -> None:
+    """Raise a typed ProtocolError for a Welcome's or End's consistency proof that is not
+    a list of at most MAX_PROOF node hashes (64 hex each) beside a Merkle head; a
+    modeler's is a PolicyViolation (it keeps no ledger)."""
+    if not proof:
+        return
+    if sender != "curator":
+        raise PolicyViolation(f"the {sender} sent a consistency proof: only the curator "
+                              "keeps a ledger")
+    if not head.root or len(proof) > MAX_PROOF or not all(_is_hex(p, 64) for p in proof):
+        raise ProtocolError(f"a consistency proof is at most {MAX_PROOF} node hashes of 64 "
+                            "lowercase hex digits, beside a ledger head with a root")
+
+
+def extends(seen: LedgerHead, head: LedgerHead, proof_from: int | None,
+            proof: tuple[str, ...]) -> str | None:
+    """Why `head` is not the log of `seen` grown by appending only (None: it is, or the two
+    are of different logs): fewer entries, another root at the same size, or a consistency
+    proof (RFC 9162 section 2.1.4, from `proof_from` entries) that does not verify from
+    `seen`'s root. A proof from another size than `seen`'s proves nothing about it.
+    `proof_from` None: no proof was asked for (a Hello that named no head), so a larger
+    head is not checked further."""
+    from pobo.protocol.merkle import verify_consistency
+
+    if not (seen.root and head.root) or seen.log != head.log:
+        return None
+    m, n = seen.entries, head.entries
+    if n < m:
+        return (f"the curator's ledger head commits to {n} entries, fewer than the {m} of "
+                f"the head it signed before (root {seen.root[:16]}...): its journal was "
+                "rolled back")
+    if n == m:
+        return None if head.root == seen.root else (
+            f"the curator's ledger head of {n} entries has root {head.root[:16]}..., the "
+            f"head it signed before of as many entries {seen.root[:16]}...: its journal "
+            "was rolled back and written again")
+    if proof_from is None:
+        return None
+    if proof_from != m:
+        return (f"the curator's Welcome carries no consistency proof from the head of {m} "
+                f"entries signed before (its proof is from {proof_from}): nothing shows that "
+                f"its head of {n} entries extends it")
+    if not verify_consistency(m, n, [bytes.fromhex(p) for p in proof],
+                              bytes.fromhex(seen.root), bytes.fromhex(head.root)):
+        return (f"the curator's ledger head of {n} entries does not extend the head of {m} "
+                f"entries it signed before (root {seen.root[:16]}...): the consistency proof "
+                "fails, so entries before the old size were changed (a journal rolled back "
+                "and written again past it)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -107,6 +179,8 @@ class Checkpoint:
     path: str = ""
     record: int = -1
     opened: float = 0.0
+    proof_from: int = -1  # version 6: the size its consistency proof starts from (-1: none)
+    proof: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """'session 0123456789ab's end (PATH record N)'."""
@@ -165,3 +239,56 @@ def forks(points: list[Checkpoint], limit: int = 3,
         if len(out) >= limit:
             break
     return out
+
+
+def inconsistencies(points: list[Checkpoint],
+                    limit: int = 3) -> tuple[list[tuple[Checkpoint, str]], list[str]]:
+    """The Merkle checks over the heads of several transcripts (protocol version 6): for
+    each log, two heads of one size with different roots, and every consistency proof a
+    Welcome or End carries verified from every head signed at the size it starts from
+    (`extends`); each failure with a one-line reason naming both heads (at most
+    `limit`). Second, notes: heads of one log that no verified proof links (the
+    transcripts given do not show that one extends the other; the journal does:
+    `pobo ledger`)."""
+    merkle = [p for p in points if p.head.root]
+    out: list[tuple[Checkpoint, str]] = []
+    notes: list[str] = []
+    for log in sorted({p.head.log for p in merkle}):
+        group = sorted((p for p in merkle if p.head.log == log), key=lambda p: (p.time, p.record))
+        at: dict[int, Checkpoint] = {}
+        for q in group:
+            first = at.setdefault(q.head.entries, q)
+            if first.head.root != q.head.root:
+                out.append((q, f"ledger inconsistent: {first.describe()} and {q.describe()} "
+                               f"both commit to {q.head.entries} entries of log {log[:12]}, "
+                               f"with different roots ({first.head.root[:12]}... vs "
+                               f"{q.head.root[:12]}...): the curator's journal was rolled back"
+                               " and written again"))
+        parent = {n: n for n in at}  # sizes linked by verified proofs: one component each
+
+        def find(n: int) -> int:
+            while parent[n] != n:
+                parent[n] = parent[parent[n]]
+                n = parent[n]
+            return n
+        for q in group:
+            if q.proof_from <= 0 or q.proof_from == q.head.entries:
+                continue
+            base = at.get(q.proof_from)
+            if base is None:
+                continue  # the head it proves from is in no transcript given
+            why = extends(base.head, q.head, q.proof_from, q.proof)
+            if why is None:
+                parent[find(q.head.entries)] = find(q.proof_from)
+            else:
+                out.append((q, f"ledger inconsistent: {q.describe()} against "
+                               f"{base.describe()}: {why}"))
+        if len({find(n) for n in at}) > 1 and not out:
+            notes.append(f"ledger log {log[:12]}: the heads of {len(at)} sizes "
+                         f"({', '.join(map(str, sorted(at)[:8]))}) are not all linked by "
+                         "consistency proofs in these transcripts (a modeler that kept no "
+                         "earlier head, or another's sessions): `pobo ledger` over the journal "
+                         "checks them all")
+        if len(out) >= limit:
+            break
+    return out[:limit], notes

@@ -37,7 +37,7 @@ import msgpack
 import numpy as np
 
 from pobo.protocol.codec import encode
-from pobo.protocol.errors import ChunkError, ErrorCode
+from pobo.protocol.errors import ChunkError, ChunksStopped, ErrorCode, PeerTimeout
 from pobo.protocol.messages import Dataset
 from pobo.protocol.signing import SharedBody
 from pobo.protocol.transcript import Body, Record, TranscriptError, read_hashing
@@ -193,9 +193,9 @@ class Reassembly:
     def result(self) -> np.ndarray:
         """The whole Z, read-only, once every chunk has come and their bytes hash to the
         digest the head announced and the floats are finite."""
-        if not self.complete:
-            raise ChunkError(f"dataset chunks {self.next}..{self.count - 1} of {self.count} "
-                             "are missing", ErrorCode.SEQUENCE)
+        if not self.complete:  # no frame came where chunk `next` was due: they stopped
+            raise ChunksStopped(f"dataset chunks {self.next}..{self.count - 1} of "
+                                f"{self.count} never came")
         if self._hash.hexdigest() != self.head.digest:
             raise ChunkError("the dataset body does not match its digest (SHA-256 "
                              f"{self._hash.hexdigest()[:16]}..., announced "
@@ -249,7 +249,12 @@ async def receive_body(recv: Callable[[float], Awaitable[bytes]], head: Dataset,
         check(head, (rows, cols))
     reassembly = Reassembly(head, max_body)
     while not reassembly.complete:
-        reassembly.feed(await recv(timeout))
+        try:
+            frame = await recv(timeout)
+        except PeerTimeout:
+            raise ChunksStopped(f"no dataset chunk {reassembly.next} of {reassembly.count} "
+                                f"within {timeout:g} s: the chunks stopped") from None
+        reassembly.feed(frame)
     return reassembly.dataset()
 
 

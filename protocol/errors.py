@@ -27,6 +27,7 @@ class ErrorCode(str, Enum):
     EVALUATION_FAILED = "evaluation_failed"  # the objective could not be evaluated: retry
     SESSION_LOST = "session_lost"  # a message on a connection with no session: resume it
     REPLAY = "replay"  # a Hello whose nonce the curator has seen already
+    LEDGER_INCONSISTENT = "ledger_inconsistent"  # a ledger head that does not extend one seen
     INTERNAL = "internal"
 
 
@@ -69,6 +70,15 @@ class PeerTimeout(PoboError):
     """The peer sent nothing before the deadline (it may have vanished)."""
 
 
+class ChunksStopped(ChunkError, PeerTimeout):
+    """A chunked Dataset whose chunk frames stopped: no chunk came where one was due,
+    within the receiver's timeout (`timeout`, PROTOCOL.md 5.1). The Dataset is refused;
+    a PeerTimeout too, since the peer may have vanished."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.TIMEOUT)
+
+
 class PeerError(PoboError):
     """The peer answered with an `Error` message."""
 
@@ -93,3 +103,12 @@ class AuthenticationFailed(PoboError):
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
+
+
+class LedgerInconsistent(ProtocolError):
+    """A curator's ledger head that is not an extension of one the modeler saw before
+    (protocol.checkpoint.extends): fewer entries, another root at the same size, or a
+    consistency proof that fails. The session cannot go on: the history was rewritten."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.LEDGER_INCONSISTENT)

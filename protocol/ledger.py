@@ -27,6 +27,9 @@ from pobo.protocol.accounting import (
 from pobo.protocol.errors import ErrorCode, ProtocolError
 
 CENTRAL, LOCAL = "central", "local"
+# where a curator's ledger lives: the dataset's journal on disk, or this process's memory
+DATASET_SCOPE, PROCESS_SCOPE = "dataset", "process"
+PROCESS_ONLY = "budget covers this process only"  # what every record of such a ledger says
 _TOL = 1e-12  # relative slack for floating-point sums against a budget
 ROW_DELTA = 1e-6  # the delta at which a row's composed LDP epsilon is stated by default
 
@@ -65,12 +68,22 @@ class Budget:
     delta: float = 1.0
     row_epsilon: float = math.inf
     row_delta: float = ROW_DELTA
+    releases: float = math.inf  # how many results may ever be released (Kusner et al.)
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and 0 < self.delta <= 1 and self.row_epsilon > 0
-                and 0 <= self.row_delta < 1):
-            raise ValueError("a budget needs epsilon > 0, 0 < delta <= 1, a row budget > 0 "
-                             "and 0 <= row delta < 1")
+                and 0 <= self.row_delta < 1 and self.releases >= 0
+                and (math.isinf(self.releases) or float(self.releases).is_integer())):
+            raise ValueError("a budget needs epsilon > 0, 0 < delta <= 1, a row budget > 0, "
+                             "0 <= row delta < 1 and a whole number of releases >= 0")
+
+    def within(self, other: Budget) -> bool:
+        """Whether this budget allows nothing that `other` does not (every limit <=)."""
+        return all(a <= b for a, b in zip(self.limits(), other.limits()))
+
+    def limits(self) -> tuple[float, float, float, float, float]:
+        """(epsilon, delta, row_epsilon, row_delta, releases): what a budget caps."""
+        return self.epsilon, self.delta, self.row_epsilon, self.row_delta, self.releases
 
     def refusal(self, entry: Entry, spent: tuple[float, float],
                 parts: Callable[[], Mapping[Part, int]] | None = None) -> str | None:
@@ -115,14 +128,17 @@ class Budget:
         return {"budget_epsilon": None if math.isinf(self.epsilon) else self.epsilon,
                 "budget_delta": self.delta,
                 "row_budget_epsilon": None if math.isinf(self.row_epsilon) else self.row_epsilon,
-                "row_budget_delta": self.row_delta}
+                "row_budget_delta": self.row_delta,
+                "budget_releases": None if math.isinf(self.releases) else int(self.releases)}
 
     @classmethod
     def from_dict(cls, limits: dict) -> Budget:
-        """The inverse of `to_dict` (older journals lack the row delta)."""
+        """The inverse of `to_dict` (older journals lack the row delta and the releases)."""
+        releases = limits.get("budget_releases")
         return cls(limits.get("budget_epsilon") or math.inf, limits.get("budget_delta", 1.0),
                    limits.get("row_budget_epsilon") or math.inf,
-                   limits.get("row_budget_delta", ROW_DELTA))
+                   limits.get("row_budget_delta", ROW_DELTA),
+                   math.inf if releases is None else releases)
 
 
 class Ledger:
@@ -217,9 +233,12 @@ def ledger_dict(central_entries: list[dict], local: dict, budget: Budget) -> dic
     eps, dlt = basic(parts)
     at = budget.target_delta(CENTRAL, dlt)
     composed = composed_epsilon(parts, at) if central_entries else 0.0
+    central_entries = [{**e, "epsilon_at_ledger_delta": composed_epsilon(
+        {part_of(e["mechanism"], e["epsilon"], e["delta"]): 1}, at)} for e in central_entries]
     return {"central": {"epsilon": composed, "delta": at, "epsilon_basic": eps,
                         "delta_basic": dlt, "budget_epsilon": limits["budget_epsilon"],
                         "budget_delta": limits["budget_delta"],
+                        "budget_releases": limits["budget_releases"],
                         "composition": "pld (dp-accounting), or basic where tighter"},
             "local": {**local, "row_budget_epsilon": limits["row_budget_epsilon"],
                       "row_budget_delta": limits["row_budget_delta"]},
@@ -239,10 +258,19 @@ def describe_ledger(ledger: dict, nominal: str | None = None) -> str:
     lines = [f"{title}: central eps = {c['epsilon']:.4g} at delta = {c['delta']:.3g} "
              f"(accountant; basic composition {eps_basic:.4g}, {dlt_basic:.3g})"
              + ("" if c.get("budget_epsilon") is None else
-                f" of budget ({c['budget_epsilon']:g}, {c['budget_delta']:g})")]
+                f" of budget ({c['budget_epsilon']:g}, {c['budget_delta']:g})"
+                + ("" if c.get("budget_releases") is None else
+                   f" and {c['budget_releases']} release(s) of a result"))]
+    if ledger.get("scope") == PROCESS_SCOPE:
+        lines.append(f"  {PROCESS_ONLY}: the ledger was kept in memory (--ephemeral-ledger, or "
+                     "a run with no DP claim); a restart starts it again")
     for e in ledger["entries"]:
         who = f" [session {e['session'][:12]}]" if e.get("session") else ""
-        lines.append(f"  {e['mechanism']}: eps = {e['epsilon']:.4g}, delta = {e['delta']:.3g}{who}")
+        stated = e.get("epsilon_at_ledger_delta")
+        same = ("" if stated is None or e["delta"] == c["delta"] else
+                f" (eps {stated:.4g} at the ledger's delta {c['delta']:.3g})")
+        lines.append(f"  {e['mechanism']}: eps = {e['epsilon']:.4g}, delta = {e['delta']:.3g}"
+                     f"{same}{who}")
     loc = ledger["local"]
     if loc["reports"]:
         cap = ("" if loc.get("row_budget_epsilon") is None

@@ -1,6 +1,7 @@
 """The message kinds of the pobo protocol, one frozen dataclass each.
 
-Curator -> modeler: Welcome, Dataset, Reward, Pending, Release, End, Error.
+Curator -> modeler: Welcome, Dataset, Reward, Pending, Release, End, Error; Retry before any
+session (the cookie round, protocol.cookie).
 Modeler -> curator: Hello, Query, ReleaseRequest, End, Error.
 Field annotations are the schema: the codec validates every field against them.
 """
@@ -11,10 +12,12 @@ from typing import Union
 
 import numpy as np
 
-PROTOCOL_VERSION = 5  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches,
+PROTOCOL_VERSION = 6  # 2: signed, cross-linked envelopes (protocol.signing); 3: Pending, batches,
 # Error.seq; 4: Hello.nonce, every per-query Error names its query, refused queries are not
 # asked, session_lost and replay; 5: a Dataset's Z in chunk frames (protocol.chunks,
-# PROTOCOL.md)
+# PROTOCOL.md); 6: the cookie round (Retry, Hello.cookie: protocol.cookie), the ledger
+# as a Merkle log (LedgerHead.root and .log, Hello.ledger_seen, Welcome's and End's
+# consistency proofs: protocol.merkle, PROTOCOL.md section 4.2)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,9 @@ class SessionParams:
     security: str = "in-process"  # 'curve', 'plaintext' (ZeroMQ) or 'in-process'
     batch: int = 1  # queries the modeler may keep outstanding (its Hello's, capped by the curator)
     distinct: bool = False  # the scenario's public rule: never query a row twice (a test result)
+    # version 6: where the budget holds: 'dataset' (a journal on disk: every restart of the
+    # curator on the data), 'process' (memory: this curator process only); '' = unstated
+    ledger_scope: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,9 @@ class LedgerHead:
     (protocol.checkpoint): `chain` is the SHA-256 hash chain over its first `entries`
     entries in journal order (64 hex digits; '' = no checkpoint, an older curator), with
     the totals the ledger reported at that point: the central (epsilon, delta) and the
-    worst-off row's local (epsilon, delta)."""
+    worst-off row's local (epsilon, delta). From version 6 the head is also a Merkle tree
+    head (protocol.merkle, RFC 9162): `root` over the same entries, of the ledger `log`,
+    which consistency proofs show to extend every earlier head of that log."""
 
     entries: int
     chain: str
@@ -111,6 +119,8 @@ class LedgerHead:
     central_delta: float
     max_row_epsilon: float
     max_row_delta: float
+    root: str = ""  # version 6: the RFC 9162 tree head of those entries (64 hex; '' = none)
+    log: str = ""  # version 6: the ledger's id, 32 hex digits fixed when its journal began
 
 
 NO_LEDGER_HEAD = LedgerHead(0, "", 0.0, 0.0, 0.0, 0.0)  # a frame without a checkpoint
@@ -126,7 +136,12 @@ class Hello:
     frame the modeler sends ('' when it signs none). `batch` is how many queries it
     would like to keep outstanding at once (GP-BUCB); the Welcome grants at most that.
     `nonce` (32 hex digits, 128 random bits from `secrets`; '' = none) makes every
-    opening frame unique: the curator refuses one it has seen (`replay`)."""
+    opening frame unique: the curator refuses one it has seen (`replay`). `cookie` echoes
+    the curator's Retry (64 hex digits; '' in a first Hello): only a Hello with a valid,
+    fresh cookie for this connection and nonce is admitted (protocol.cookie).
+    `ledger_log` and `ledger_seen` name the last ledger head the modeler saw signed by
+    the curator key it expects (version 6; '' and 0: none), for the Welcome's
+    consistency proof."""
 
     version: int
     client: str
@@ -136,6 +151,9 @@ class Hello:
     sign_key: str = ""  # the modeler's Ed25519 public key (hex); '' = an unsigned modeler
     batch: int = 1
     nonce: str = ""  # version 4: 32 lowercase hex digits, fresh per Hello
+    cookie: str = ""  # version 6: the curator's Retry cookie, echoed (64 hex digits)
+    ledger_log: str = ""  # version 6: the log of the last ledger head the modeler saw
+    ledger_seen: int = 0  # ... signed by the curator key it expects, and its size (0: none)
 
 
 def new_nonce() -> str:
@@ -148,13 +166,16 @@ def new_nonce() -> str:
 @dataclass(frozen=True)
 class Welcome:
     """Curator's answer to Hello: its version, a session id, the public parameters and
-    the dataset ledger's head as the session starts (NO_LEDGER_HEAD: none kept)."""
+    the dataset ledger's head as the session starts (NO_LEDGER_HEAD: none kept) and, when
+    the Hello named an earlier head of the same log, the RFC 9162 consistency proof from
+    it (hex node hashes, protocol.merkle.consistency_proof)."""
 
     version: int
     session: str
     params: SessionParams
     sign_key: str = ""  # the curator's Ed25519 public key (hex); '' = an unsigned curator
     ledger: LedgerHead = NO_LEDGER_HEAD
+    consistency: tuple[str, ...] = ()  # version 6: from the Hello's ledger_seen to `ledger`
 
 
 @dataclass(frozen=True)
@@ -239,11 +260,13 @@ class Release:
 @dataclass(frozen=True)
 class End:
     """Either side closes the session, with a reason; the curator answers the modeler's
-    End with its own, carrying the dataset ledger's head as the session ends (a modeler's
-    End carries none)."""
+    End with its own, carrying the dataset ledger's head as the session ends and the
+    consistency proof from the head of this connection's Welcome (a modeler's End carries
+    neither)."""
 
     reason: str
     ledger: LedgerHead = NO_LEDGER_HEAD
+    consistency: tuple[str, ...] = ()  # version 6: from this connection's Welcome's head
 
 
 @dataclass(frozen=True)
@@ -256,13 +279,23 @@ class Error:
     seq: int = 0
 
 
+@dataclass(frozen=True)
+class Retry:
+    """The curator's answer to a Hello without a valid cookie, before any session: say
+    Hello again, on this connection and with the same nonce, echoing `cookie` (64 hex
+    digits). A peer that never reads never gets one, and so never takes a session slot
+    (the cookie round of PROTOCOL.md 3.7, as QUIC's Retry and DTLS's HelloVerifyRequest)."""
+
+    cookie: str
+
+
 Message = Union[Hello, Welcome, Dataset, Query, Reward, Pending, ReleaseRequest, Release, End,
-                Error]
+                Error, Retry]
 
 KINDS: dict[str, type] = {
     "hello": Hello, "welcome": Welcome, "dataset": Dataset, "query": Query,
     "reward": Reward, "pending": Pending, "release_request": ReleaseRequest, "release": Release, "end": End,
-    "error": Error,
+    "error": Error, "retry": Retry,
 }
 KIND_OF: dict[type, str] = {cls: kind for kind, cls in KINDS.items()}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from pobo.protocol.checkpoint import check_head
+from pobo.protocol.checkpoint import check_head, check_proof, check_seen
 from pobo.protocol.errors import ErrorCode, PolicyViolation, ProtocolError
 from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, End, Error, Hello, Message, Pending, Query, Release, ReleaseRequest, Reward,
@@ -54,11 +54,28 @@ RELEASE_ALGORITHMS = frozenset({"noisy", "noise-free", "lipschitz"})
 # isotropic kernel families a release request may name ('' for the declared one)
 DECLARED_STRATEGIES = frozenset({"", "gp-ucb", "random", "tgp-ucb", "ata-gp-ucb", "moma-gp-ucb"})
 KUSNER_UCB = "gp-ucb"
+# the declared strategies a session's `distinct` rule binds: those that choose rows freely
+# (the heavy-tailed ones, tgp/ata/moma, re-query a row by design and are exempt)
+DISTINCT_BOUND = frozenset({"", "gp-ucb", "random"})
 RELEASE_KERNELS = frozenset({"", "se", "matern52"})
 _PER_QUERY = frozenset({Query, Reward, Pending})  # check_message checks their kind only
 PRIVATE = Policy("private", _C2M, _M2C, DP_RELEASES)
 NON_PRIVATE = Policy("non-private", _C2M, _M2C, DP_RELEASES | {IDENTITY})
 POLICIES = {p.name: p for p in (PRIVATE, NON_PRIVATE)}
+
+
+def release_refusal(hello: Hello, params: SessionParams) -> str | None:
+    """Why a session opened by `hello` with `params` could never be granted the noisy
+    release its Hello declares (None: it could): under the `distinct` rule a query may
+    not repeat a row, while Kusner et al.'s rule (PROTOCOL.md 10.1) asks the UCB
+    maximiser, which may be a row asked before. The rule of the scenario wins: such a
+    Hello is refused (`policy`) before any evaluation, not the release after T."""
+    if hello.release_delta > 0 and params.distinct:
+        return ("this session's rule is distinct (a row at most once), and the noisy "
+                "release this Hello declares needs every query to be GP-UCB's maximiser, "
+                "which may be a row asked before: no noisy release is granted here (the "
+                "curator may lift the rule: --no-distinct)")
+    return None
 
 
 def check_message(policy: Policy, sender: str, message: Message) -> None:
@@ -74,6 +91,7 @@ def check_message(policy: Policy, sender: str, message: Message) -> None:
                               f"this side enforces {policy.name!r}")
     if isinstance(message, (Welcome, End)):
         check_head(message.ledger, sender)  # a garbled checkpoint is a typed refusal
+        check_proof(message.consistency, message.ledger, sender)
     if isinstance(message, Dataset):
         release = message.release
         if release.mechanism not in policy.dataset_mechanisms:
@@ -97,6 +115,8 @@ class Boundary:
     fresh: set[int] = field(default_factory=set)  # asked as new, not answered at all yet
     release_requested: bool = False
     released: bool = False
+    hello: Hello | None = None  # the session's opening message, as sent or received
+    rows: set[int] = field(default_factory=set)  # the rows of the queries in `asked`
     versions: frozenset[int] = frozenset({PROTOCOL_VERSION})  # the Hello/Welcome versions admitted
     # (the params, the noise its rewards carry), worked out at the first reward
     _noise_of: tuple[SessionParams, str] | None = field(default=None, init=False, repr=False,
@@ -142,6 +162,7 @@ class Boundary:
             self.asked[message.seq] = message.index
             self.outstanding[message.seq] = message.index
             self.fresh.add(message.seq)
+            self.rows.add(message.index)
         elif kind is Reward:
             noise = self._noise_of
             if noise is None or noise[0] is not self.params:  # once a session
@@ -165,12 +186,19 @@ class Boundary:
             self._check_version(message.version)
             self._check_hello(message)
             self.hello_seen = True
+            self.hello = message
         elif isinstance(message, Welcome):
             self._check_version(message.version)
             if self.params is not None:
                 raise ProtocolError("a second welcome in one session", ErrorCode.SEQUENCE)
             if not 1 <= message.params.batch <= MAX_BATCH:
                 raise ProtocolError(f"a welcome granting a batch of {message.params.batch}")
+            if message.params.ledger_scope not in ("", "dataset", "process"):
+                raise ProtocolError(f"a welcome's ledger_scope is 'dataset', 'process' or '', "
+                                    f"not {message.params.ledger_scope[:40]!r}")
+            why = None if self.hello is None else release_refusal(self.hello, message.params)
+            if why is not None:  # the curator refuses such a Hello: it welcomes none
+                raise PolicyViolation(f"a welcome to a hello it must refuse: {why}")
             self.params = message.params
         elif isinstance(message, Dataset):
             self._check_dataset(message)
@@ -206,7 +234,10 @@ class Boundary:
         Error naming a query already answered, e.g. a retry with another row, changes
         nothing about it)."""
         if error.seq in self.fresh and error.code in WITHDRAWING:
-            del self.asked[error.seq], self.outstanding[error.seq]
+            row = self.asked.pop(error.seq)
+            del self.outstanding[error.seq]
+            if row not in self.asked.values():
+                self.rows.discard(row)
         self.fresh.discard(error.seq)  # any other answer (busy, evaluation_failed) takes it
 
     def restore_queries(self, asked: dict[int, int]) -> None:
@@ -215,6 +246,7 @@ class Boundary:
         self.asked = dict(asked)
         self.outstanding = {}
         self.fresh = set()
+        self.rows = set(self.asked.values())
 
     def _session(self, what: str) -> SessionParams:
         if self.params is None:
@@ -268,9 +300,18 @@ class Boundary:
         if message.nonce and not (len(message.nonce) == 32
                                   and all(c in "0123456789abcdef" for c in message.nonce)):
             raise ProtocolError("a hello's nonce is 32 lowercase hex digits or ''")
+        if message.cookie and not (len(message.cookie) == 64 and message.nonce
+                                   and all(c in "0123456789abcdef" for c in message.cookie)):
+            raise ProtocolError("a hello's cookie is 64 lowercase hex digits, and comes with "
+                                "a nonce, or is ''")
+        check_seen(message.ledger_log, message.ledger_seen)
         if message.release_delta > 0 and message.strategy != KUSNER_UCB:
             raise ProtocolError(f"a release delta declares Kusner et al.'s GP-UCB beta; "
                                 f"the strategy is {message.strategy!r}")
+        if message.release_delta > 0 and message.batch != 1:
+            raise PolicyViolation(f"a hello declaring a noisy release asks a batch of "
+                                  f"{message.batch}: Kusner et al.'s GP-UCB asks one query at "
+                                  "a time, in seq order (batch 1), or no release is granted")
 
     def _check_release_request(self, message: ReleaseRequest) -> None:
         params = self._session("release request")
@@ -304,7 +345,8 @@ class Boundary:
         """Refuse a new query, checks in the order of PROTOCOL.md 7: a query before the
         dataset, a seq below 1 (`sequence`), past T (`budget_exhausted`), a seq asked
         already with another row (`sequence`), a row outside [0, n) (`index_out_of_range`),
-        one outstanding query too many (`sequence`). Every refusal names the query."""
+        a row asked already under the `distinct` rule (`policy`), one outstanding query
+        too many (`sequence`). Every refusal names the query."""
         seq = message.seq
         if self.params is None or not self.dataset_sent:
             raise ProtocolError(f"query {seq} before the dataset", ErrorCode.SEQUENCE, seq)
@@ -321,6 +363,11 @@ class Boundary:
         if not 0 <= message.index < params.n:
             raise ProtocolError(f"row index {message.index} out of range [0, {params.n})",
                                 ErrorCode.INDEX_OUT_OF_RANGE, seq)
+        if (params.distinct and message.index in self.rows and len(self.rows) < params.n
+                and (self.hello is None or self.hello.strategy in DISTINCT_BOUND)):
+            raise ProtocolError(f"row {message.index} was queried already: this session's "
+                                "rule is distinct (a row at most once until every row has "
+                                "been)", ErrorCode.POLICY, seq)
         if len(self.outstanding) >= params.batch:
             raise ProtocolError(f"query {seq} would be the {len(self.outstanding) + 1}th "
                                 f"outstanding; the session allows {params.batch}",

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -272,6 +274,7 @@ def load_signing_key(path: str | Path) -> Signer:
             if key == seed:
                 raise ValueError(f"{path} holds the public key of {public}, not a secret "
                                  "one: give the .sign_secret file")
+        check_private(path)
         return Signer(seed)
     from cryptography.hazmat.primitives import serialization  # PEM only: parsed by cryptography
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -279,7 +282,27 @@ def load_signing_key(path: str | Path) -> Signer:
     key = serialization.load_pem_private_key(data, password=None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError(f"{path} is not an Ed25519 secret key")
+    check_private(path)
     return Signer(key)
+
+
+class OpenKeyFile(ValueError):
+    """A secret key file that others than its owner may read (or write)."""
+
+
+def check_private(path: Path) -> None:
+    """OpenKeyFile when group or others may read or write the secret key at `path`, as
+    ssh refuses a private key with open permissions: anyone who can read it signs as
+    this party, and its transcripts would prove nothing (`pobo keys` and the key store
+    write 0600). Checked after a public key given instead is said to be one; not on
+    platforms without POSIX modes."""
+    if os.name != "posix":
+        return
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o077:
+        raise OpenKeyFile(f"secret signing key {path} may be read by others (mode "
+                          f"{mode:04o}): refused, as ssh refuses such a key; chmod 600 "
+                          f"{path}")
 
 
 def load_verify_key(path: str | Path) -> str:

@@ -94,7 +94,8 @@ def read_columns(path: str | Path, numeric: Sequence[str], text: Sequence[str] =
     Up to HEADER_SEARCH - 1 notice lines before the header are skipped and counted
     ("notice line"). A row is dropped when it has fewer fields than the header (a
     "note or footer line" when at most one field is filled, else a "short row"), when a
-    numeric column is missing or unparseable ("missing <col>"), when `keep(row)`
+    numeric column is missing ("missing <col>": empty, NA, ?) or holds text ("non-numeric
+    <col>": a text column named as a number, say), when `keep(row)`
     returns a reason string, or when it repeats an earlier kept row ("duplicate").
     `converters` overrides `parse_number` for some numeric columns.
     """
@@ -121,8 +122,9 @@ def read_columns(path: str | Path, numeric: Sequence[str], text: Sequence[str] =
             reason = None
             for c in numeric:
                 value = converters.get(c, parse_number)(fields[where[c]])
-                if math.isnan(value):
-                    reason = f"missing {c}"
+                if math.isnan(value):  # an empty or NA cell, or text where a number belongs
+                    cell = fields[where[c]].strip().strip('"').strip().lower()
+                    reason = f"{'missing' if cell in MISSING else 'non-numeric'} {c}"
                     break
                 row[c] = value
             if reason is None:

@@ -3,6 +3,7 @@
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,11 +35,40 @@ def pytest_configure(config: pytest.Config) -> None:
             config.option.timeout = FULL_TIMEOUT
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Without --full, leave out the tests marked `full`: long checks (minutes of
+    processes or repetitions) whose guarantee a faster test also covers, so that the
+    README's suite stays within a few minutes on 2 cores; `pytest --full` runs them."""
+    if config.getoption("--full"):
+        return
+    later = [item for item in items if item.get_closest_marker("full")]
+    if later:
+        config.hook.pytest_deselected(items=later)
+        items[:] = [item for item in items if not item.get_closest_marker("full")]
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return ("pobo: the full-length checks run (--full)" if config.getoption("--full") else
+            "pobo: statistical checks reduced, tests marked `full` left out (pytest --full "
+            "runs them)")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove this test session's key store (one folder per run was left in /tmp)."""
     home = os.environ.get("POBO_HOME", "")
     if os.path.basename(home).startswith("pobo-home-"):
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def own_ledgers(tmp_path_factory: pytest.TempPathFactory,
+                monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own folder of the datasets' default ledgers ($POBO_LEDGERS), inherited
+    by the processes it starts: a dataset's ledger spent by one test never refuses another
+    (the key store stays the test session's, which module fixtures share)."""
+    folder = tmp_path_factory.mktemp("ledgers")
+    monkeypatch.setenv("POBO_LEDGERS", str(folder))
+    return folder
 
 
 @pytest.fixture

@@ -24,11 +24,13 @@ def free_port() -> int:
 
 
 class CuratorProcess:
-    """`pobo curator synthetic --grid 8 --T T [extra]` bound to a free loopback port."""
+    """`pobo curator synthetic --grid 8 --T T [extra]` bound to a loopback port the system
+    picks as it binds (or `endpoint`): `endpoint` is the one it says, once
+    `wait_listening` has heard it."""
 
     def __init__(self, out: Path, T: int, extra: list[str] = (),
                  endpoint: str | None = None) -> None:
-        self.endpoint = endpoint or f"tcp://127.0.0.1:{free_port()}"
+        self.endpoint = endpoint or "tcp://127.0.0.1:0"
         self.out = out
         cmd = [sys.executable, "-m", "pobo", "curator", "synthetic", "--grid", "8",
                "--T", str(T), "--bind", self.endpoint, "--out", str(out),
@@ -45,7 +47,11 @@ class CuratorProcess:
                 line = self.proc.stdout.readline()
                 if "listening on" in line or not line:
                     break
+        if "listening on" not in line and self.proc.poll() is not None:
+            raise AssertionError(f"the curator exited ({self.proc.returncode}) before "
+                                 f"listening: {self.proc.stderr.read()[-2000:]}")
         assert "listening on" in line, (line, self.proc.poll())
+        self.endpoint = line.split("listening on", 1)[1].strip()
 
     def finish(self, timeout: float = 60.0) -> dict:
         """Wait for a clean exit; the curator's record."""

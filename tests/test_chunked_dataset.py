@@ -19,7 +19,7 @@ from pobo.protocol import chunks
 from pobo.protocol.audit import audit_transcript
 from pobo.protocol.channel import Channel
 from pobo.protocol.chunks import ChunkedDataset, Reassembly, chunk_header, shared_dataset
-from pobo.protocol.errors import ChunkError, ErrorCode, ProtocolError
+from pobo.protocol.errors import ChunkError, ErrorCode, PeerTimeout, ProtocolError
 from pobo.protocol.messages import (
     PROTOCOL_VERSION, Dataset, End, Hello, KernelParams, Mechanism, ProjectedDataset, Query,
     SessionParams, Welcome,
@@ -167,6 +167,8 @@ def _hostile(name: str, chunked: ChunkedDataset) -> list[bytes]:
         return [frames[1], frames[0]] + frames[2:]
     if name == "missing":
         return frames[:2] + frames[3:]
+    if name == "stopped":  # the chunks simply stop: no frame comes where chunk 3 is due
+        return frames[:3]
     if name == "oversized":
         return [chunk_header(0, 4 * CHUNK) + bytes(4 * CHUNK)]
     if name == "a-message-instead":
@@ -178,7 +180,7 @@ def _hostile(name: str, chunked: ChunkedDataset) -> list[bytes]:
     ("wrong-digest", ErrorCode.MALFORMED), ("too-many-bytes", ErrorCode.OVERSIZED),
     ("short", ErrorCode.MALFORMED), ("out-of-order", ErrorCode.SEQUENCE),
     ("missing", ErrorCode.SEQUENCE), ("oversized", ErrorCode.OVERSIZED),
-    ("a-message-instead", ErrorCode.SEQUENCE)])
+    ("a-message-instead", ErrorCode.SEQUENCE), ("stopped", ErrorCode.TIMEOUT)])
 def test_hostile_chunks_are_a_typed_one_line_refusal(tmp_path, name, code):
     release = _release()
     chunked = ChunkedDataset.of(Dataset(release), CHUNK)
@@ -193,8 +195,11 @@ def test_hostile_chunks_are_a_typed_one_line_refusal(tmp_path, name, code):
 
     error = asyncio.run(session())
     assert error.code is code and "\n" not in str(error) and len(str(error)) < 200, error
-    kinds = [r.kind for r in read_transcript(tmp_path / "modeler.transcript")]
+    records = list(read_transcript(tmp_path / "modeler.transcript"))
+    kinds = [r.kind for r in records]
     assert kinds[-1] == "refused" and "dataset" not in kinds  # the head, refused
+    assert records[-1].code == code.value  # (chunks that stop were not recorded at all)
+    assert isinstance(error, PeerTimeout) == (name == "stopped")  # the peer may be gone
 
 
 def test_a_chunk_after_the_end_is_refused_by_either_side(tmp_path):
@@ -286,7 +291,7 @@ def test_reassembly_refuses_every_fault_and_takes_nothing():
         with pytest.raises(ChunkError):
             reassembly.feed(bad)
         assert reassembly.next == 1
-    with pytest.raises(ChunkError, match="missing"):
+    with pytest.raises(ChunkError, match="never came"):
         reassembly.result()
     for frame in frames[1:]:
         reassembly.feed(frame)

@@ -265,13 +265,13 @@ def test_a_curator_whose_session_failed_says_which_and_why(capsys):
 
 def test_a_dataset_too_large_for_memory_is_one_line():
     """numpy's MemoryError (a synthetic grid of 1e10 rows) was a traceback (a review's repro)."""
-    done = _pobo("curator", "synthetic", "--grid", "100000")
+    done = _pobo("curator", "synthetic", "--grid", "100000", "--bind", "tcp://127.0.0.1:0")
     assert done.returncode == 1 and "MemoryError" in _one_line(done)
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["curator", "synthetic", "--grid", "5", "--ldp-eps", "1e-310"], "gives a noise scale of inf"),
-    (["curator", "synthetic", "--grid", "5", "--ldp-eps", "1e-160"], "gives a noise scale of 8"),
+    (["curator", "synthetic", "--grid", "5", "--bind", "tcp://127.0.0.1:0", "--ldp-eps", "1e-310"], "gives a noise scale of inf"),
+    (["curator", "synthetic", "--grid", "5", "--bind", "tcp://127.0.0.1:0", "--ldp-eps", "1e-160"], "gives a noise scale of 8"),
     (["run", "synthetic", "--config", "/dev/zero"], "is not a regular file"),
 ])
 def test_values_no_session_could_use_are_one_line(argv, says):
@@ -289,7 +289,7 @@ def test_values_no_session_could_use_are_one_line(argv, says):
 def test_a_scenario_script_that_fails_inside_build_is_one_line(tmp_path, body, says):
     script = tmp_path / "ward.py"
     script.write_text(f"def build(seed, **options):\n    {body}\n")
-    done = _pobo("curator", str(script), "--T", "2")
+    done = _pobo("curator", str(script), "--T", "2", "--bind", "tcp://127.0.0.1:0")
     assert done.returncode == 1 and says in _one_line(done)
 
 

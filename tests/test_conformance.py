@@ -35,14 +35,15 @@ from pobo.protocol.codec import decode, encode  # noqa: E402
 from pobo.protocol.errors import ErrorCode, ProtocolError  # noqa: E402
 from pobo.protocol.messages import (  # noqa: E402
     KINDS, PROTOCOL_VERSION, Dataset, End, Error, Hello, KernelParams, LedgerHead, Mechanism,
-    Pending, ProjectedDataset, Query, Release, ReleaseRequest, Reward, SessionParams, Welcome,
-    kind_of,
+    Pending, ProjectedDataset, Query, Release, ReleaseRequest, Retry, Reward, SessionParams,
+    Welcome, kind_of,
 )
-from pobo.protocol.policy import CURATOR, PRIVATE, Boundary  # noqa: E402
+from pobo.protocol.policy import CURATOR, MODELER, PRIVATE, Boundary  # noqa: E402
 from pobo.protocol.signing import ZERO, Link, Signer, open_frame, seal, verify, verify_key  # noqa: E402
 from pobo.protocol import transcript as transcripts  # noqa: E402
 
 VECTORS = Path(__file__).parent / "conformance" / "vectors.json"
+_COOKIE = "5b" * 32  # a Retry's cookie: opaque to the modeler (section 3.7)
 V = PROTOCOL_VERSION  # every vector speaks the current version (regenerate after a bump)
 TEST_SEED = bytes(range(32))  # the TEST KEY's secret: 00 01 02 ... 1f, public by design
 _HEAD = "5d" * 32  # a ledger chain head: 64 lowercase hex digits
@@ -132,6 +133,24 @@ def _valid_messages() -> list[tuple[str, object]]:
         ("error-session-lost", Error("session_lost", "a query on a connection with no session "
                                     "(resume the session with a Hello)", seq=2)),
         ("error-replay", Error("replay", "a hello with nonce 0011... was received before")),
+        # version 6: the cookie round (section 3.7)
+        ("retry", Retry(_COOKIE)),
+        ("hello-cookie", Hello(V, "spec-client", nonce="00112233445566778899aabbccddeeff",
+                               cookie=_COOKIE)),
+        # version 6: the ledger as a Merkle log (section 4.2); the heads and the proof are
+        # the merkle_log vector's (sizes 2 and 4 of its entries)
+        ("hello-ledger-seen", Hello(V, "spec-client", nonce="00112233445566778899aabbccddeeff",
+                                    ledger_log=_LOG, ledger_seen=2)),
+        ("welcome-merkle-head", Welcome(V, "0123456789abcdef0123456789abcdef", _params(), "",
+                                        LedgerHead(4, _HEAD, 3.0, 1e-05, 3.0, 3e-06,
+                                                   _merkle_log()["roots"][4], _LOG),
+                                        tuple(_merkle_log()["consistency"]["2-4"]))),
+        ("end-merkle-head", End("closed", LedgerHead(4, _HEAD, 3.5, 2e-05, 3.0, 3e-06,
+                                                     _merkle_log()["roots"][4], _LOG),
+                                tuple(_merkle_log()["consistency"]["3-4"]))),
+        ("error-ledger-inconsistent", Error("ledger_inconsistent", "the curator's ledger head "
+                                            "commits to 3 entries, fewer than the 4 of the "
+                                            "head it signed before")),
     ]
 
 
@@ -235,7 +254,35 @@ def _handshakes() -> list[tuple[str, bytes, str]]:
         ("hello-nonce-31-digits", encode(Hello(V, "x", nonce="0" * 31)), "malformed"),
         ("hello-nonce-uppercase", encode(Hello(V, "x", nonce="AB" * 16)), "malformed"),
         ("hello-batch-0", encode(Hello(V, "x", batch=0)), "malformed"),
+        ("hello-batch-1025", encode(Hello(V, "x", batch=1025)), "malformed"),
+        # a noisy release is granted only to queries asked one at a time (section 10.1)
+        ("hello-release-with-batch", encode(Hello(V, "x", strategy="gp-ucb",
+                                                  release_delta=0.001, batch=4)), "policy"),
+        ("hello-cookie-without-nonce", encode(Hello(V, "x", cookie=_COOKIE)), "malformed"),
+        ("hello-cookie-63-digits", encode(Hello(V, "x", nonce="0" * 32, cookie=_COOKIE[1:])),
+         "malformed"),
     ]
+
+
+def _in_session() -> list[dict]:
+    """Frames a party must refuse in the state that the frames before them set up (section
+    11, receiver `session`): `before`, each {dir, hex} as this party sent or received it,
+    then the frame received. Under the `distinct` rule a row asked before is refused
+    (section 7.2); a Welcome granting `distinct` to a Hello declaring a noisy release is
+    refused by the modeler (the curator refuses such a Hello, section 10.1)."""
+    params = dataclasses.replace(_params(), distinct=True)
+    Z = np.array([[0.5, -1.25], [2.0, 0.0], [1e-3, 7.5]], dtype="<f8")
+    opening = [("recv", Hello(V, "spec", strategy="random")), ("sent", Welcome(V, "s", params)),
+               ("sent", Dataset(ProjectedDataset("po-gp-ucb-projection", 3.0, 1e-05, 2.5, Z))),
+               ("recv", Query(1, 2)), ("sent", Reward(1, 2, 0.5, "ctl-laplace"))]
+    release_hello = Hello(V, "spec", strategy="gp-ucb", release_delta=0.001)
+    cases = [("query-repeats-a-row-under-distinct", CURATOR, opening, Query(2, 2), "policy"),
+             ("welcome-distinct-to-a-release-hello", MODELER, [("sent", release_hello)],
+              Welcome(V, "s", params), "policy")]
+    return [{"name": name, "layer": "body", "frame_hex": encode(frame).hex(),
+             "receiver": "session", "role": role,
+             "before": [{"dir": d, "hex": encode(m).hex()} for d, m in before],
+             "expect": {"error": code}} for name, role, before, frame, code in cases]
 
 
 def _signer() -> Signer:
@@ -334,6 +381,46 @@ def _ledger_chain() -> dict:
     return out
 
 
+_LOG = "a5" * 16  # a ledger log id: 32 lowercase hex digits
+
+
+def _mth(leaves: list[bytes]) -> bytes:
+    """RFC 9162 section 2.1.1's MTH, written from the text (not protocol.merkle)."""
+    if not leaves:
+        return hashlib.sha256(b"").digest()
+    if len(leaves) == 1:
+        return leaves[0]
+    k = 1
+    while 2 * k < len(leaves):
+        k *= 2
+    return hashlib.sha256(b"\x01" + _mth(leaves[:k]) + _mth(leaves[k:])).digest()
+
+
+def _subproof(m: int, leaves: list[bytes], whole: bool) -> list[bytes]:
+    """RFC 9162 section 2.1.4.1's SUBPROOF, from the text."""
+    n = len(leaves)
+    if m == n:
+        return [] if whole else [_mth(leaves)]
+    k = 1
+    while 2 * k < n:
+        k *= 2
+    if m <= k:
+        return _subproof(m, leaves[:k], whole) + [_mth(leaves[k:])]
+    return _subproof(m - k, leaves[k:], False) + [_mth(leaves[:k])]
+
+
+def _merkle_log() -> dict:
+    """Section 4.2's Merkle log over section 4's entries: each record's leaf hash
+    (SHA-256 of 0x00 and the record), the root of every prefix, and the consistency
+    proof between every two sizes 0 < m < n."""
+    leaves = [hashlib.sha256(b"\x00" + _ledger_record(e)).digest() for e in LEDGER_ENTRIES]
+    n = len(leaves)
+    return {"leaf_hashes": [h.hex() for h in leaves],
+            "roots": [_mth(leaves[:k]).hex() for k in range(n + 1)],
+            "consistency": {f"{m}-{k}": [h.hex() for h in _subproof(m, leaves[:k], True)]
+                            for k in range(2, n + 1) for m in range(1, k)}}
+
+
 # --------------------------------------------------------------------------- chunks
 
 def _chunked() -> dict:
@@ -368,7 +455,7 @@ def _chunked() -> dict:
          "malformed"),
         ("out-of-order", encode(head), [frames[1], frames[0], frames[2]], "sequence"),
         ("missing-chunk", encode(head), [frames[0], frames[2]], "sequence"),
-        ("missing-last-chunk", encode(head), [frames[0], frames[1]], "sequence"),
+        ("chunks-stop", encode(head), [frames[0], frames[1]], "timeout"),
         ("chunk-after-the-end", encode(head), frames + [frames[2]], "sequence"),
         ("oversized-chunk-frame", encode(head), [chunk(0, data[0] * 8)], "oversized"),
         ("message-where-a-chunk-is-due", encode(head), [frames[0], encode(End("done"))],
@@ -461,6 +548,69 @@ def _transcript() -> dict:
             "records": records, "blobs": {digest(body).hex(): body.hex()}}
 
 
+SESSION_ID = "00112233445566778899aabbccddeeff"
+
+
+def _session_messages() -> list[tuple[str, object]]:
+    """A whole session, (sender, message) in order: Hello, Welcome (with the ledger's head:
+    the projection charged), Dataset, two queries answered, a Lipschitz release, the
+    modeler's End and the curator's closing End (the release charged)."""
+    entries = [("", "gaussian-rows", 3.0, 1e-05, "central", 0, TRANSCRIPT_TIME),
+               (SESSION_ID, "release:lipschitz", 0.5, 0.0, "central", 0, TRANSCRIPT_TIME)]
+    heads, head = [], hashlib.sha256(b"pobo ledger chain v1").digest()
+    for entry in entries:
+        head = hashlib.sha256(head + _ledger_record(entry)).digest()
+        heads.append(head.hex())
+    params = SessionParams("synthetic", 4, 2, 2, "private", (Mechanism("gaussian-rows", 3.0,
+                                                                       1e-05),),
+                           KernelParams("se", 1.0, 1.0, 1e-04, "public"), "os-csprng",
+                           budget_epsilon=10.0, budget_delta=1e-03, security="curve")
+    Z = np.array([[0.5, -1.25], [2.0, 0.0], [1e-3, 7.5], [-3.0, 0.25]], dtype="<f8")
+    key = _signer().public_hex
+    return [
+        (MODELER, Hello(V, "spec", "", "random", 0.0, key, 1, "0f" * 16)),
+        (CURATOR, Welcome(V, SESSION_ID, params, key,
+                          LedgerHead(1, heads[0], 3.0, 1e-05, 0.0, 0.0))),
+        (CURATOR, Dataset(ProjectedDataset("gaussian-rows", 3.0, 1e-05, 1.5, Z))),
+        (MODELER, Query(1, 2)), (CURATOR, Reward(1, 2, 0.8125)),
+        (MODELER, Query(2, 0)), (CURATOR, Reward(2, 0, -0.25)),
+        (MODELER, ReleaseRequest("lipschitz", 0.5, 0.0)),
+        (CURATOR, Release("lipschitz", 0.5, 0.0, -1, 1.0625, 2.0)),
+        (MODELER, End("done")),
+        (CURATOR, End("closed", LedgerHead(2, heads[1], 3.5, 1e-05, 0.0, 0.0))),
+    ]
+
+
+def _session_transcripts() -> dict:
+    """Both parties' transcripts of `_session_messages`, written from sections 3 and 12:
+    every frame an envelope signed with the test key (both parties: it is a vector), its
+    link naming the sender's own record and the last frame it received; records in the
+    key order pobo writes. `pobo audit` accepts each alone, as a complete session, and the
+    two together."""
+    signer = _signer()
+    sides = {role: {"records": [], "prev": ZERO, "last_recv": ZERO}
+             for role in (CURATOR, MODELER)}
+
+    def record(side: dict, item: dict, clock: float) -> None:
+        raw = _pack({"seq": len(side["records"]), "time": clock, **item, "prev": side["prev"]})
+        side["records"].append(raw)
+        side["prev"] = hashlib.sha256(raw).digest()
+
+    for i, (sender, message) in enumerate(_session_messages()):
+        me, peer = sides[sender], sides[CURATOR if sender == MODELER else MODELER]
+        session = "" if isinstance(message, Hello) else SESSION_ID
+        frame = seal(encode(message), Link(session, len(me["records"]), me["prev"],
+                                           me["last_recv"]), signer)
+        clock = TRANSCRIPT_TIME + 0.5 * i  # a frame sent and received in the same instant
+        record(me, {"dir": "sent", "kind": kind_of(message), "frame": frame}, clock)
+        record(peer, {"dir": "recv", "kind": kind_of(message), "frame": frame}, clock)
+        peer["last_recv"] = hashlib.sha256(frame).digest()
+    return {"about": "PROTOCOL.md 11: a complete session, both transcripts (records' hex "
+                     "in file order), signed by the test key as curator and modeler",
+            "keys": {CURATOR: signer.public_hex, MODELER: signer.public_hex},
+            **{role: [raw.hex() for raw in side["records"]] for role, side in sides.items()}}
+
+
 def _hexed(value):
     """JSON form of a record map: bin values as hex strings, maps recursively."""
     if isinstance(value, dict):
@@ -497,6 +647,7 @@ def generate() -> dict:
     for name, frame, code in _handshakes():
         vectors.append({"name": name, "layer": "body", "frame_hex": frame.hex(),
                         "receiver": "curator-handshake", "expect": {"error": code}})
+    vectors += _in_session()
     big = encode(End("done"))
     vectors.append({"name": "frame-over-max-frame", "layer": "body", "frame_hex": big.hex(),
                     "max_frame": len(big) - 1, "expect": {"error": "oversized"}})
@@ -525,8 +676,10 @@ def generate() -> dict:
         },
         "vectors": vectors,
         "transcript": _transcript(),
+        "session": _session_transcripts(),
         "chunked": _chunked(),
         "ledger_chain": _ledger_chain(),
+        "merkle_log": _merkle_log(),
     }
 
 
@@ -552,6 +705,12 @@ def _check(v: dict) -> None:
             message = decode(frame, v.get("max_frame", 1 << 30))
         if v.get("receiver") == "curator-handshake":  # the opening message's checks too
             Boundary(PRIVATE, CURATOR).incoming(message)
+        elif v.get("receiver") == "session":  # after the frames that set up its state
+            boundary = Boundary(PRIVATE, v["role"])
+            for item in v["before"]:
+                before = decode(bytes.fromhex(item["hex"]))
+                (boundary.outgoing if item["dir"] == "sent" else boundary.incoming)(before)
+            boundary.incoming(message)
     except ProtocolError as exc:
         assert "error" in expect, f"{v['name']}: refused with {exc.code.value}: {exc}"
         assert exc.code.value == expect["error"], f"{v['name']}: {exc.code.value}: {exc}"
@@ -593,7 +752,7 @@ def test_vectors_cover_every_kind_and_error():
     assert bare_kinds == set(KINDS)
     errors = {v["expect"]["error"] for v in vectors if "error" in v["expect"]}
     assert {"malformed", "unknown_kind", "oversized", "bad_signature",
-            "version_mismatch"} <= errors
+            "version_mismatch", "policy"} <= errors
     assert any(v["layer"] == "envelope" and "verify_key" in v and "kind" in v["expect"]
                for v in vectors)
     assert len({v["name"] for v in vectors}) == len(vectors)
@@ -706,3 +865,93 @@ def test_pobo_ledger_chain_gives_the_vector_s_records_and_heads():
         assert record.hex() == item["record_hex"]
         head = chain_head([record], head)
         assert head == item["head"]
+
+
+def _write_session(folder: Path) -> tuple[list[Path], Path]:
+    """The session vector's two transcripts, and a keys folder of the test key as both
+    parties' public signing key."""
+    vector = _DATA["session"]
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for role in (CURATOR, MODELER):
+        path = folder / f"{role}.transcript"
+        path.write_bytes(b"".join(bytes.fromhex(r) for r in vector[role]))
+        paths.append(path)
+    keys = folder / "keys"
+    keys.mkdir(exist_ok=True)
+    for role, key in vector["keys"].items():
+        (keys / f"{role}.sign_public").write_text(key + "\n")
+    return paths, keys
+
+
+def test_the_session_vector_audits_as_a_complete_session(tmp_path, capsys):
+    """Section 11's complete session: `pobo audit` accepts each transcript alone (exit 0:
+    signed, verified, complete) and both together; the hand-built format sample
+    (`transcript`) is not a session and fails, as section 11 says."""
+    from pobo.cli import main as pobo_main
+    from pobo.protocol.audit import audit_transcript
+
+    paths, keys = _write_session(tmp_path / "session")
+    for path in paths:
+        report = audit_transcript(path, keys=_DATA["session"]["keys"])
+        assert report.ok and report.complete and report.signatures == "verified", (
+            report.violations, report.notes)
+        assert report.ledger["central"]["epsilon_basic"] == pytest.approx(3.5)  # + release
+        assert pobo_main(["audit", str(path), "--keys", str(keys)]) == 0, capsys.readouterr()
+    assert pobo_main(["audit", *map(str, paths), "--keys", str(keys)]) == 0
+    sample = tmp_path / "sample" / "modeler.transcript"
+    sample.parent.mkdir()
+    sample.write_bytes(b"".join(bytes.fromhex(r["hex"]) for r in _DATA["transcript"]["records"]))
+    (sample.parent / "blobs").mkdir()
+    for name, blob in _DATA["transcript"]["blobs"].items():
+        (sample.parent / "blobs" / name).write_bytes(bytes.fromhex(blob))
+    assert pobo_main(["audit", str(sample), "--keys", str(keys)]) != 0
+
+
+def test_pobo_transcript_writer_writes_the_session_vector(tmp_path, monkeypatch):
+    """pobo's writer, given the session's frames at the vector's clocks, writes both
+    transcripts byte for byte (the record key order of section 12.1)."""
+    for role in (CURATOR, MODELER):
+        writer = transcripts.Transcript(tmp_path / role)
+        for raw in _DATA["session"][role]:
+            item = msgpack.unpackb(bytes.fromhex(raw), raw=False)
+            monkeypatch.setattr(transcripts.time, "time", lambda: item["time"])
+            writer.append(item["dir"], item["kind"], item["frame"])
+        writer.close()
+        assert (tmp_path / role).read_bytes() == b"".join(
+            bytes.fromhex(r) for r in _DATA["session"][role])
+
+
+def test_a_session_vector_cut_before_its_ends_is_incomplete(tmp_path, capsys):
+    """The vector's modeler transcript cut after the Release: each record still chains
+    and verifies, but no End from the curator vouches for the tail (exit 4)."""
+    from pobo.cli import main as pobo_main
+
+    paths, keys = _write_session(tmp_path / "session")
+    records = _DATA["session"][MODELER]
+    cut = next(i for i, r in enumerate(records)
+               if msgpack.unpackb(bytes.fromhex(r), raw=False)["kind"] == "release") + 1
+    paths[1].write_bytes(b"".join(bytes.fromhex(r) for r in records[:cut]))
+    assert pobo_main(["audit", str(paths[1]), "--keys", str(keys)]) == 4
+    assert pobo_main(["audit", str(paths[1]), "--keys", str(keys), "--allow-incomplete"]) == 0
+def test_pobo_merkle_log_gives_the_vector_s_roots_and_proofs():
+    """pobo's Merkle log (protocol.merkle, and parties.ledger_log over a journal) gives the
+    vector's leaf hashes, roots and consistency proofs, and verifies each proof; a proof
+    against another size's root fails."""
+    from pobo.protocol.checkpoint import entry_record
+    from pobo.protocol.merkle import MerkleTree, leaf_hash, verify_consistency
+
+    vector = _DATA["merkle_log"]
+    tree = MerkleTree()
+    for entry, expected in zip(LEDGER_ENTRIES, vector["leaf_hashes"], strict=True):
+        leaf = leaf_hash(entry_record(*entry))
+        assert leaf.hex() == expected
+        tree.append(leaf)
+    assert [tree.root(k).hex() for k in range(tree.size + 1)] == vector["roots"]
+    roots = [bytes.fromhex(r) for r in vector["roots"]]
+    for name, proof in vector["consistency"].items():
+        m, n = map(int, name.split("-"))
+        assert [p.hex() for p in tree.consistency(m, n)] == proof
+        nodes = [bytes.fromhex(p) for p in proof]
+        assert verify_consistency(m, n, nodes, roots[m], roots[n])
+        assert not verify_consistency(m, n, nodes, roots[m - 1], roots[n])

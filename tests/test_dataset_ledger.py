@@ -143,7 +143,7 @@ def test_a_projection_past_the_budget_is_refused_before_anything_is_drawn(monkey
 
     monkeypatch.setattr(service_module, "choose_projection", boom)
     with pytest.raises(PrivacyBudgetExceeded, match="budget"):
-        prepare_service(cfg(epsilon=3.0, budget_epsilon=2.0))
+        prepare_service(cfg(epsilon=3.0, budget_epsilon=1.5))  # (3, 1e-5) is (1.9, 1.6e-3)
 
 
 def test_ldp_reports_on_a_row_compose_across_sessions_and_the_row_budget_refuses(tmp_path):
@@ -263,7 +263,12 @@ def test_pobo_ledger_prints_the_dataset_ledger_as_json(tmp_path):
     cmd = [sys.executable, "-m", "pobo", "ledger", "--journal", str(tmp_path / "j.db")]
     data = json.loads(subprocess.run(cmd + ["--json"], capture_output=True, text=True,
                                      timeout=60, check=True).stdout)
-    assert data["central"]["epsilon"] == pytest.approx(service.settings.epsilon)
+    # the projection's own (eps, delta), stated at the ledger's delta (the budget's)
+    from pobo.protocol.accounting import gaussian_epsilon_at
+    stated = gaussian_epsilon_at(service.settings.epsilon, service.settings.delta,
+                                 data["central"]["delta"])
+    assert data["central"]["epsilon"] == pytest.approx(stated, rel=1e-9)
+    assert data["entries"][0]["epsilon_at_ledger_delta"] == data["central"]["epsilon"]
     assert data["central"]["budget_epsilon"] == 20.0
     assert data["local"]["max_row_epsilon_basic"] == pytest.approx(1.0)
     assert 0.99 < data["local"]["max_row_epsilon"] <= 1.0
@@ -339,13 +344,13 @@ def test_a_private_lift_on_a_tall_dataset_charges_no_test():
     assert "no test is run" in service.privacy_unit()["dataset"]["branch"]
 
 
-def test_a_budget_eps_alone_caps_delta_at_one_over_n(tmp_path):
+def test_a_budget_eps_alone_caps_delta_below_one_over_n(tmp_path):
     """--budget-eps without --budget-delta: a release asking for delta = 0.49 is refused
-    (the delta budget is 1/n, not 1)."""
+    (the delta budget is 0.1/n, below 1/n, not 1)."""
     config = cfg(T=4, epsilon=3.0, budget_epsilon=25.0, release="noisy", release_epsilon=0.5,
                  release_delta=0.49)
     service = prepare_service(config)
-    assert service.settings.budget.delta == pytest.approx(1 / 64)
+    assert service.settings.budget.delta == pytest.approx(0.1 / 64)
     cres, mres = asyncio.run(_session(service, tmp_path, release=_request(config)))
     assert mres["release"] is None and mres["release_error"].startswith("privacy_budget")
     assert cres["ledger"]["central"]["delta"] <= 1 / 64
@@ -436,19 +441,52 @@ def test_a_curator_that_loses_the_race_to_store_the_projection_serves_the_stored
     assert len(list(first.journal.projection_dir.glob("*.npy"))) == 1
 
 
-def test_a_curator_with_a_larger_budget_than_the_journal_recorded_warns(tmp_path, caplog):
-    """Every curator enforces the budget it was started with: one started with a larger
-    budget on the same journal may spend past the old limit. It says so, one line naming
-    what was raised; the same or a smaller budget says nothing."""
+def test_the_budget_is_fixed_at_the_first_serve_and_raised_only_by_name(tmp_path, caplog):
+    """The budget belongs to the dataset: a later start's budget flag may lower it
+    (recorded), but one asking for more is refused in one line unless --raise-budget,
+    and the raise is recorded in the journal's history and warned (issue 45: a journal
+    restarted with --eps 9 used to spend under a budget moved from 5 to 11 in silence)."""
     import logging
+
+    from pobo.parties.budget_history import BudgetRaiseRefused, budget_history
     journal = tmp_path / "j.db"
     prepare_service(cfg(budget_epsilon=5.0), journal=Journal(journal))
     with caplog.at_level(logging.WARNING, logger="pobo.curator"):
-        prepare_service(cfg(budget_epsilon=4.0), journal=Journal(journal))
-        assert not caplog.records
-        prepare_service(cfg(budget_epsilon=9.0), journal=Journal(journal))
-    assert len(caplog.records) == 1
-    assert "central epsilon 4 -> 9" in caplog.records[0].getMessage()
+        lowered = prepare_service(cfg(budget_epsilon=4.0), journal=Journal(journal))
+        assert not caplog.records and lowered.settings.budget.epsilon == 4.0
+        with pytest.raises(BudgetRaiseRefused, match="--raise-budget") as refusal:
+            prepare_service(cfg(budget_epsilon=9.0), journal=Journal(journal))
+        assert "\n" not in str(refusal.value) and "epsilon 4 -> 9" in str(refusal.value)
+        raised = prepare_service(cfg(budget_epsilon=9.0, raise_budget=True),
+                                 journal=Journal(journal))
+    assert raised.settings.budget.epsilon == 9.0
+    assert len(caplog.records) == 1 and "epsilon 4 -> 9" in caplog.records[0].getMessage()
+    history = budget_history(Journal(journal))
+    assert [h["budget_epsilon"] for h in history] == [5.0, 4.0, 9.0]
+    assert "raised by --raise-budget" in history[-1]["why"]
+    # a start with no budget flag keeps the raised budget, whatever its defaults derive
+    kept = prepare_service(cfg(), journal=Journal(journal))
+    assert kept.settings.budget.epsilon == 9.0
+
+
+def test_flags_of_a_later_start_do_not_widen_the_default_budget(tmp_path):
+    """Issue 45's attacks on the default budget: a journal whose row 0 spent its default
+    row budget (T x eps_LDP at T = 3) restarted with --T 10 kept the row budget of the
+    first serve; a restart with --eps 9 neither draws a second projection nor moves the
+    central budget (a second release needs --new-release, and is charged)."""
+    from pobo.parties.journal import JournalError
+    journal = tmp_path / "j.db"
+    first = prepare_service(cfg(T=3, ldp_epsilon=1.0), journal=Journal(journal))
+    fixed = first.settings.budget
+    assert fixed.row_epsilon == 3.0
+    later = prepare_service(cfg(T=10, ldp_epsilon=1.0), journal=Journal(journal))
+    assert later.settings.budget == fixed
+    with pytest.raises(JournalError, match="--new-release"):
+        prepare_service(cfg(epsilon=9.0), journal=Journal(journal))
+    assert len(Journal(journal).projection_keys()) == 1
+    with pytest.raises(PrivacyBudgetExceeded):  # asked by name: charged, and past the budget
+        prepare_service(cfg(epsilon=9.0, new_release=True), journal=Journal(journal))
+    assert Journal(journal).central_spent()[0] == pytest.approx(first.settings.epsilon)
 
 
 @pytest.mark.parametrize("epsilon, delta", [(math.inf, 0.0), (math.nan, 0.0), (-0.5, 0.0),

@@ -10,6 +10,7 @@ import msgpack
 import numpy as np
 import zmq
 import zmq.asyncio
+from wire import with_cookie  # test helper: the cookie round of PROTOCOL.md 3.7
 from waits import stop  # test helper: waits on tasks that are really bounded
 
 from pobo.protocol.codec import ARRAY_EXT, decode, encode
@@ -64,7 +65,8 @@ async def fuzz_peer(ctx, endpoint: str, seed: int, n: int) -> dict:
     sock.connect(endpoint)
     counts = {"error": 0, "reward": 0, "codes": set()}
     try:
-        await sock.send(encode(Hello(PROTOCOL_VERSION, f"fuzzer-{seed}")))
+        hello = await with_cookie(sock, Hello(PROTOCOL_VERSION, f"fuzzer-{seed}"), bare=True)
+        await sock.send(encode(hello))
         assert isinstance(decode(await asyncio.wait_for(sock.recv(), 10)), Welcome)
         await asyncio.wait_for(sock.recv(), 10)  # the dataset
         for i in range(FRAMES_PER_PEER):

@@ -115,6 +115,28 @@ def test_a_tampered_transcript_turns_the_verdict(run_dir, tmp_path):
     assert "VIOLATIONS" in page and "OK: 2 transcript" not in page
 
 
+def test_a_lone_transcript_cut_before_its_end_is_incomplete(run_dir, tmp_path):
+    """Issue 45: a curator transcript cut before the modeler's End, re-anchored, with the
+    modeler's transcript gone: what `pobo audit` exits 4 for, the page calls INCOMPLETE."""
+    import hashlib
+
+    import msgpack
+
+    from pobo.protocol.transcript import raw_records
+    folder = copy_run(run_dir, tmp_path)
+    (folder / "modeler.transcript").unlink()
+    raws = [raw for raw, _ in raw_records((folder / "curator.transcript").read_bytes())]
+    end = next(i for i, raw in enumerate(raws)
+               if msgpack.unpackb(raw, raw=False)["kind"] == "end")
+    (folder / "curator.transcript").write_bytes(b"".join(raws[:end]))
+    record = json.loads((folder / "curator.json").read_text())  # re-anchored by its party
+    record["transcript_head"] = {"records": end,
+                                 "last": hashlib.sha256(raws[end - 1]).hexdigest()}
+    (folder / "curator.json").write_text(json.dumps(record))
+    page = write_html_report(folder).read_text()
+    assert "INCOMPLETE: 1 transcript(s)" in page and "OK: 1 transcript" not in page, page
+
+
 def test_text_from_result_json_is_escaped(run_dir, tmp_path):
     evil = "<script>alert('x')</script>"
     folder = copy_run(run_dir, tmp_path, scenario=evil, source=evil + "&")
@@ -166,7 +188,9 @@ def test_a_run_page_leads_with_the_answer_and_the_privacy_statement(run_dir):
     regret, f_star = result["simple_regret"][-1], result["f_star"]
     sigma_y = result["sigma_y"]
     assert f"<td>best f found</td><td>{f_star - regret:.6g}</td>" in first
-    assert f"<td>f* (the best row)</td><td>{f_star:.6g}</td>" in first
+    # curator-private fields (pobo.party_records.CURATOR_PRIVATE) are not on the page
+    assert "f*" not in page and "σ_min" not in page and result["dataset_digest"] not in page
+    assert f"{f_star:.6g}" not in page and f"{result['sigma_min']:.6g}" not in page
     assert f"{regret / sigma_y:.4g} σ_y" in first
     unit = result["privacy_unit"]
     assert html.escape(unit["dataset"]["claim"], quote=True) in first
@@ -175,7 +199,9 @@ def test_a_run_page_leads_with_the_answer_and_the_privacy_statement(run_dir):
     assert "ε for a whole row" in first and f"{unit['epsilon_whole_row']:.4g}" in first
     central = result["ledger"]["central"]
     # the accountant's epsilon at the delta it is stated at, and the delta the entries spent
-    assert (f"Ledger: ε {central['epsilon']:.4g} spent at δ {central['delta']:.3g} (δ spent "
+    # (a seeded run: no DP claim, and its ledger's epsilons said to be nominal)
+    assert result["dp"] is False and "Ledger: no DP claim (seeded" in first
+    assert (f"nominally ε {central['epsilon']:.4g} spent at δ {central['delta']:.3g} (δ spent "
             f"{central['delta_basic']:.3g}); budget ε ") in first
 
 
@@ -271,7 +297,7 @@ def test_the_paper_column_beside_a_preset_sweep(sweep_dir, tmp_path):
 
 
 def test_a_folder_that_is_neither_is_a_one_line_error(tmp_path):
-    with pytest.raises(ReportError, match="neither a run folder"):
+    with pytest.raises(ReportError, match="holds no run .result.json., sweep"):
         write_html_report(tmp_path)
     (tmp_path / "result.json").write_text("{ half")
     with pytest.raises(ReportError, match="cannot read"):

@@ -43,7 +43,9 @@ from pobo.transport.security import make_signing_keys
 
 POBO = [sys.executable, "-m", "pobo"]
 T, SEED = 8, 4
-TRIALS = 10 if os.environ.get("POBO_FULL") else 3  # kill points (pytest --full: 10)
+# kill points, alternating the side killed: by default one curator and one modeler
+# (pytest --full: 10)
+TRIALS = 10 if os.environ.get("POBO_FULL") else 2
 SCENARIO = ["synthetic", "--grid", "10", "--T", str(T), "--seed", str(SEED), "--ldp-eps", "2"]
 F_SETPIPE_SZ = 1031
 
@@ -155,12 +157,25 @@ def _curator(where: Path, port: int, stdout) -> subprocess.Popen:
                             stdout=stdout, stderr=subprocess.DEVNULL)
 
 
-def _modeler(where: Path, port: int, stdout, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([*POBO, "modeler", "--connect", f"tcp://127.0.0.1:{port}",
-                             "--seed", str(SEED), "--timeout", "1", "--out", str(where / "m"),
-                             "--sign-secret", str(KEYS[0] / "modeler.sign_secret"),
-                             "--curator-sign-key", str(KEYS[0] / "curator.sign_public"),
-                             "--verbose", *extra], stdout=stdout, stderr=subprocess.DEVNULL)
+def _modeler(where: Path, port: int, stdout, *extra: str,
+             timeout: str = "20") -> subprocess.Popen:
+    """A modeler with a generous reply timeout unless told (one whose curator is killed
+    is given a short one, to give up soon), its stderr kept for a failure's message."""
+    err = where / f"modeler-{len(list(where.glob('modeler-*.err')))}.err"
+    with open(err, "w") as stderr:
+        proc = subprocess.Popen([*POBO, "modeler", "--connect", f"tcp://127.0.0.1:{port}",
+                                 "--seed", str(SEED), "--timeout", timeout, "--out",
+                                 str(where / "m"),
+                                 "--sign-secret", str(KEYS[0] / "modeler.sign_secret"),
+                                 "--curator-sign-key", str(KEYS[0] / "curator.sign_public"),
+                                 "--verbose", *extra], stdout=stdout, stderr=stderr)
+    proc.err_path = err
+    return proc
+
+
+def _said(proc: subprocess.Popen) -> str:
+    """A modeler's stderr, for an assertion's message."""
+    return f"modeler stderr:\n{proc.err_path.read_text()[-3000:]}"
 
 
 def _readline(fd: int, timeout: float) -> bytes:
@@ -237,7 +252,7 @@ def reference(tmp_path_factory) -> dict:
         assert listening.startswith(LISTENING.encode())
         modeler = _modeler(where, port, subprocess.PIPE)
         out, _ = modeler.communicate(timeout=60)
-        assert modeler.returncode == 0
+        assert modeler.returncode == 0, _said(modeler)
         folder, record = _session_record(where)
         lines = []  # the privacy statement's lines, then one line per answer
         while len(_progress(lines, b"[curator] t=")) < T:
@@ -275,7 +290,7 @@ def _interrupt(where: Path, side: str, k: int, delay: float, reference: dict) ->
             procs.append(victim)
             _wait(lambda: _pending(r) >= filler + listening or victim.poll() is not None, 30,
                   "the curator binding")
-            procs.append(_modeler(where, port, subprocess.DEVNULL))
+            procs.append(_modeler(where, port, subprocess.DEVNULL, timeout="2"))
         else:
             curator = _curator(where, port, subprocess.PIPE)
             procs.append(curator)
@@ -303,7 +318,7 @@ def _interrupt(where: Path, side: str, k: int, delay: float, reference: dict) ->
             assert _readline(restarted.stdout.fileno(), 30).startswith(LISTENING.encode())
         again = _modeler(where, port, subprocess.DEVNULL, "--resume")
         procs.append(again)
-        assert again.wait(60) == 0, "the resumed modeler failed"
+        assert again.wait(120) == 0, f"the resumed modeler failed; {_said(again)}"
         _session_record(where)
     finally:
         _stop(*procs)

@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from pobo.parties.journal import Journal
-from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Query, Reward
+from pobo.protocol.cookie import cookie_round
+from pobo.protocol.messages import PROTOCOL_VERSION, Hello, Query, Reward, new_nonce
 from pobo.protocol.policy import MODELER
 from pobo.remote import LISTENING
 from pobo.session import open_channel
@@ -41,7 +42,8 @@ def test_kill_9_right_after_a_reward_keeps_its_answer_in_the_journal(tmp_path, d
         ctx = new_context()
         channel = open_channel(DealerPipe.connect(ctx, endpoint), MODELER, False, None, 10)
         try:
-            await channel.send(Hello(PROTOCOL_VERSION, "kill-test"))
+            await channel.send(await cookie_round(channel, Hello(PROTOCOL_VERSION, "kill-test",
+                                                                 nonce=new_nonce())))
             await channel.recv()  # Welcome
             await channel.recv()  # Dataset
             for seq in range(1, 6):

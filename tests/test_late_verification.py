@@ -13,8 +13,11 @@ import zmq.asyncio
 
 from pobo.parties.journal import Journal
 from pobo.protocol.channel import LateSignature
+from pobo.protocol.cookie import cookie_round
 from pobo.protocol.errors import ErrorCode
-from pobo.protocol.messages import PROTOCOL_VERSION, End, Error, Hello, Pending, Query, Reward
+from pobo.protocol.messages import (
+    PROTOCOL_VERSION, End, Error, Hello, Pending, Query, Reward, new_nonce,
+)
 from pobo.protocol.policy import CURATOR, MODELER
 from pobo.protocol.codec import encode
 from pobo.protocol.signing import ZERO, Link, Signer, open_frame, seal
@@ -416,7 +419,8 @@ def test_another_curve_key_under_a_sessions_routing_id_is_not_heard(tmp_path):
             sock = dealer(keys["modeler_secret"])
             channel = open_channel(DealerPipe(sock, None, endpoint=endpoint, curve=True),
                                    MODELER, False, None, 8, signer=victim)
-            await channel.send(Hello(PROTOCOL_VERSION, "v", sign_key=channel.sign_key))
+            await channel.send(await cookie_round(channel, Hello(
+                PROTOCOL_VERSION, "v", sign_key=channel.sign_key, nonce=new_nonce())))
             await channel.recv()
             await channel.recv()
             await channel.send(Query(1, 2))

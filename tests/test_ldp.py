@@ -167,27 +167,37 @@ def test_median_of_means_picks_the_estimate_the_papers_rule_picks():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["tgp-ucb", "ata-gp-ucb", "moma-gp-ucb"])
-def test_each_ldp_strategy_beats_random_on_ldp_synthetic(strategy):
+@pytest.mark.parametrize("strategy", [
+    "tgp-ucb", pytest.param("ata-gp-ucb", marks=pytest.mark.full),  # minutes: pytest --full
+    "moma-gp-ucb"])
+def test_each_ldp_strategy_beats_random_on_ldp_synthetic(strategy, tmp_path):
     """Cumulative regret at the documented default beta scale, eps = 1, SE kernel, against
     uniform random play on the same seeds. Full: T = 2000, 4 seeds, strategy <= 0.6 x
-    random; reduced (no --full): T = 1000 (ATA 500), 2 seeds, <= 0.8 x random (MoMA's epochs are ~300
-    plays, so a shorter run leaves it only three). MoMA's full margin is 0.7: with the
+    random; reduced (no --full): T = 1000, 2 seeds, <= 0.8 x random (MoMA's epochs are ~300
+    plays, so a shorter run leaves it only three). ATA-GP-UCB, whose per-round cost grows
+    with t (minutes even at T = 500), runs only under --full. MoMA's full margin is 0.7: with the
     declared B = 10 (not the instance's max |f| ~ 4.5, which leaked a value) the Laplace
     scale 2(B + R)/eps doubled, and its theorem-sized epochs got it 0.64 x random
     (4 seeds); issue 15 revisits its k."""
     T, seeds, margin = (1000, 2, 0.8) if REDUCED else (2000, 4, 0.6)
     if strategy == "moma-gp-ucb" and not REDUCED:
         margin = 0.7
-    if strategy == "ata-gp-ucb" and REDUCED:
-        T = 500  # its per-round cost grows with t; at 500, 0.34 x random on these seeds
     totals = {}
     for name in (strategy, "random"):
         regrets = []
         for seed in range(seeds):
             cfg = RunConfig("ldp-synthetic", T=T, seed=seed, ldp_epsilon=1.0, strategy=name)
-            result = asyncio.run(run_inproc(cfg, f"/tmp/pobo-ldp-test/{name}-{seed}",
+            result = asyncio.run(run_inproc(cfg, tmp_path / f"{name}-{seed}",
                                             transcripts=False))
             regrets.append(result["cumulative_regret"][-1])
         totals[name] = float(np.mean(regrets))
     assert totals[strategy] <= margin * totals["random"], totals
+
+
+def test_ata_gp_ucb_runs_a_short_session_to_its_end(tmp_path):
+    """The default suite's run of ATA-GP-UCB (its regret check is --full's): a short
+    session on ldp-synthetic completes, every query a row, its regret finite."""
+    cfg = RunConfig("ldp-synthetic", T=30, seed=0, ldp_epsilon=1.0, strategy="ata-gp-ucb")
+    result = asyncio.run(run_inproc(cfg, tmp_path / "ata", transcripts=False))
+    assert result["status"] == "ok" and len(result["queries"]) == 30
+    assert np.isfinite(result["cumulative_regret"][-1])

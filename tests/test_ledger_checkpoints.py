@@ -141,7 +141,7 @@ def test_a_rolled_back_journal_is_refused_at_start_and_else_shows_as_a_fork(tmp_
     text = str(behind.value)
     assert "\n" not in text and "behind the ledger head" in text and "holds only 4" in text
     assert Journal(journal).ledger_rows() == rows  # refused before anything was charged
-    status, _, err = _cli(["curator", *CLI, "--journal", str(journal),
+    status, _, err = _cli(["curator", *CLI, "--bind", "tcp://127.0.0.1:0", "--journal", str(journal),
                            "--out", str(tmp_path / "cli")])
     errors = [line for line in err.splitlines() if "error" in line]
     assert status == 1 and len(errors) == 1 and "LedgerBehind" in errors[0], err
@@ -264,7 +264,8 @@ def test_a_projection_stored_without_its_charge_is_named_by_pobo_ledger(tmp_path
         def free(self, key, release, report, entries, budget):
             return store(self, key, release, report, [], budget)
         monkeypatch.setattr(Journal, "store_projection", free)
-        prepare_service(replace(CONFIG, epsilon=2.0), journal=j)  # a second Z, uncharged
+        prepare_service(replace(CONFIG, epsilon=2.0, new_release=True),
+                        journal=j)  # a second Z, uncharged
         found, _ = journal_findings(j, None, [])
     finally:
         j.close()
@@ -596,7 +597,7 @@ def test_the_head_file_is_checked_typed_and_a_journal_ahead_of_it_starts(tmp_pat
         with pytest.raises(JournalError) as bad:
             prepare_service(CONFIG, journal=Journal(journal))
         assert says in str(bad.value) and "\n" not in str(bad.value)
-    status, _, err = _cli(["curator", *CLI, "--ledger-head", str(head),
+    status, _, err = _cli(["curator", *CLI, "--bind", "tcp://127.0.0.1:0", "--ledger-head", str(head),
                            "--out", str(tmp_path / "cli")])
     assert status == 1 and "--ledger-head needs --journal" in err
 

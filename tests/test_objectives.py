@@ -775,7 +775,7 @@ def test_pobo_answer_lists_and_enters_values(tmp_path, capsys):
     assert "already has the value 0.25" in capsys.readouterr().err
     assert main(["answer", "--journal", str(tmp_path / "j.db"), "s1", "1"]) == 1
     assert main(["answer", "--journal", str(tmp_path / "nope.db"), "--list"]) == 1
-    assert main(["curator", "synthetic", "--objective-wait"]) == 1  # needs --journal
+    assert main(["curator", "synthetic", "--bind", "tcp://127.0.0.1:0", "--objective-wait"]) == 1  # needs --journal
     assert "--objective-wait needs --journal" in capsys.readouterr().err
 
 
@@ -856,6 +856,7 @@ def test_a_deferred_answer_entered_after_a_curator_restart_completes_the_session
     assert np.allclose(record["measured"], [-((r % 8) - 3) ** 2 / 10 for r in record["data_rows"]])
 
 
+@pytest.mark.full  # 26 s of waiting for the 10 s lines: pytest --full
 def test_a_standalone_modeler_says_every_10_s_that_the_curator_is_unreachable(tmp_path):
     """The issue (22, item 10): a modeler whose curator died with a query pending retries
     for its --patience; it must not be silent meanwhile."""

@@ -257,3 +257,86 @@ def test_every_reward_with_the_wrong_noise_is_the_same_typed_refusal(params, rel
         assert refused.value.code is ErrorCode.POLICY
         with pytest.raises(PolicyViolation, match="announced no reward mechanism"):
             mod.incoming(Reward(1, 3, 0.5, LDP_REWARD))
+
+
+def _distinct_pair(params, release, strategy="gp-ucb", T=8, batch=1):
+    """A curator and a modeler boundary of a session under the `distinct` rule (n = 5)."""
+    params = dataclasses.replace(params, distinct=True, T=T, batch=batch)
+    cur, mod = Boundary(PRIVATE, CURATOR), Boundary(PRIVATE, MODELER)
+    for msg in (Hello(PROTOCOL_VERSION, "t", strategy=strategy, batch=batch),
+                Welcome(PROTOCOL_VERSION, "s", params), Dataset(release)):
+        sender, receiver = (mod, cur) if isinstance(msg, Hello) else (cur, mod)
+        sender.outgoing(msg)
+        receiver.incoming(msg)
+    return cur, mod
+
+
+def _answer(cur, mod, seq, row):
+    for side in (mod.outgoing, cur.incoming):
+        side(Query(seq, row))
+    for side in (cur.outgoing, mod.incoming):
+        side(Reward(seq, row, 0.5))
+
+
+@pytest.mark.parametrize("strategy", ["gp-ucb", "random", ""])
+def test_distinct_refuses_a_row_asked_before_until_every_row_has_been(params, release,
+                                                                      strategy):
+    """Issue 49: `distinct` was announced and nothing enforced it. A second query of a row
+    is refused `policy`, naming the query (a refusal: its seq stays free), on both sides;
+    once every row has been queried, rows may repeat; a retry is no second query."""
+    cur, mod = _distinct_pair(params, release, strategy)
+    _answer(cur, mod, 1, 3)
+    for side in (mod.outgoing, cur.incoming):
+        with pytest.raises(ProtocolError) as caught:
+            side(Query(2, 3))
+        assert (caught.value.code, caught.value.seq) == (ErrorCode.POLICY, 2)
+    for side in (mod.outgoing, cur.incoming):
+        side(Query(1, 3))  # the retry of query 1: the same row, the same seq
+    for side in (cur.outgoing, mod.incoming):
+        side(Reward(1, 3, 0.5))
+    for seq, row in zip(range(2, 6), (0, 1, 2, 4)):
+        _answer(cur, mod, seq, row)
+    _answer(cur, mod, 6, 3)  # every row queried: the rule is spent
+
+
+def test_distinct_frees_the_row_of_a_withdrawn_query_and_spares_the_heavy_tailed(params,
+                                                                                 release):
+    cur, mod = _distinct_pair(params, release, batch=2)
+    for side in (mod.outgoing, cur.incoming):
+        side(Query(1, 2))
+    refusal = Error("evaluation_failed", "no", 1)  # not a withdrawal: row 2 stays asked
+    cur.outgoing(refusal), mod.incoming(refusal)
+    with pytest.raises(ProtocolError):
+        mod.outgoing(Query(2, 2))
+    withdrawn = Error("privacy_budget", "no", 3)  # query 3 refused by the curator's record
+    for side in (mod.outgoing, cur.incoming):
+        side(Query(3, 4))
+    cur.outgoing(withdrawn), mod.incoming(withdrawn)
+    for side in (mod.outgoing, cur.incoming):
+        side(Query(3, 4))  # its row is free again
+    cur, mod = _distinct_pair(params, release, strategy="moma-gp-ucb")
+    _answer(cur, mod, 1, 3)
+    _answer(cur, mod, 2, 3)  # MoMA re-queries a row by design: exempt
+
+
+def test_a_hello_declaring_a_release_with_a_batch_is_refused_policy(params):
+    """Issue 49: such a Hello was admitted, and the release refused after T evaluations."""
+    hello = Hello(PROTOCOL_VERSION, "t", strategy="gp-ucb", release_delta=0.01, batch=4)
+    for side in (Boundary(PRIVATE, MODELER).outgoing, Boundary(PRIVATE, CURATOR).incoming):
+        with pytest.raises(PolicyViolation):
+            side(hello)
+    Boundary(PRIVATE, CURATOR).incoming(dataclasses.replace(hello, batch=1))
+
+
+def test_a_welcome_granting_distinct_to_a_release_hello_is_refused(params):
+    """The curator refuses such a Hello (remote._admit, runners.serve_session): a Welcome
+    to it is a policy violation on either side, and so in an audit of either transcript."""
+    hello = Hello(PROTOCOL_VERSION, "t", strategy="gp-ucb", release_delta=0.01)
+    welcome = Welcome(PROTOCOL_VERSION, "s", dataclasses.replace(params, distinct=True))
+    cur, mod = Boundary(PRIVATE, CURATOR), Boundary(PRIVATE, MODELER)
+    mod.outgoing(hello), cur.incoming(hello)
+    with pytest.raises(PolicyViolation, match="distinct"):
+        cur.outgoing(welcome)
+    with pytest.raises(PolicyViolation, match="distinct"):
+        mod.incoming(welcome)
+    cur.outgoing(dataclasses.replace(welcome, params=params))  # without the rule: welcome

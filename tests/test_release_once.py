@@ -21,7 +21,7 @@ def test_a_resume_after_T_never_grants_a_second_release(tmp_path):
     the owner resumes it and asks for the release again: refused with a typed error, and
     the ledger is charged nothing more -- also after the curator restarts."""
     from pobo.parties.journal import Journal
-    config = cfg(T=4, release="noisy", release_epsilon=0.5, release_delta=1e-3)
+    config = cfg(T=4, release="noisy", release_epsilon=0.5, release_delta=1e-8)
     journal = Journal(tmp_path / "journal.db")
     service = prepare_service(config, journal=journal)
     cres, mres = asyncio.run(_session(service, tmp_path / "s", release=_request(config)))
@@ -35,12 +35,12 @@ def test_a_resume_after_T_never_grants_a_second_release(tmp_path):
             journal = Journal(tmp_path / "journal.db")
             service = prepare_service(config, journal=journal)
         resumed = service.resume(sid)
-        hello = Hello(PROTOCOL_VERSION, "t", sid, "gp-ucb", 1e-3)
+        hello = Hello(PROTOCOL_VERSION, "t", sid, "gp-ucb", 1e-8)
         handle = release_handler(service.problem, resumed.release.Z, resumed.params.kernel,
                                  resumed.curator(), resumed.ledger,
                                  resumed.source("release-noise"), hello=hello)
         with pytest.raises(ReleaseAlreadyGranted) as refusal:
-            handle(ReleaseRequest("noisy", 0.5, 1e-3))
+            handle(ReleaseRequest("noisy", 0.5, 1e-8))
         assert refusal.value.code is ErrorCode.POLICY
         assert journal.central_entries() == charged  # no second charge
         journal.set_status(sid, resumed.generation, "interrupted")

@@ -84,9 +84,10 @@ def test_the_cli_takes_inf_and_warns_at_start(tmp_path):
 def test_the_shipped_scenarios_default_runs_fit_the_default_budget(scenario, options,
                                                                   tmp_path):
     """The default budget refuses nothing a default run does: the projection (and its
-    lift test) and one default release, with LDP on."""
+    lift test) and one default release, with LDP on. (Hospital's rule `distinct` grants
+    no noisy release, PROTOCOL.md 10.1: lifted here, the budget is the point.)"""
     config = RunConfig(scenario, T=3, seed=0, options=options, release="noisy",
-                       ldp_epsilon=1.0)
+                       ldp_epsilon=1.0, distinct=False)
     service = prepare_service(config)
     cres, mres = asyncio.run(_session(service, tmp_path, release=release_request(config)))
     assert cres["status"] == "ok" and mres["release"] is not None, mres.get("release_error")
@@ -286,7 +287,7 @@ def test_pobo_ledger_json_into_head_ends_quietly(tmp_path):
 def test_a_public_key_as_curve_secret_is_named_as_such(tmp_path):
     from pobo.transport.security import make_keys
     paths = make_keys(tmp_path / "keys")
-    done = _pobo("curator", "synthetic", "--grid", "8", "--curve-secret",
+    done = _pobo("curator", "synthetic", "--grid", "8", "--bind", "tcp://127.0.0.1:0", "--curve-secret",
                  str(paths["curator_public"]), "--curve-allow", str(paths["allowed"]),
                  "--out", str(tmp_path / "o"))
     assert done.returncode == 1 and "is a public key, not a secret one" in done.stderr

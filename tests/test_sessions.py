@@ -15,6 +15,7 @@ import pytest
 import zmq
 import zmq.asyncio
 import zmq.auth
+from wire import with_cookie  # test helper: the cookie round of PROTOCOL.md 3.7
 from waits import result_within, stop  # test helper: waits on tasks that are really bounded
 
 from pobo.parties.curator import Oracle
@@ -48,7 +49,8 @@ class Peer:
         return decode(await asyncio.wait_for(self.sock.recv(), timeout))
 
     async def hello(self, resume: str = "") -> Welcome:
-        welcome = await self.ask(encode(Hello(PROTOCOL_VERSION, "t", resume)))
+        hello = await with_cookie(self.sock, Hello(PROTOCOL_VERSION, "t", resume), bare=True)
+        welcome = await self.ask(encode(hello))
         if isinstance(welcome, Welcome):
             assert isinstance(decode(await asyncio.wait_for(self.sock.recv(), 10)), Dataset)
         return welcome
@@ -196,6 +198,13 @@ async def test_racing_resumes_evaluate_f_exactly_t_times(tmp_path, monkeypatch):
 
 
 async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
+    """The stale connection writes nothing after the resume that takes its session over;
+    it is told so at once with the fatal `superseded` Error (issue 49: it heard nothing
+    and waited out its timeout before), which the curator records as that connection's
+    last frame, before the resumed connection's Hello, and its transcript still audits."""
+    from pobo.protocol.audit import audit_transcript
+    from pobo.protocol.transcript import read_transcript
+
     service = prepare_service(CFG)
     task, endpoint = await _serve(tmp_path, service, sessions=0)
     ctx = new_context()
@@ -204,6 +213,8 @@ async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
         sid = (await stale.hello()).session
         assert isinstance(await stale.ask(encode(Query(1, 1))), Reward)
         assert isinstance(await fresh.hello(resume=sid), Welcome)  # takes the session over
+        told = decode(await asyncio.wait_for(stale.sock.recv(), 5.0))
+        assert isinstance(told, Error) and told.code == ErrorCode.SUPERSEDED.value, told
         for seq in range(2, CFG.T + 1):
             assert isinstance(await fresh.ask(encode(Query(seq, seq))), Reward)
         await fresh.sock.send(msgpack.packb({"kind": "end", "reason": "done"}))
@@ -219,6 +230,36 @@ async def test_a_stale_connection_cannot_overwrite_the_resumed_record(tmp_path):
     finally:
         stale.close()
         fresh.close()
+        await _stop(task)
+        close_context(ctx)
+    path = tmp_path / "curator" / sid / "curator.transcript"
+    kinds = [(r.dir, r.kind) for r in read_transcript(path)]
+    told_at = kinds.index(("sent", "error"))
+    assert kinds[told_at + 1] == ("recv", "hello"), kinds  # the old connection's last frame
+    report = audit_transcript(path)
+    assert report.ok and report.complete, report.violations
+
+
+@pytest.mark.parametrize("distinct, batch", [(True, 1), (False, 4)])
+async def test_a_release_that_can_never_be_granted_is_refused_at_the_hello(tmp_path,
+                                                                           distinct, batch):
+    """Issue 49: a Hello declaring Kusner's noisy release with a batch of 4, or in a
+    session under the `distinct` rule, was admitted, and the release refused only at the
+    end, after T evaluations. Now the Hello is refused `policy`, and no session opens."""
+    service = prepare_service(RunConfig(T=4, seed=5, options={"grid": 8}, timeout=10.0,
+                                        distinct=distinct))
+    task, endpoint = await _serve(tmp_path, service, sessions=0)
+    ctx = new_context()
+    peer = Peer(ctx, endpoint)
+    try:
+        hello = await with_cookie(peer.sock, Hello(PROTOCOL_VERSION, "t", strategy="gp-ucb",
+                                                   release_delta=0.01, batch=batch), bare=True)
+        refused = await peer.ask(encode(hello))
+        assert isinstance(refused, Error) and refused.code == ErrorCode.POLICY.value, refused
+        assert ("distinct" if distinct else "batch") in refused.message
+        assert not service.journal.sessions()
+    finally:
+        peer.close()
         await _stop(task)
         close_context(ctx)
 
@@ -441,9 +482,9 @@ async def test_without_curve_a_session_belongs_to_its_signing_key(tmp_path):
     a, b = Peer(ctx, endpoint), Peer(ctx, endpoint)
 
     async def hello(peer, key, resume=""):
-        frame = seal(encode(Hello(PROTOCOL_VERSION, "t", resume, sign_key=key.public_hex)),
-                     Link(resume, 0, ZERO, ZERO), key)
-        await peer.sock.send(frame)
+        opening = await with_cookie(peer.sock, Hello(PROTOCOL_VERSION, "t", resume,
+                                                     sign_key=key.public_hex), key)
+        await peer.sock.send(seal(encode(opening), Link(resume, 0, ZERO, ZERO), key))
         return decode(open_frame(await asyncio.wait_for(peer.sock.recv(), 10)).body)
 
     try:

@@ -189,6 +189,36 @@ def test_deleting_the_release_from_both_transcripts_fails(signed, tmp_path):
         assert report.signatures.startswith("FAILED at record"), report.signatures
 
 
+@pytest.mark.parametrize("role", [CURATOR, MODELER])
+def test_a_party_cutting_its_transcript_after_the_release_fails_a_single_audit(signed,
+                                                                               tmp_path, role):
+    """Issue 45's attack: a party cuts its own transcript at the Release (the Release and
+    everything after it gone: no frame left acknowledges them) and re-anchors its head. The
+    chain, every signature and every link still verify; only the End the peer would have
+    sent last, acknowledging the party's last frame, is missing. Audited alone, it must
+    not pass: exit 4, saying it cannot vouch for the tail (0 with --allow-incomplete)."""
+    out, keys, _ = signed
+    folder = _copy(out, tmp_path / "f")
+    keys_dir = _keys_dir(tmp_path, keys)
+    whole, text = _audit([folder / f"{role}.transcript"], keys_dir)
+    assert whole == 0, text  # the session's own transcript holds its peer's End
+    items = _items(folder / f"{role}.transcript")
+    release = next(i for i, it in enumerate(items) if it["kind"] == "release")
+    _rewrite(folder, role, items[:release])
+    record = json.loads((folder / f"{role}.json").read_text())
+    record.pop("ledger", None)  # its own record, rewritten to match: it shows no release
+    record.pop("release", None)
+    (folder / f"{role}.json").write_text(json.dumps(record))
+    status, text = _audit([folder / f"{role}.transcript"], keys_dir)
+    assert status == 4, text
+    assert "signatures: verified" in text and "INCOMPLETE" in text, text
+    assert _audit([folder / f"{role}.transcript"], keys_dir, "--allow-incomplete")[0] == 0
+    # with the peer's transcript the cut shows: frames or receipts it holds are missing
+    paired, text = _audit([folder / "curator.transcript", folder / "modeler.transcript"],
+                          keys_dir)
+    assert paired == 2 and "transcripts disagree" in text, text
+
+
 def test_a_replaced_modeler_key_fails(signed, tmp_path):
     """A forger re-signs everything the modeler sent with a key of its own and announces
     it in the Hello: the auditor checks against the modeler key it was given."""

@@ -4,6 +4,8 @@ deterministic), each library verifies the other's, and every key file format loa
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 from cryptography.exceptions import InvalidSignature
@@ -74,6 +76,8 @@ def test_every_key_file_format_loads_to_the_same_key(tmp_path):
     (tmp_path / "pem").write_bytes(key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption()))
+    for name in ("raw", "hex", "pem"):
+        os.chmod(tmp_path / name, 0o600)  # a secret key others may read is refused
     publics = {load_signing_key(tmp_path / name).public_hex for name in ("raw", "hex", "pem")}
     assert publics == {Signer(seed).public_hex}
 
@@ -113,3 +117,27 @@ def test_a_public_key_file_is_refused_as_a_signing_secret(tmp_path):
         (tmp_path / "k" / name).write_bytes(content)
         with pytest.raises(ValueError, match="holds the public key of"):
             load_signing_key(tmp_path / "k" / name)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660])
+def test_a_secret_key_others_may_read_is_refused_as_ssh_does(tmp_path, mode):
+    """A review's finding: a signing key's mode was never checked (CURVE keys' is). A key
+    that group or others may read signs for them too: refused in one line, naming the
+    fix; 0600 and 0400 load."""
+    from pobo.transport.security import make_keys
+
+    paths = make_keys(tmp_path / "k")
+    secret = paths["curator_sign_secret"]
+    for ok in (0o600, 0o400):
+        os.chmod(secret, ok)
+        assert load_signing_key(secret).public_hex
+    os.chmod(secret, mode)
+    with pytest.raises(ValueError, match="may be read by others") as refused:
+        load_signing_key(secret)
+    assert f"chmod 600 {secret}" in str(refused.value) and "\n" not in str(refused.value)
+    done = subprocess.run([sys.executable, "-m", "pobo", "curator", "synthetic", "--grid",
+                           "5", "--bind", "tcp://127.0.0.1:0", "--sign-secret", str(secret),
+                           "--out", str(tmp_path / "c")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1 and "may be read by others" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "c").exists()

@@ -27,7 +27,7 @@ from curator_process import CuratorProcess  # test helper: runs the CLI, no pobo
 
 ROOT = Path(__file__).resolve().parents[1]
 ZERO = bytes(32)
-VERSION = 5
+VERSION = 6
 ARRAY_EXT = 1
 DTYPES = {1: ("d", 8), 2: ("f", 4), 3: ("q", 8)}  # PROTOCOL.md 5: code -> (struct, size)
 
@@ -138,6 +138,20 @@ class SpecModeler:
         self.send_frame(kind, frame)
         return frame
 
+    def hello(self, **fields) -> bytes:
+        """The cookie round (PROTOCOL.md 3.7): the Hello sent once as a probe (neither
+        recorded nor counted), then again, recorded, echoing the cookie of the curator's
+        Retry; returns that second frame."""
+        self.sock.send(self.frame("hello", **fields, cookie=""))
+        if not self.sock.poll(self.timeout_ms, zmq.POLLIN):
+            raise TimeoutError(f"no Retry from the curator in {self.timeout_ms} ms")
+        env = msgpack.unpackb(b"".join(self.sock.recv_multipart()), raw=False)
+        reply = msgpack.unpackb(env["body"], raw=False)
+        if reply["kind"] == "error":
+            raise CuratorError(reply["code"], reply["message"], reply.get("seq", 0))
+        assert reply["kind"] == "retry" and len(reply["cookie"]) == 64, reply
+        return self.send("hello", **fields, cookie=reply["cookie"])
+
     def send_frame(self, kind: str, frame: bytes) -> None:
         if self.transcript is not None:
             self.transcript.append("sent", kind, frame)
@@ -186,9 +200,9 @@ def run_session(endpoint: str, seed: int, timeout_ms: int = 20_000, secret=None,
     try:
         sock.connect(endpoint)
         m = SpecModeler(sock, timeout_ms, secret, record)
-        m.send("hello", version=VERSION, client="spec-modeler", resume="", strategy="random",
-               release_delta=0.0, sign_key=m.sign_key, batch=batch,
-               nonce=secrets.token_hex(16))
+        m.hello(version=VERSION, client="spec-modeler", resume="", strategy="random",
+                release_delta=0.0, sign_key=m.sign_key, batch=batch,
+                nonce=secrets.token_hex(16))
         welcome = m.recv()
         assert welcome["kind"] == "welcome" and welcome["version"] == VERSION
         m.session = welcome["session"]
@@ -295,6 +309,7 @@ def test_spec_modeler_signed_session_with_refusals(tmp_path):
     keys = tmp_path / "keys"
     keys.mkdir()
     (keys / "curator.sign_secret").write_text(curator_secret.hex())
+    os.chmod(keys / "curator.sign_secret", 0o600)  # a secret key others may read is refused
     spec = SpecModeler(None, 0, modeler_key)
     (keys / "modeler.sign_public").write_text(spec.sign_key)
     T = 3
@@ -342,6 +357,7 @@ def test_spec_transcript_passes_pobo_audit(tmp_path):
     keys = tmp_path / "keys"
     keys.mkdir()
     (keys / "curator.sign_secret").write_text(curator_secret.hex())
+    os.chmod(keys / "curator.sign_secret", 0o600)  # a secret key others may read is refused
     (keys / "curator.sign_public").write_text(_public_hex(curator_secret) + "\n")
     (keys / "modeler.sign_public").write_text(_public_hex(modeler_secret) + "\n")
     T = 4
@@ -386,9 +402,9 @@ def _connect(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
 
 def _handshake(m: SpecModeler, batch: int = 1, resume: str = "", nonce: str | None = None):
     """Hello -> (Welcome params, Dataset); the session id kept in `m`."""
-    m.send("hello", version=VERSION, client="spec-modeler", resume=resume, strategy="",
-           release_delta=0.0, sign_key=m.sign_key, batch=batch,
-           nonce=secrets.token_hex(16) if nonce is None else nonce)
+    m.hello(version=VERSION, client="spec-modeler", resume=resume, strategy="",
+            release_delta=0.0, sign_key=m.sign_key, batch=batch,
+            nonce=secrets.token_hex(16) if nonce is None else nonce)
     welcome = m.recv()
     m.session = welcome["session"]
     assert m.recv()["kind"] == "dataset"
@@ -406,12 +422,15 @@ def _expect_error(m: SpecModeler) -> CuratorError:
 def test_pipelined_queries_go_on_after_a_refused_one(tmp_path):
     """PROTOCOL.md 7: a refused query is not asked. Queries 1 (a bad row), 2 and 3 sent at
     once: 1 is refused naming seq 1, 2 and 3 are answered, and seq 1 asked again with a
-    good row completes the session (T = 3, batch 3)."""
+    good row completes the session (T = 3, batch 3). `pobo audit` accepts the flow from
+    both transcripts, the modeler's (written from the text) included: the bad row it sent
+    is a query the curator refuses, not a violation."""
     curator = CuratorProcess(tmp_path / "curator", 3, ["--max-batch", "3"])
     ctx = zmq.Context()
+    written = SpecTranscript(tmp_path / "modeler.transcript")
     try:
         curator.wait_listening()
-        m = SpecModeler(_connect(ctx, curator.endpoint), 20_000)
+        m = SpecModeler(_connect(ctx, curator.endpoint), 20_000, transcript=written)
         params = _handshake(m, batch=3)
         n = params["n"]
         for seq, index in ((1, n), (2, 5), (3, 6)):
@@ -437,7 +456,16 @@ def test_pipelined_queries_go_on_after_a_refused_one(tmp_path):
             json.loads(audit.stdout)]
         assert report["ok"] and report["refused"]["codes"] == {"index_out_of_range": 1,
                                                               "budget_exhausted": 1}
+        written.close()
+        audit = _audit(tmp_path / "curator" / "curator.transcript",
+                       tmp_path / "modeler.transcript", "--allow-unsigned")
+        assert audit.returncode == 0, audit.stdout[-3000:]
+        reports = json.loads(audit.stdout)
+        assert [r["role"] for r in reports] == ["curator", "modeler"]
+        assert all(r["ok"] for r in reports), [r["violations"] for r in reports]
+        assert any("refuses (index_out_of_range" in n for n in reports[1]["notes"])
     finally:
+        written.close()
         curator.kill()
         _term(ctx)
 
@@ -486,18 +514,48 @@ def test_a_lost_connection_gets_session_lost_then_the_session_resumes(tmp_path):
         _term(ctx)
 
 
+def test_a_connection_taken_over_by_a_resume_is_told_superseded(tmp_path):
+    """PROTOCOL.md 8: a resume on a new connection takes a live session over, and the old
+    connection gets the fatal `superseded` Error at once (not silence until its timeout);
+    the new connection finishes the session."""
+    T = 2
+    curator = CuratorProcess(tmp_path / "curator", T)
+    ctx = zmq.Context()
+    try:
+        curator.wait_listening()
+        old = SpecModeler(_connect(ctx, curator.endpoint), 10_000)
+        _handshake(old)
+        old.send("query", seq=1, index=3)
+        assert old.recv()["kind"] == "reward"
+        new = SpecModeler(_connect(ctx, curator.endpoint), 20_000)
+        new.session = old.session
+        _handshake(new, resume=old.session)
+        started = time.monotonic()
+        told = _expect_error(old)
+        assert told.code == "superseded" and time.monotonic() - started < 5, told
+        new.send("query", seq=2, index=4)
+        assert new.recv()["kind"] == "reward"
+        new.send("end", reason="done")
+        for sock in (old.sock, new.sock):
+            sock.close(linger=0)
+        assert curator.finish()["status"] == "ok"
+    finally:
+        curator.kill()
+        _term(ctx)
+
+
 def test_a_replayed_hello_is_refused_and_a_version_3_hello_mismatched(tmp_path):
-    """PROTOCOL.md 3 (nonce): the byte-identical opening frame sent again on another
-    connection is refused `replay`; a version-3 Hello gets `version_mismatch`, enveloped
-    or bare; the first session is unaffected."""
+    """PROTOCOL.md 3.5 and 3.7: a first Hello gets a Retry, not a session; the admitted
+    Hello (its cookie echoed) sent again byte for byte on another connection is refused
+    `replay`; a version-3 Hello gets `version_mismatch`, enveloped or bare; the first
+    session is unaffected."""
     curator = CuratorProcess(tmp_path / "curator", 1)
     ctx = zmq.Context()
     try:
         curator.wait_listening()
         m = SpecModeler(_connect(ctx, curator.endpoint), 20_000)
-        hello = m.frame("hello", version=VERSION, client="spec", resume="", strategy="",
+        hello = m.hello(version=VERSION, client="spec", resume="", strategy="",
                         release_delta=0.0, sign_key="", batch=1, nonce=secrets.token_hex(16))
-        m.send_frame("hello", hello)
         m.session = m.recv()["session"]
         assert m.recv()["kind"] == "dataset"
         thief = SpecModeler(_connect(ctx, curator.endpoint), 20_000)

@@ -26,7 +26,7 @@ import secrets
 import struct
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import zmq
@@ -301,6 +301,8 @@ class DealerPipe:
     refuses raises AuthenticationFailed at once, another handshake failure turns the
     recv deadline's PeerTimeout into a HandshakeFailed naming the cause.
     """
+
+    cookie_round = True  # a networked curator admits a Hello only after a Retry (PROTOCOL.md 3.7)
 
     def __init__(self, sock: zmq.asyncio.Socket, monitor: zmq.asyncio.Socket | None = None,
                  *, endpoint: str = "", curve: bool = False) -> None:
@@ -595,13 +597,18 @@ class RouterHub:
         self._refused: OrderedDict[bytes, None] = OrderedDict()
         self._arrived = asyncio.Event()
         self._counts = {"dropped_frames": 0, "refused_peers": 0, "expired_peers": 0,
-                        "late_frames": 0, "pump_errors": 0, "foreign_frames": 0}
+                        "late_frames": 0, "pump_errors": 0, "foreign_frames": 0,
+                        "screened": 0}
         self._last_refusal_log = float("-inf")
         self._pump: asyncio.AbstractEventLoop | None = None  # the loop reading, once started
         self._sweeper: asyncio.TimerHandle | None = None
         self._paused: asyncio.TimerHandle | None = None
         self._recheck = False  # a read is scheduled for after a send
         self._closed = False
+        # the first frame of a new peer, and its User-Id -> a reply to send at once, the
+        # peer then forgotten as if it had never come (a curator's Retry: PROTOCOL.md
+        # 3.7), or None: the frame is queued and the peer waits to be accepted
+        self.screen: Callable[[bytes, str], bytes | None] | None = None
 
     @classmethod
     def bind(cls, ctx: zmq.asyncio.Context, endpoint: str,
@@ -722,6 +729,8 @@ class RouterHub:
         identity, rest = frames[0].bytes, frames[1:]
         size = len(rest[0]) if len(rest) == 1 else _ERROR_COST
         peer = self._peers.get(identity)
+        if peer is None and self._screened(identity, rest):
+            return
         if peer is None:
             peer = self._arrive(identity, rest, size, now)
             if peer is None:
@@ -741,6 +750,22 @@ class RouterHub:
             self._pending_bytes += size
         peer.last_seen = now
         peer.wake()
+
+    def _screened(self, identity: bytes, rest: list[zmq.Frame]) -> bool:
+        """Whether `screen` answered a new peer's first frame (sent at once if its queue
+        has room, else dropped: that peer is not reading); nothing of the peer is kept,
+        no task runs, and no waiting slot is taken, however many such peers come."""
+        if self.screen is None or len(rest) != 1 or identity in self._forgotten:
+            return False
+        reply = self.screen(rest[0].bytes, _user_id(rest[-1]))
+        if reply is None:
+            return False
+        self._counts["screened"] += 1
+        try:
+            self._try_send([identity, reply], True)
+        except PeerGone:
+            pass  # gone already: nothing to answer
+        return True
 
     def _arrive(self, identity: bytes, rest: list[zmq.Frame], size: int,
                 now: float) -> _Peer | None:
@@ -833,6 +858,15 @@ class RouterHub:
             if remaining <= 0:
                 raise PeerTimeout(f"no modeler connected within {timeout:g} s")
             await _wait(self._arrived, remaining)
+        return self._accept_one()
+
+    def accept_ready(self) -> list[RouterPipe]:
+        """Pipes to every peer waiting now, at once (a burst of new peers leaves the
+        waiting slots free for the next, rather than one accepted per loop turn)."""
+        return [self._accept_one() for _ in range(len(self._pending))]
+
+    def _accept_one(self) -> RouterPipe:
+        """Accept the oldest waiting peer."""
         identity, _ = self._pending.popitem(last=False)
         peer = self._peers[identity]
         peer.accepted = True

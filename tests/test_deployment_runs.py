@@ -1,0 +1,130 @@
+"""`pobo run` without traps (issue 48 item 2): the curator prepares, then binds a port the
+system picks and says where, and only then does the modeler start, so a preparation
+longer than any peer timeout does not fail the run and no port is chosen long before
+it is bound; a second run into a folder in use is refused in one line; a query refused
+for its row's spent privacy budget is asked again with another row."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pobo import launch
+from pobo.runspec import RunConfig
+
+POBO = [sys.executable, "-m", "pobo"]
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+SLOW_SCRIPT = '''
+import time
+from pobo.scenarios.synthetic import build as synthetic
+
+def build(seed, **options):
+    time.sleep({sleep})  # a preparation longer than the peer timeout (--timeout)
+    return synthetic(seed, grid=6)
+'''
+
+
+def _slow_scenario(tmp_path: Path, sleep: float) -> Path:
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_SCRIPT.format(sleep=sleep))
+    return script
+
+
+def _pobo(*argv: str, timeout: float = 240, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*POBO, *argv], capture_output=True, text=True, timeout=timeout,
+                          env=ENV, cwd=cwd)
+
+
+def test_a_preparation_longer_than_the_peer_timeout_does_not_fail_the_run(tmp_path):
+    """A review's finding: the modeler started with the curator, and its own peer timeout
+    (60 s) ran while the curator prepared. Here the timeout is 2 s and the preparation
+    5 s: the modeler must not be waiting for a Welcome while the curator prepares."""
+    script = _slow_scenario(tmp_path, 5)
+    out = tmp_path / "out"
+    done = _pobo("run", str(script), "--T", "3", "--timeout", "2", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "ok" and len(result["queries"]) == 3
+
+
+def test_no_port_is_chosen_before_the_curator_prepares(tmp_path, monkeypatch):
+    """A review's finding: the port was picked free before the curator prepared and bound
+    after it; another process had taken it meanwhile (BindError). Here every port the
+    launcher could have picked beforehand is taken: the run must bind one the system
+    gives the curator when it binds."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    taken = holder.getsockname()[1]
+    monkeypatch.setattr(launch, "_free_port", lambda: taken, raising=False)
+    try:
+        result = launch.run_processes(RunConfig(scenario="synthetic", T=2, seed=1,
+                                                options={"grid": 5}, timeout=30.0),
+                                      tmp_path / "out", verbose=False)
+    finally:
+        holder.close()
+    assert result["status"] == "ok"
+
+
+def test_a_second_run_into_a_folder_in_use_is_refused_in_one_line(tmp_path):
+    """A review's finding: two runs into one --out clobbered each other (the longer
+    printed the shorter's summary, its result.json lost). The second is refused at once,
+    the first finishes with its own records."""
+    script = _slow_scenario(tmp_path, 6)
+    out = tmp_path / "out"
+    first = subprocess.Popen([*POBO, "run", str(script), "--T", "3", "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=ENV)
+    try:
+        deadline = time.monotonic() + 60
+        while not out.exists() and time.monotonic() < deadline:  # the first holds it
+            time.sleep(0.1)
+        time.sleep(0.5)
+        second = _pobo("run", "synthetic", "--grid", "5", "--T", "2", "--out", str(out),
+                       timeout=120)
+        stdout, stderr = first.communicate(timeout=240)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(10)
+    lines = [line for line in second.stderr.splitlines() if "warning:" not in line]
+    assert second.returncode == 1 and len(lines) == 1, second.stderr
+    assert "in use by another run" in lines[0] and "Traceback" not in second.stderr
+    assert first.returncode == 0, stderr[-3000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["T"] == 3 and len(result["queries"]) == 3  # the first run's own (T = 3)
+    assert not (out / "result.json.1").exists()  # nothing of the refused run was written
+
+
+def test_the_folder_is_free_again_once_a_run_ends(tmp_path):
+    """The lock goes with the run: a run after it into the same folder is not refused."""
+    out = tmp_path / "out"
+    for _ in range(2):
+        done = _pobo("run", "synthetic", "--grid", "5", "--T", "2", "--out", str(out))
+        assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_query_refused_for_a_spent_row_is_asked_again_with_another_row(tmp_path):
+    """A review's finding: `pobo modeler` exited 1 when GP-UCB picked a row whose LDP
+    budget was spent. PROTOCOL.md 7.1: a refused query is not asked; the modeler asks
+    its seq again with another row. Every row may report once here, so GP-UCB, which
+    returns to good rows, is refused and must go on."""
+    out = tmp_path / "out"
+    done = _pobo("run", "synthetic", "--grid", "4", "--T", "12", "--ldp-eps", "1",
+                 "--ldp-row-budget", "1", "--ldp-row-delta", "0", "--out", str(out), "-v")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "privacy budget is spent" in done.stdout + done.stderr  # it was refused, and went on
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "ok" and len(result["queries"]) == 12
+    assert len(set(result["queries"])) == 12  # every row reported once, none twice
+    audit = _pobo("audit", str(out / "curator.transcript"), str(out / "modeler.transcript"),
+                  "--allow-unsigned")
+    assert audit.returncode == 0, audit.stdout[-3000:]
