@@ -41,7 +41,7 @@ def test_each_data_dependent_preparation_is_not_dp(which, tmp_path):
     assert unit["dp"] is False and unit["claim"].startswith("not DP: the rows are prepared")
     reasons = not_dp_reasons(service.settings, problem)
     assert reasons and reasons[0].startswith("data-dependent preprocessing")
-    warnings = startup_warnings(config, problem.X.shape[0], problem.preparation)
+    warnings = startup_warnings(config, problem.X.shape[0], preparation=problem.preparation)
     assert any("data-dependent preprocessing" in w and "NOT covered" in w for w in warnings)
 
 
