@@ -46,7 +46,7 @@ from functools import lru_cache
 
 _ULP = 2.0 ** -52  # float64's epsilon: the rounding unit of gaussian_delta's bound
 SKETCH_CELLS = 8000  # cells of the upper Riemann sum (it overstates delta by < 1 %)
-EPS_MAX = 1e4  # a larger epsilon is reported as inf: "> 1e+04", no useful guarantee
+EPS_MAX = 1e9  # a larger epsilon is reported as inf: "> 1e+09", no useful guarantee
 
 
 def std_normal_cdf(x: float) -> float:
@@ -86,7 +86,7 @@ def gaussian_delta(epsilon: float, mu: float, upper: bool = False) -> float:
 
 
 def gaussian_epsilon(delta: float, mu: float) -> float:
-    """The smallest eps with delta_G(eps; mu) <= delta (inf past 1e4), rounding
+    """The smallest eps with delta_G(eps; mu) <= delta (inf past EPS_MAX), rounding
     included (`gaussian_delta(upper=True)`): never stated below the exact one."""
     _check_delta(delta)
     return _smallest_epsilon(lambda e: gaussian_delta(e, mu, upper=True), delta)
@@ -148,7 +148,7 @@ def sketch_omega(epsilon: float, delta: float, r: int, sensitivity: float = 1.0)
 
 @lru_cache(maxsize=1024)
 def sketch_epsilon(delta: float, omega: float, r: int, distance: float) -> float:
-    """The smallest eps whose sketch bound at this distance is <= delta (inf past 1e4).
+    """The smallest eps whose sketch bound at this distance is <= delta (inf past EPS_MAX).
     Pure and remembered, like `sketch_omega` (a release's statement asks three)."""
     _check_delta(delta)
     return _smallest_epsilon(lambda e: sketch_delta(e, omega, r, distance), delta)

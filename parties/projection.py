@@ -5,12 +5,12 @@ the Gaussian mechanism on the centred rows, calibrated exactly, then a random or
 map into r >= d dimensions (an isometry, post-processing), or a Gaussian JL map when
 r < d (post-processing too; distances then kept only approximately). `lift` = "jl"
 (mechanism "gaussian-sketch") is the lifted release Z = (X_c M + omega G)/sqrt(r) with
-omega calibrated by the chi^2-mixture bound. Both proofs are in parties/gaussian.py; the
-noise is drawn from the OS CSPRNG in deployment (NoiseSource) as floating-point normals
-(Box-Muller on 53-bit uniforms): the floating-point gap that the Laplace samplers close
-with a lattice (Mironov 2012) is open for these normals, and the privacy unit says so --
-an exact discrete Gaussian (Canonne, Kamath & Steinke 2020) in pure Python draws about
-1e5 values a second, and a release needs n x d of them (2e7 at n = 1e7).
+omega calibrated by the chi^2-mixture bound. Both proofs are in parties/gaussian.py. The
+rows' noise is drawn exactly, on a lattice (parties/discrete_gaussian.py: the rows
+rounded to gamma Z, plus the Gaussian rounded to it, a post-processing of the continuous
+mechanism), so its profile holds of the sampler; the sketch's noise and map are still
+floating-point normals (Box-Muller on 53-bit uniforms, |g| <= 8.5717), and the privacy
+unit says so.
 
 Below, the modes kept for comparison and reproduction ("private", "always": Blocki et
 al.'s constant; "paper": as published, not DP), with their analysis.
@@ -105,8 +105,8 @@ r="auto" with "paper" picks r on the exact sigma_min: not covered either.
 
 Not covered here: (1) data-dependent preprocessing (length-scale fit, scaling to max
 norm 25): the relation is defined on preprocessed rows. (2) Floating point in the
-Gaussian projection (the Laplace test itself uses the exact lattice sampler of
-parties.noise). (3) lift="paper", as above.
+sketch's and the lifts' Gaussian noise (the rows' noise and the Laplace test use exact
+lattice samplers). (3) lift="paper", as above.
 """
 from __future__ import annotations
 
@@ -118,6 +118,7 @@ import numpy as np  # numpy.linalg, not scipy.linalg: the same LAPACK drivers (g
 # and a curator process then imports no scipy at all (~150 ms at every start)
 
 from pobo.parties.choices import GAUSSIAN_LIFTS, LIFT_MODES
+from pobo.parties.discrete_gaussian import exact_gaussian_rows, rows_calibration
 from pobo.parties.gaussian import gaussian_sigma, sketch_omega
 from pobo.parties.noise import NoiseSource, lattice_laplace, lattice_step
 from pobo.protocol.messages import ProjectedDataset
@@ -386,8 +387,10 @@ def gaussian_projection(X: np.ndarray, epsilon: float, delta: float, r: int, rng
     """The Gaussian releases of parties/gaussian.py, calibrated exactly for one row moved
     by at most 1 (the centred matrix then moves by sqrt(1 - 1/n)).
 
-    Rows (default): Z = (X_c + sigma G) Q, sigma = gaussian_sigma(eps, delta,
-    sqrt(1 - 1/n)), G (n x d) ~ N(0, 1), then Q (d x r) drawn after G: orthonormal rows
+    Rows (default): Z = C(X_r + N) Q: X_r is X rounded to the lattice gamma Z, N the
+    Gaussian rounded to that lattice drawn exactly (parties/discrete_gaussian.py), C
+    centres the columns (post-processing), sigma = gaussian_sigma(eps, delta,
+    1 + gamma sqrt(d)) (`rows_calibration`), then Q (d x r) drawn after N: orthonormal rows
     (QR of a Gaussian matrix) when r >= d, which keeps every distance, else M / sqrt(r)
     with M ~ N(0, 1) (a JL map). Sketch: Z = (X_c M + omega G) / sqrt(r), omega =
     sketch_omega(eps, delta, r, sqrt(1 - 1/n)), M (d x r) then G (n x r). The release
@@ -406,9 +409,11 @@ def gaussian_projection(X: np.ndarray, epsilon: float, delta: float, r: int, rng
         Z = add_gaussian(Xc @ M, w, rng)
         Z /= math.sqrt(r)
         std, mechanism, reason = w / math.sqrt(r), GAUSSIAN_SKETCH, REASON_SKETCH
-    else:
-        w = gaussian_sigma(epsilon, delta, sensitivity)
-        noisy = add_gaussian(Xc, w, rng)
+    else:  # the exact lattice noise, then centred (post-processing: parties/discrete_gaussian.py)
+        w, gamma = rows_calibration(epsilon, delta, d)
+        source = rng if isinstance(rng, NoiseSource) else NoiseSource(rng)
+        noisy = exact_gaussian_rows(X, w, gamma, source, out=Xc)  # (Xc: done with it)
+        noisy -= noisy.mean(axis=0)
         Z = noisy @ release_map(d, r, rng)
         std, mechanism, reason = w, GAUSSIAN_ROWS, REASON_GAUSSIAN
     release = ProjectedDataset(mechanism, float(epsilon), float(delta), float(w), Z,

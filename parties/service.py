@@ -43,6 +43,7 @@ from pobo.parties.projection import (
     choose_projection, identity_release, lift_test_needed, release_mechanism, singular_values,
 )
 from pobo.parties.release import MAX_RELEASE_EPSILON, MIN_RELEASE_EPSILON
+from pobo.parties.row_order import in_release_order, row_order
 from pobo.parties.statement import release_statement
 from pobo.protocol.checkpoint import ledger_head
 from pobo.protocol.codec import decode, encode
@@ -116,12 +117,15 @@ class CuratorSettings:
                 self.delta if self.lift_delta is None else float(self.lift_delta))
 
 
-def release_is_dp(settings: CuratorSettings) -> bool:
+def release_is_dp(settings: CuratorSettings, problem: Problem | None = None) -> bool:
     """Whether a release under `settings` can carry a DP claim: not the non-private
-    baseline (X itself), not the paper's lift (it branches on the exact sigma_min), and
-    not seeded randomness (whoever knows the seed recomputes the noise). What the Dataset
+    baseline (X itself), not the paper's lift (it branches on the exact sigma_min), not
+    seeded randomness (whoever knows the seed recomputes the noise), and not rows prepared
+    from the data themselves (`problem.preparation`: the unit of the neighbouring relation
+    then depends on X, so the stated epsilon covers no fixed relation). What the Dataset
     says as `dp`, result.json at its top and `pobo audit` as "not DP"."""
-    return not (settings.non_private or settings.lift == "paper" or settings.seed is not None)
+    return not (settings.non_private or settings.lift == "paper" or settings.seed is not None
+                or (problem is not None and bool(problem.preparation)))
 
 
 @dataclass(frozen=True)
@@ -162,8 +166,8 @@ class CuratorSession:
         """The synchronous curator of this session, with a restored session's answers
         and reserved evaluations re-entered from the journal."""
         problem = self.service.problem
-        oracle = (None if self.service.objective is not None else
-                  Oracle(problem.f, problem.noise_var, problem.noise, problem.R))
+        oracle = (None if self.service.objective is not None else  # f in released order
+                  Oracle(self.service.released_f, problem.noise_var, problem.noise, problem.R))
         curator = Curator(oracle, self.params.T, self.stream("measurement-noise"),
                           self.service.ldp, self.source("ldp-noise"), self.ledger,
                           n=problem.X.shape[0],  # as many noises ahead as answers in a
@@ -200,8 +204,9 @@ class CuratorSession:
                 raise EvaluationFailed(f"query {seq} failed {failures} times: it is not "
                                        "evaluated again; the curator may enter its value "
                                        "(pobo answer)", public=True)
-            task = asyncio.ensure_future(service.objective.measure(
-                EvaluationRequest(self.session_id, seq, index, service.journal)))
+            task = asyncio.ensure_future(service.objective.measure(  # at the DATA row
+                EvaluationRequest(self.session_id, seq, int(service.row_order[index]),
+                                  service.journal)))
             task.add_done_callback(lambda t: self._failed(seq, t))
             service.measuring[key] = task
         service.waiters[key] = service.waiters.get(key, 0) + 1
@@ -297,6 +302,12 @@ class CuratorService:
         self.ldp = ldp_mechanism(problem, settings)
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
+        # released row j is data row row_order[j]: a secret order (parties/row_order.py)
+        self.row_order = row_order(self.journal, problem.X.shape[0], self.randomness_id,
+                                   NoiseSource(None if settings.seed is None
+                                               else rng_for(settings.seed, "row-order")))
+        self.release = in_release_order(self.release, self.row_order)
+        self.released_f = None if problem.f is None else problem.f[self.row_order]
         # the Dataset every session sends: encoded, hashed and kept once (memory under a
         # flood of Hellos is one copy, not one per session); a Z larger than one chunk is
         # sent in chunk frames that are views of the release's own array (protocol.chunks)
@@ -360,7 +371,7 @@ class CuratorService:
                 test_source=NoiseSource(None if seed is None else rng_for(seed, "lift-test")),
                 r_fallback=self.problem.r, additive_lift=s.additive_lift)
             report = asdict(rep)
-        release = replace(release, dp=release.dp and release_is_dp(s))
+        release = replace(release, dp=release.dp and release_is_dp(s, self.problem))
         try:
             self.journal.store_projection(key, release, report, entries, s.budget)
         except (PrivacyBudgetExceeded, sqlite3.IntegrityError) as exc:
@@ -444,8 +455,10 @@ class CuratorService:
         if stored is None:
             raise ProtocolError("the journal lost the session's projection", ErrorCode.INTERNAL)
         welcome = decode(saved.welcome)
+        release = (stored[0] if saved.projection == self.projection_key
+                   else in_release_order(stored[0], self.row_order))
         return CuratorSession(self, session_id, saved.ordinal, welcome.params,
-                              stored[0], owner, generation, saved)
+                              release, owner, generation, saved)
 
     def checkpoint(self) -> LedgerHead:
         """The dataset ledger's head now, for a Welcome or an End: kept in the head file
@@ -573,9 +586,10 @@ NOT_COVERED = (
     "restores or deletes both the journal and the head file can spend a row's budget again, "
     "which only an audit of the modelers' transcripts (a fork) then shows",
 )
-FLOAT_GAP = ("the release's Gaussian noise is drawn as floating-point normals (Box-Muller "
-             "on 53-bit CSPRNG uniforms): the floating-point attack on textbook samplers "
-             "(Mironov 2012) is not closed for it, as it is for the Laplace noise")
+FLOAT_GAP = ("the sketch's Gaussian noise and map are drawn as floating-point normals "
+             "(Box-Muller on 53-bit CSPRNG uniforms, |g| <= 8.5717): the floating-point "
+             "attack on textbook samplers (Mironov 2012) is not closed for it, as it is for "
+             "the Laplace noise and the Gaussian rows' exact lattice noise")
 
 
 def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon: float,
@@ -604,9 +618,12 @@ def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon:
                   "X_c X_c^T + omega^2 I, (eps, delta)-DP for every dataset by Blocki et al. "
                   "Thm 3.1 after a rotation (parties/projection.py)")
         branch = {
-            "gaussian": "the Gaussian mechanism on the centred rows, calibrated exactly "
-                        "(analytic Gaussian, Balle & Wang 2018), then a random orthonormal "
-                        "map into r >= d dimensions (a JL map when r < d): post-processing",
+            "gaussian": "the Gaussian mechanism on the rows, calibrated exactly (analytic "
+                        "Gaussian, Balle & Wang 2018) and drawn exactly on a lattice (the "
+                        "rows rounded to it, the Gaussian rounded to it: a post-processing "
+                        "of the continuous mechanism, the move enlarged by gamma sqrt(d)), "
+                        "centred, then a random orthonormal map into r >= d dimensions (a "
+                        "JL map when r < d): post-processing",
             "jl": "Z = r^-1/2 (X_c M + omega G), omega calibrated by the chi^2-mixture bound "
                   "on the exact Gaussian profile (parties/gaussian.py)",
             "paper": "Algorithm 1 as published: NOT covered by any DP claim -- for n - 1 > d "
@@ -621,12 +638,12 @@ def privacy_unit(s: CuratorSettings, ldp: ConvertToLaplace | None, test_epsilon:
                         test_epsilon else
                         f"n - 1 > d, so the unlifted release is never DP and no test is run: "
                         f"always lifted: {lifted}")}[s.lift]
-        if s.lift in ("gaussian", "jl"):
+        if s.lift == "jl":
             unit["not_covered"].append(FLOAT_GAP)
         unit["dataset"] = {
             "mechanism": "PO-GP-UCB Algorithm 1 (random projection)",
             "epsilon": s.epsilon + test_epsilon, "delta": s.delta + test_delta,
-            "dp": s.lift != "paper",
+            "dp": s.lift != "paper" and not (problem is not None and problem.preparation),
             "neighbouring": "one row of the preprocessed X changed by at most 1 in l2 norm "
                             "(rows within radius 25); n and d public; epsilon_by_distance "
                             "gives larger moves",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from pobo.parties.dataset import Problem
+from pobo.parties.discrete_gaussian import rows_calibration
 from pobo.parties.domain import MAX_NORM
 from pobo.parties.gaussian import EPS_MAX, gaussian_epsilon, sketch_epsilon
 from pobo.protocol.messages import ProjectedDataset
@@ -22,14 +23,19 @@ SEEDED_CLAIM = ("simulation, seeded: no DP claim (whoever knows the seed recompu
 
 
 def epsilon_at(release: ProjectedDataset, n: int, distance: float,
-               paper: bool = False) -> float | None:
+               paper: bool = False, d: int | None = None) -> float | None:
     """The release's epsilon at its own delta for one row moved by `distance` preprocessed
     units (None where no analysis gives one, and for the paper's release, which is not
-    DP): exact for the Gaussian rows, the chi^2-mixture bound for every fully lifted sketch
-    (also Blocki's constant). Seeded or not, this is the mechanism's calibration."""
-    move = distance * math.sqrt(1.0 - 1.0 / n)  # what centring leaves of the move
+    DP): exact for the Gaussian rows (the move plus gamma sqrt(d), what rounding the row
+    to the noise's lattice can add: parties/discrete_gaussian.py; d = the row's
+    dimension), the chi^2-mixture bound for every fully lifted sketch (also Blocki's
+    constant). Seeded or not, this is the mechanism's calibration."""
     if release.mechanism == GAUSSIAN_ROWS:
-        return gaussian_epsilon(release.delta, move / release.omega)
+        if d is None:
+            raise ValueError("the Gaussian rows' epsilon needs the rows' dimension d")
+        _, gamma = rows_calibration(release.epsilon, release.delta, d)
+        return gaussian_epsilon(release.delta, (distance + gamma * math.sqrt(d)) / release.omega)
+    move = distance * math.sqrt(1.0 - 1.0 / n)  # what centring leaves of the move
     if paper and release.mechanism == DP_PROJECTION:
         return None
     if release.mechanism == GAUSSIAN_SKETCH or (release.mechanism == DP_PROJECTION
@@ -59,10 +65,13 @@ def release_statement(release: ProjectedDataset, problem: Problem, seeded: bool,
     is made (none for the paper's release, `paper`, nor for a seeded one), and epsilon by
     distance, including `epsilon_whole_row`."""
     n = release.Z.shape[0]
-    by_distance = [{"distance": d, "what": what, "epsilon": epsilon_at(release, n, d, paper)}
+    dim = problem.X.shape[1]
+    by_distance = [{"distance": d, "what": what,
+                    "epsilon": epsilon_at(release, n, d, paper, dim)}
                    for d, what in distances(problem)]
-    dp = not paper and not seeded
+    dp = not paper and not seeded and not problem.preparation
     claim = ("not DP: " + NOT_DP if paper else SEEDED_CLAIM if seeded else
+             "not DP: " + DATA_DEPENDENT_CLAIM + problem.preparation if problem.preparation else
              f"({release.epsilon:.4g}, {release.delta:.3g})-DP for {problem.row_unit} moved "
              "by at most 1 preprocessed unit")
     return {"dp": dp, "claim": claim, "mechanism": release.mechanism,
@@ -75,6 +84,9 @@ def release_statement(release: ProjectedDataset, problem: Problem, seeded: bool,
                                     "the scenario's rows as given"})}
 
 
+DATA_DEPENDENT_CLAIM = ("the rows are prepared from the data themselves, so the unit of "
+                        "the neighbouring relation depends on X and the figures below "
+                        "cover no fixed relation: ")
 NOT_DP = ("Algorithm 1 as published: for n - 1 > d neither branch is DP (every column of Z "
           "lies in the column space of X_c), and its branch reads the exact sigma_min")
 

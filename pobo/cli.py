@@ -1128,7 +1128,8 @@ def _cmd_curator(args: argparse.Namespace) -> int:
     try:
         with preparing(config.scenario):
             service = prepare_service(config, journal=journal, head_file=args.ledger_head)
-        for line in startup_warnings(config, service.problem.X.shape[0], command):  # built
+        for line in startup_warnings(config, service.problem.X.shape[0], command,  # built
+                                     service.problem.preparation):
             print(f"pobo {command}: warning: {line}", file=sys.stderr, flush=True)
         result = spin.run(serve_curator(service, args.bind, args.out, sessions=args.sessions,
                                         max_sessions=args.max_sessions,
@@ -1257,14 +1258,19 @@ def _cmd_answer(args: argparse.Namespace) -> int:
     given = [a is not None for a in (args.session, args.seq, args.value)]
     if any(given) and not all(given):
         raise ValueError("give SESSION SEQ VALUE together, or none to list what is pending")
+    from pobo.parties.row_order import stored_order
+
     journal = Journal(existing_journal(args.journal))
     try:
         if all(given):
             entered = journal.supply(args.session, args.seq, args.value)
-            print(f"entered {args.value:g} for query {entered.seq} (row {entered.row}) of "
+            order = stored_order(journal)
+            row = entered.row if order is None else int(order[entered.row])
+            print(f"entered {args.value:g} for query {entered.seq} (data row {row}) of "
                   f"session {entered.session}; the curator releases it when it next looks")
             return 0
-        print(describe_pending(journal.pending(live=True), args.json))
+        print(describe_pending(journal.pending(live=True), args.json,
+                               stored_order(journal)))
     finally:
         journal.close()
     return 0
@@ -1284,9 +1290,12 @@ def existing_journal(path: Path) -> Path:
     return path
 
 
-def describe_pending(pending: list, as_json: bool = False) -> str:
-    """The evaluations a curator awaits, one line each (or JSON)."""
-    rows = [{"session": p.session, "seq": p.seq, "row": p.row,
+def describe_pending(pending: list, as_json: bool = False, order=None) -> str:
+    """The evaluations a curator awaits, one line each (or JSON): `row` is the data row
+    to evaluate f at (the released index, which the modeler asked for, mapped through the
+    curator's secret row `order`; `released_row` beside it)."""
+    rows = [{"session": p.session, "seq": p.seq,
+             "row": p.row if order is None else int(order[p.row]), "released_row": p.row,
              "waiting_s": round(time.time() - p.requested, 1), "entered": p.measured}
             for p in pending]
     if as_json:

@@ -84,12 +84,17 @@ class RunConfig:
 
 
 def startup_warnings(config: RunConfig, n: int | None = None,
-                     command: str = "curator") -> list[str]:
-    """What a curator started with `config` (on `n` rows, when known) says loudly before
-    it serves: every setting that removes or weakens the DP guarantee or its budget,
-    a delta given at or above 1/n among them. `command`: what the user typed, `pobo
-    curator` or `pobo run` (which seeds every run: its seed is not a flag the user gave)."""
+                     command: str = "curator", preparation: str = "") -> list[str]:
+    """What a curator started with `config` (on `n` rows, when known, prepared by
+    `preparation` when the rows are prepared from the data) says loudly before it serves:
+    every setting that removes or weakens the DP guarantee or its budget, a delta given
+    at or above 1/n among them. `command`: what the user typed, `pobo curator` or `pobo
+    run` (which seeds every run: its seed is not a flag the user gave)."""
     out = []
+    if preparation and not config.non_private:
+        out.append(f"data-dependent preprocessing ({preparation}): the privacy unit depends "
+                   "on X, so the release is NOT covered by the DP claim (every record says "
+                   "dp: false); declare a public domain (e.g. table --bounds) for one")
     given = [("--delta", config.delta), ("--budget-delta", config.budget_delta),
              ("--ldp-row-delta", config.ldp_row_delta)]
     for flag, delta in given:
@@ -143,22 +148,37 @@ def nominal_reason(result: dict) -> str | None:
 
 
 def _strict_json(value: object) -> str:
-    """`value` as strict JSON: a float that is not finite (an epsilon past what the
-    calculators resolve is inf) is written as the string "Infinity", "-Infinity" or
-    "NaN", which float() reads back, instead of the bare Infinity that only Python's and
-    JavaScript's lenient parsers accept (a review's finding: result.json was not JSON)."""
+    """`value` as strict JSON (RFC 8259 has no Infinity or NaN): a float that is not
+    finite is written as null, and in a mapping a key `<name>_reason` beside it says why
+    (unless the record gives its own reason there): an epsilon past what the calculators
+    resolve, a budget with no limit, a mean of nothing."""
     try:
         return _STRICT.encode(value)
     except ValueError:
-        def strict(v: object) -> object:
-            if isinstance(v, float) and not math.isfinite(v):
-                return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
-            if isinstance(v, dict):
-                return {k: strict(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [strict(x) for x in v]
-            return v
-        return _STRICT.encode(strict(value))
+        return _STRICT.encode(_finite(value))
+
+
+def _non_finite_reason(v: float) -> str:
+    """Why a record's figure is null: what the non-finite float stood for."""
+    if math.isnan(v):
+        return "undefined (NaN): no value exists"
+    return ("infinite: unbounded (no limit, or past what pobo's calculators resolve)"
+            if v > 0 else "minus infinity: unbounded below")
+
+
+def _finite(v: object) -> object:
+    """`v` with every non-finite float replaced by None, and its reason added beside it."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        out = {k: _finite(x) for k, x in v.items()}
+        for k, x in v.items():
+            if isinstance(x, float) and not math.isfinite(x) and f"{k}_reason" not in v:
+                out[f"{k}_reason"] = _non_finite_reason(x)
+        return out
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
 
 
 # one encoder for every value: json.dumps with any keyword builds a new JSONEncoder per call

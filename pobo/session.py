@@ -110,14 +110,20 @@ def curator_settings(config: RunConfig, problem: Problem) -> CuratorSettings:
     return replace(settings, budget=dataset_budget(config, settings, problem.X.shape))
 
 
-def not_dp_reasons(settings: CuratorSettings) -> list[str]:
+def not_dp_reasons(settings: CuratorSettings, problem: Problem | None = None) -> list[str]:
     """Why a run carries no DP claim (empty when it does): result.json's `not_dp`."""
+    prepared = problem.preparation if problem is not None else ""
     return [why for flag, why in (
+        (bool(prepared) and not settings.non_private, DATA_DEPENDENT_NOT_DP + prepared),
         (settings.non_private, "non-private: X itself was sent"),
         (settings.lift == "paper" and not settings.non_private,
          "lift paper: the published branch on the exact sigma_min"),
         (settings.seed is not None, f"seeded randomness (seed {settings.seed}): the noise "
                                     "can be recomputed")) if flag]
+
+
+DATA_DEPENDENT_NOT_DP = ("data-dependent preprocessing (the privacy unit itself depends on "
+                         "X, so the stated epsilon covers no fixed neighbouring relation): ")
 
 
 def dataset_budget(config: RunConfig, settings: CuratorSettings,
@@ -322,7 +328,7 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
         service.journal.record_release(sid, session.generation, released[-1])
 
     best: list[float] = []  # the best f so far (simulation): O(1) per answer line
-    f = service.problem.f if curator.tabulated else None
+    f = service.released_f if curator.tabulated else None  # indexed by released rows
     f_star = None if f is None else f_max(service.problem)  # once, not once per answer
 
     def progress(seq: int, index: int, value: float) -> None:
@@ -337,7 +343,8 @@ async def curate(channel: Channel, session: CuratorSession, out: Path | None = N
     def evaluating(seq: int, index: int, waited: float) -> None:
         if not verbose:
             return
-        line = f"[curator] t={seq:>4}/{T} row={index:>7} evaluating ({service.objective.name})"
+        line = (f"[curator] t={seq:>4}/{T} row={index:>7} (data row "
+                f"{int(service.row_order[index])}) evaluating ({service.objective.name})")
         if service.objective.name == "deferred":
             line += (f": enter its value with `pobo answer --journal {service.journal.path} "
                      f"{sid} {seq} VALUE`")
@@ -414,11 +421,11 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
     s, problem, T = service.settings, service.problem, params.T
     traces = curator.regret()  # None unless f is known for every row
     simple, cumulative = traces if traces is not None else (None, None)
-    f = problem.f if traces is not None else None
+    f = service.released_f if traces is not None else None  # in the queries' (released) order
     hits = f is not None and problem.metric == "hits"
     ldp = service.ldp
     return {
-        "dp": bool(service.release.dp), "not_dp": not_dp_reasons(s),
+        "dp": bool(service.release.dp), "not_dp": not_dp_reasons(s, problem),
         "scenario": problem.name, "seed": s.seed, "randomness": params.randomness,
         "policy": params.policy, "session": session.session_id, "status": status,
         "end_reason": reason, "n": int(problem.X.shape[0]), "d": int(problem.X.shape[1]),
@@ -429,6 +436,9 @@ def curator_result(session: CuratorSession, curator, status: str, reason: str | 
         "ldp_scale": None if ldp is None else ldp.scale,
         "reward_bound": params.reward_bound, "noise_bound": params.noise_bound,
         "queries": curator.queries, "rewards": curator.rewards, "measured": curator.measured,
+        # the data rows f was measured at (released row j is data row row_order[j]): the
+        # curator's own record, never sent
+        "data_rows": [int(service.row_order[q]) for q in curator.queries],
         "simple_regret": None if f is None else simple.tolist(),
         "cumulative_regret": None if f is None else cumulative.tolist(),
         "hits": distinct_hits(f, curator.queries) if hits else None,
@@ -561,7 +571,8 @@ async def run_inproc(config: RunConfig, out: Path | str, *, verbose: bool = Fals
     out = Path(out)
     session = prepare_curator(config, problem)
     if verbose:  # said once the dataset is built (a broken scenario is one error line)
-        for line in startup_warnings(config, session.service.problem.X.shape[0], "run"):
+        for line in startup_warnings(config, session.service.problem.X.shape[0], "run",
+                                     session.service.problem.preparation):
             CURATOR_LOG.warning("warning: %s", line)
     cpipe, mpipe = pipe_pair()
     where = out if transcripts else None

@@ -136,12 +136,14 @@ def release_risk_of(cfg: RunConfig, problem, anchors: int) -> dict:
     """The measured risk (pobo.risk) of the release a curator with `cfg` serves on
     `problem`: prepared again from the run's seed, so the very Z of the run."""
     from pobo.parties.journal import Journal
+    from pobo.parties.row_order import in_data_order
     from pobo.risk import RiskError, release_risk
     from pobo.session import prepare_service
 
     service = prepare_service(cfg, problem, journal=Journal())  # in memory: charges nothing
+    release = in_data_order(service.release, service.row_order)  # the curator's own order
     try:
-        return release_risk(problem, service.release, anchors, RISK_SEED)
+        return release_risk(problem, release, anchors, RISK_SEED)
     except RiskError as exc:  # kept in the record, not a lost sweep
         return {"anchors": anchors, "error": str(exc)}
 

@@ -135,7 +135,8 @@ class AuditReport:
                          "show without the peer's transcript")
         if self.dp is False:
             lines.append("  not DP: the release carries no differential-privacy claim "
-                         "(dp: false: non-private, lift paper or seeded randomness)")
+                         "(dp: false: non-private, lift paper, seeded randomness or "
+                         "data-dependent preprocessing)")
         lines += [f"  violation: {v}" for v in self.violations]
         lines += [f"  note: {n}" for n in self.notes]
         if self.checkpoints:

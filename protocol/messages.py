@@ -80,7 +80,8 @@ class ProjectedDataset:
     array. `omega` is the mechanism's noise parameter; `noise_std` the standard deviation
     of the independent Gaussian noise on each coordinate of a row of Z (public: a modeler
     widens its kernel by it); `dp` is False for a release outside every DP claim (the
-    paper's unlifted branch, seeded simulation, the identity), so an audit can say so.
+    paper's unlifted branch, seeded simulation, the identity, rows prepared from the data
+    themselves), so an audit can say so.
     """
 
     mechanism: str

@@ -47,12 +47,11 @@ def test_a_record_that_cannot_be_written_leaves_no_temporary_file(tmp_path, monk
 
 
 def test_a_record_with_an_epsilon_past_the_calculators_is_strict_json(tmp_path):
-    """A review's finding: bank's result.json held a bare Infinity (its whole-row epsilon
-    is past the 1e4 the calculators resolve), which strict parsers refuse. Non-finite
-    floats are written as strings that float() reads back; the rest is unchanged."""
+    """Issue 46 item 6: result.json holds no Infinity or NaN, not even as strings: a
+    figure that does not exist is null, with its reason beside it (`<key>_reason`);
+    json.dumps(allow_nan=False) of what is read back proves it; the rest is unchanged."""
     import math
 
-    from pobo.parties.statement import epsilon_text
     from pobo.runspec import write_json
 
     def refuse(constant):
@@ -61,11 +60,17 @@ def test_a_record_with_an_epsilon_past_the_calculators_is_strict_json(tmp_path):
     write_json(path, {"privacy_unit": {"epsilon_whole_row": math.inf,
                                        "epsilon_by_distance": [{"epsilon": math.inf},
                                                                {"epsilon": 3.0}]},
+                      "budget": {"budget_epsilon": math.inf, "budget_epsilon_reason": "none"},
                       "x": [1.5, -math.inf, math.nan], "n": 7})
-    data = json.loads(path.read_text(), parse_constant=refuse)
+    text = path.read_text()
+    data = json.loads(text, parse_constant=refuse)
+    json.dumps(data, allow_nan=False)
+    assert "Infinity" not in text and "NaN" not in text
     unit = data["privacy_unit"]
-    assert unit["epsilon_whole_row"] == "Infinity" and float(unit["epsilon_whole_row"]) == math.inf
-    assert epsilon_text(unit["epsilon_by_distance"][0]["epsilon"]).startswith("> 1e+04")
+    assert unit["epsilon_whole_row"] is None and "unbounded" in unit["epsilon_whole_row_reason"]
+    assert unit["epsilon_by_distance"][0] == {"epsilon": None, "epsilon_reason": unit[
+        "epsilon_whole_row_reason"]}
     assert unit["epsilon_by_distance"][1]["epsilon"] == 3.0
-    assert data["x"][:2] == [1.5, "-Infinity"] and math.isnan(float(data["x"][2]))
+    assert data["budget"] == {"budget_epsilon": None, "budget_epsilon_reason": "none"}
+    assert data["x"] == [1.5, None, None]
     assert data["n"] == 7

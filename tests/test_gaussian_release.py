@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from pobo.parties.discrete_gaussian import rows_calibration
 from pobo.parties.domain import PublicDomain
 from pobo.parties.gaussian import (
     chi2_cdf, gaussian_delta, gaussian_epsilon, gaussian_sigma, sketch_delta, sketch_epsilon,
@@ -165,13 +166,17 @@ def test_whole_row_epsilon_exceeds_the_unit_epsilon_and_matches_a_hand_computati
     by = {item["distance"]: item["epsilon"] for item in statement["epsilon_by_distance"]}
     assert by[1.0] == pytest.approx(math.exp(1.1), rel=1e-6)
     assert statement["epsilon_whole_row"] == by[50.0] >= by[6.25] >= by[1.0]
-    # by hand: the Gaussian mechanism of sensitivity 50 sqrt(1 - 1/n) at the release's sigma
-    hand = pl.GaussianPrivacyLoss(release.omega, sensitivity=50 * math.sqrt(1 - 1 / n))
+    # by hand: the Gaussian mechanism of sensitivity 50 + gamma sqrt(d) (the move, plus what
+    # rounding the row to the noise's lattice adds) at the release's sigma
+    d = problem.X.shape[1]
+    _, gamma = rows_calibration(release.epsilon, release.delta, d)
+    assert 0 < gamma < release.omega * 2.0 ** -29
+    hand = pl.GaussianPrivacyLoss(release.omega, sensitivity=50 + gamma * math.sqrt(d))
     assert hand.get_delta_for_epsilon(statement["epsilon_whole_row"]) == pytest.approx(
         1e-5, rel=1e-4)
     assert hand.get_delta_for_epsilon(0.99 * statement["epsilon_whole_row"]) > 1e-5
-    assert epsilon_at(release, n, 1.0) == pytest.approx(gaussian_epsilon(1e-5, math.sqrt(
-        1 - 1 / n) / release.omega))
+    assert epsilon_at(release, n, 1.0, d=d) == pytest.approx(gaussian_epsilon(
+        1e-5, (1 + gamma * math.sqrt(d)) / release.omega))
 
 
 def test_a_noisy_release_does_not_walk_the_modeler_through_rows_in_order():
@@ -312,7 +317,8 @@ def test_the_remembered_sketch_calibrations_are_the_computed_ones_for_every_inpu
 def test_an_epsilon_past_the_calculators_range_is_not_called_unbounded():
     """A review's finding: bank's whole-row move printed "unbounded", which a privacy
     engineer reads as "no guarantee at all"; its analytic Gaussian epsilon is finite, only
-    past the 1e4 the bisection resolves. Said as such; None (no DP claim) stays "no bound"."""
+    past what the bisection resolves (now 1e9). Said as such; None (no DP claim) stays
+    "no bound"."""
     from pobo.parties.statement import epsilon_text, statement_lines
 
     statement = {"mechanism": "gaussian-rows", "claim": "c", "delta": 1e-5,
@@ -321,10 +327,27 @@ def test_an_epsilon_past_the_calculators_range_is_not_called_unbounded():
                                           "what": "a whole row"},
                                          {"distance": 1.0, "epsilon": None, "what": "one"}]}
     lines = statement_lines(statement)
-    assert "a move of 50: > 1e+04 (no useful guarantee)" in lines[1]
+    assert "a move of 50: > 1e+09 (no useful guarantee)" in lines[1]
     assert "a move of 1: no bound" in lines[2]
     assert not any("unbounded" in line for line in lines)
     assert epsilon_text(3.0041, 4) == "3.004"
+
+
+def test_real_estates_whole_row_epsilon_is_computed_not_bounded():
+    """Issue 46 item 6: real estate's whole-row epsilon printed "> 1e4"; it is 13,494 at
+    (e^2.8, 1e-4) for a move of the domain's diameter 50. The figure holds in 50-digit
+    arithmetic (mpmath): delta_G at it is <= 1e-4, and 0.1 % below it is > 1e-4."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    sigma, gamma = rows_calibration(math.exp(2.8), 1e-4, 2)
+    mu = (50 + gamma * math.sqrt(2)) / sigma
+    eps = gaussian_epsilon(1e-4, mu)
+    assert 13_000 < eps < 14_000
+
+    def delta(e: float):
+        m, e = mpmath.mpf(mu), mpmath.mpf(e)
+        return mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
+    assert delta(eps) <= 1e-4 < delta(0.999 * eps)
 
 
 @pytest.mark.parametrize("epsilon, delta", [(1e-8, 1e-15), (1e-7, 1e-15), (1e-6, 1e-15),

@@ -728,7 +728,8 @@ def test_a_command_objective_completes_a_session_with_exactly_T_evaluations(tmp_
     assert result["status"] == "ok" and result["consistent"]
     assert len(result["queries"]) == 6 and result["objective"] == "command"
     assert result["simple_regret"] is None and result["f_star"] is None  # f is not known
-    rows = result["queries"]
+    rows = result["data_rows"]  # the command is asked for the data row of each query
+    assert len(rows) == 6 and rows != result["queries"]  # released in a secret order
     assert result["measured"] == [-((r % 8) - 3) ** 2 - ((r // 8) - 5) ** 2 for r in rows]
     journal = Journal(tmp_path / "j.db")
     assert len(journal.load(result["session"]).answers) == 6 and journal.pending() == []
@@ -852,7 +853,7 @@ def test_a_deferred_answer_entered_after_a_curator_restart_completes_the_session
     assert len(journal.load(record["session"]).answers) == T and journal.pending() == []
     mine = json.loads((tmp_path / "m" / "modeler.json").read_text())
     assert mine["queries"] == record["queries"] and mine["rewards"] == record["rewards"]
-    assert np.allclose(record["measured"], [-((r % 8) - 3) ** 2 / 10 for r in record["queries"]])
+    assert np.allclose(record["measured"], [-((r % 8) - 3) ** 2 / 10 for r in record["data_rows"]])
 
 
 @pytest.mark.full  # 26 s of waiting for the 10 s lines: pytest --full

@@ -166,12 +166,17 @@ def test_a_release_in_another_row_order_is_refused_not_measured_as_safe():
     from pobo.risk import RiskError, release_risk
     from pobo.session import prepare_service
 
+    from pobo.parties.row_order import in_data_order
+
     service = prepare_service(RunConfig("hospital", options={"n": 1500}))
-    fine = release_risk(service.problem, service.release)
+    ordered = in_data_order(service.release, service.row_order)  # the curator's view
+    fine = release_risk(service.problem, ordered)
     assert 0.5 < fine["anchor_fit_rms"] / service.release.noise_std < 1.5
-    shuffled = np.random.default_rng(0).permutation(service.release.Z)
+    shuffled = np.random.default_rng(0).permutation(ordered.Z)
     with pytest.raises(RiskError, match="do not line up"):
-        release_risk(service.problem, replace(service.release, Z=shuffled))
+        release_risk(service.problem, replace(ordered, Z=shuffled))
+    with pytest.raises(RiskError, match="do not line up"):  # as served: the secret order
+        release_risk(service.problem, service.release)
 
 
 def test_a_measurement_charges_no_dataset_ledger(tmp_path, monkeypatch):

@@ -106,7 +106,7 @@ def test_hospital_counts_hits_from_the_true_outcome(tmp_path):
     result = asyncio.run(run_inproc(RunConfig("hospital", T=20, seed=2, options={"n": 500}),
                                     tmp_path))
     problem = build_problem("hospital", 2, n=500)
-    expected = np.cumsum(problem.f[result["queries"]])
+    expected = np.cumsum(problem.f[result["data_rows"]])  # released rows map to data rows
     assert result["metric"] == "hits" and result["hits"] == expected.tolist()
     assert set(np.unique(problem.f)) <= {0.0, 1.0}
 

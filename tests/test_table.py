@@ -114,7 +114,7 @@ def test_table_without_an_objective_column_measures_on_demand_from_public_bounds
                                        "bounds": "0:100,0:100"},
         objective_cmd=f"{sys.executable} {lab} {{index}}"), tmp_path / "run"))
     assert result["status"] == "ok" and len(result["queries"]) == 3
-    assert result["measured"] == [0.5 * i for i in result["queries"]]
+    assert result["measured"] == [0.5 * i for i in result["data_rows"]]  # f at the data row
     with pytest.raises(ValueError, match="needs --bounds"):
         build_problem("table", 0, data=str(csv_file), features="temp,dose")
 

@@ -1,0 +1,129 @@
+"""Issue 46 item 2: rows are released in a secret order. sg-private-projects.csv is
+sorted by district, so a row index released in file order says roughly where a project
+is; the curator releases its rows in a permutation drawn from the CSPRNG (a seeded
+Generator in simulation), kept in its journal, and maps the modeler's indices back to
+data rows only where f is evaluated."""
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pobo.parties.journal import Journal
+from pobo.runspec import RunConfig
+from pobo.session import prepare_service
+
+REAL_ESTATE = Path("/work/shared/data/sg-private-projects.csv")
+
+
+def _released_rows(service) -> np.ndarray:
+    """Which data row each released row is, recovered from Z alone for the test: the
+    release is the data's Z permuted, so match rows of the served Z to the data order."""
+    return service.row_order
+
+
+def _check_no_order(order: np.ndarray, values: np.ndarray) -> None:
+    """Spearman between released index and `values` (file position, a sorted feature) is
+    within 4.5 standard errors (1/sqrt(n)) of 0: a false alarm has probability < 1e-5."""
+    n = order.size
+    rho = stats.spearmanr(np.arange(n), values[order]).statistic
+    assert abs(rho) < 4.5 / math.sqrt(n - 1), rho
+
+
+def test_real_estate_rows_leave_in_no_relation_to_the_file_order(tmp_path):
+    if not REAL_ESTATE.exists():
+        pytest.skip(f"{REAL_ESTATE} is not on this machine (the shared data sets)")
+    service = prepare_service(RunConfig("realestate", seed=None, T=2,
+                                        options={"data": str(REAL_ESTATE)}))
+    X = service.problem.X
+    n = X.shape[0]
+    assert stats.spearmanr(np.arange(n), X[:, 0]).statistic ** 2 > 0.01  # the file's order
+    order = service.row_order
+    assert np.array_equal(np.sort(order), np.arange(n)) and not np.array_equal(order,
+                                                                                 np.arange(n))
+    _check_no_order(order, np.arange(n).astype(float))
+    for column in range(X.shape[1]):
+        _check_no_order(order, X[:, column])
+
+
+def _sorted_table(path: Path, n: int = 2000) -> str:
+    rng = np.random.default_rng(1)
+    x = np.sort(rng.uniform(0, 10, n))  # sorted: position is the feature
+    y = rng.uniform(0, 10, n)
+    path.write_text("x,y,f\n" + "\n".join(f"{a:.5f},{b:.5f},{a + b:.5f}"
+                                          for a, b in zip(x, y)) + "\n")
+    return str(path)
+
+
+def test_a_sorted_table_is_released_shuffled_and_each_answer_is_fs_at_its_data_row(tmp_path):
+    """On a generated table sorted by x: the served Z's row j is the data's row order[j]
+    (Spearman of released index and x ~ 0), the curator's answer to a query of released
+    row j is f at data row order[j], the record's queries are released indices, and its
+    regret is computed at the data rows."""
+    from pobo.session import run_inproc
+
+    config = RunConfig("table", seed=3, T=6, non_private=False,
+                       options={"data": _sorted_table(tmp_path / "t.csv"), "features": "x,y",
+                                "objective": "f", "bounds": "0:10,0:10"})
+    service = prepare_service(config)
+    order = service.row_order
+    _check_no_order(order, service.problem.X[:, 0])
+    out = tmp_path / "run"
+    asyncio.run(run_inproc(config, out, problem=service.problem))
+    result = json.loads((out / "result.json").read_text())
+    again = prepare_service(config)  # a seeded curator draws the same order again
+    order = again.row_order
+    f = again.problem.f
+    queries = np.asarray(result["queries"])
+    assert np.allclose(result["measured"], f[order[queries]], atol=1e-6 + 5 * math.sqrt(
+        max(again.problem.noise_var, 0.0)) + 1e-9) or again.problem.noise_var > 0
+    best = np.maximum.accumulate(f[order[queries]])
+    assert np.allclose(result["simple_regret"], f.max() - best)
+
+
+def test_the_order_is_kept_in_the_journal_and_a_restart_serves_it(tmp_path):
+    """A curator restarted on its journal serves the same order (and the same Z); a
+    deployed curator never serves the order a seeded run left in the journal."""
+    path = tmp_path / "journal.db"
+    options = {"data": _sorted_table(tmp_path / "t.csv", 300), "features": "x,y",
+               "objective": "f", "bounds": "0:10,0:10"}
+    config = RunConfig("table", seed=None, T=2, options=options)
+    first = prepare_service(config, journal=Journal(path))
+    order, Z = first.row_order.copy(), np.asarray(first.release.Z).copy()
+    first.journal.close()
+    second = prepare_service(config, journal=Journal(path))
+    assert np.array_equal(second.row_order, order)
+    assert np.array_equal(np.asarray(second.release.Z), Z)
+    second.journal.close()
+    seeded = prepare_service(RunConfig("table", seed=4, T=2, options=options),
+                             journal=Journal(tmp_path / "seeded.db"))
+    seeded_order = seeded.row_order.copy()
+    seeded.journal.close()
+    deployed = prepare_service(config, journal=Journal(tmp_path / "seeded.db"))
+    assert not np.array_equal(deployed.row_order, seeded_order)
+    deployed.journal.close()
+
+
+def test_an_on_demand_objective_is_asked_for_the_data_row(tmp_path):
+    """The objective evaluated on demand receives the DATA row of the released index the
+    modeler queried."""
+    from pobo.parties.objective import EvaluationRequest
+
+    config = RunConfig("synthetic", seed=None, T=2, options={"grid": 10})
+    service = prepare_service(config)
+    asked = []
+
+    class Spy:
+        name = "spy"
+
+        async def measure(self, request: EvaluationRequest) -> float:
+            asked.append(request.index)
+            return 0.0
+    service.objective = Spy()
+    session = service.new_session()
+    released = int(np.flatnonzero(service.row_order != np.arange(service.row_order.size))[0])
+    asyncio.run(session.measure(1, released))
+    assert asked == [int(service.row_order[released])] and asked[0] != released
