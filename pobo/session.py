@@ -41,7 +41,8 @@ from pobo.runspec import (  # noqa: F401  (re-exported: defined without numpy)
 CURATOR_LOG = logging.getLogger("pobo.curator")
 AUTHORS_CODE_NOTE = ("reproduction switch --authors-code: lift sigma + omega (the paper's "
                      "text: sqrt(sigma^2 + omega^2)); the modeler's GP-UCB scores mean + "
-                     "beta_t variance with delta 0.1 (the text: std, delta 0.05)")
+                     "beta_{t-1}^1/2 variance with delta 0.1 (the text: beta_t^1/2 std, "
+                     "delta 0.05)")
 DEFAULT_RELEASE_ALLOWANCE = (2.0, 2e-3)  # central (eps, delta) a default budget leaves for a release
 DEFAULT_ROW_REPORTS = 1  # a row's default LDP budget: this many sessions' worth (T reports)
 MODELER_LOG = logging.getLogger("pobo.modeler")
