@@ -357,76 +357,139 @@ def admissible_verdict(preset, gp: dict) -> str:
             f"{best}; r = {top} is {'within' if close else 'not within'} 2 se of it.")
 
 
-def figure_section(name: str, rows: list[dict]) -> str:
+def by_epsilon(rows: list[dict], log_eps: float | None) -> list[float]:
+    """A figure's S_T/sigma_y at epsilon = e^log_eps (None: non-private), in seed order."""
+    def match(e):
+        return e is None if log_eps is None else (e is not None and abs(math.log(e) - log_eps)
+                                                  < 1e-6)
+    return [g["simple_regret_sigma_y"] for g in sorted(rows, key=lambda g: g["seed"])
+            if match(g["epsilon"])]
+
+
+def figure_section(name: str, rows: list[dict], authors: list[dict] | None = None) -> str:
     """A Fig. 2 panel: per epsilon, pobo's S_T/sigma_y and its excess over non-private
-    GP-UCB, beside the excess the paper's text states."""
+    GP-UCB, beside the excess the paper's text states; `authors`: the same preset with
+    --authors-code beside it (the private runs' spread pooled over both at each epsilon)."""
     preset = PRESETS[name]
-    seeds = len({r["seed"] for r in rows})
-    groups: dict[float | None, list[float]] = defaultdict(list)
-    for row in rows:
-        groups[row["epsilon"]].append(row["simple_regret_sigma_y"])
-    base = groups.get(None, [])
-    bm, bse = mean_se(base) if base else (math.nan, math.nan)
+    variants = [("paper's text", rows, sweep_command(name, len({r["seed"] for r in rows}),
+                                                     preset.scenario))]
+    if authors:
+        variants.append(("authors' code", authors, sweep_command(
+            name, len({r["seed"] for r in authors}), preset.scenario, authors=True)))
+    bases = [mean_se(by_epsilon(v, None)) if by_epsilon(v, None) else (math.nan, math.nan)
+             for _, v, _ in variants]
+    head = "| ε | " + " | ".join(
+        (f"pobo ({label}) " if authors else "pobo ") + "S_T/σ_y | excess over non-private | "
+        "agrees" for label, _, _ in variants) + " | paper excess |"
     lines = [f"### {preset.caption} (PO-GP-UCB)", "",
-             f"pobo: {seeds} seeds (paper: 50), r = {preset.rs[0]}, T = {int(rows[0]['T'])}, "
-             f"σ_y = {rows[0]['sigma_y']:.4g}; `{sweep_command(name, seeds, preset.scenario)}`; "
-             f"non-private GP-UCB: S_T/σ_y = {_fmt(bm, bse)}", "",
-             "| ε | pobo S_T/σ_y | pobo excess over non-private | paper excess | agrees |",
-             "| --- | --- | --- | --- | --- |"]
-    good = total = 0
+             f"pobo: r = {preset.rs[0]}, T = {int(rows[0]['T'])}, σ_y = "
+             f"{rows[0]['sigma_y']:.4g}; paper: 50 seeds; "
+             + "; ".join(f"{label}: {len({r['seed'] for r in v})} seeds, `{command}`, "
+                         f"non-private GP-UCB S_T/σ_y = {_fmt(*base)}"
+                         for (label, v, command), base in zip(variants, bases)), "",
+             head, "|" + " --- |" * (head.count("|") - 1)]
+    good, total = [0] * len(variants), 0
     for x in preset.log_eps:
-        values = groups.get(math.exp(x)) or next((v for e, v in groups.items()
-                                                  if e and abs(math.log(e) - x) < 1e-6), [])
-        if not values:
-            lines.append(f"| e^{x} | not run | | | |")
+        columns = [by_epsilon(v, x) for _, v, _ in variants]
+        if not columns[0]:
+            lines.append(f"| e^{x} | not run |" + " |" * (head.count("|") - 3))
             continue
-        m, se = mean_se(values)
-        ex, exse = m - bm, math.hypot(se, bse)
+        sd = pooled_sd(columns)
         paper = FIGURE_EXCESS[name].get(x)
-        n = len(values)  # the excess's own spread: one column (sd = se sqrt(n))
-        ok = None if paper is None else agrees(ex, paper, exse * math.sqrt(n), n)
-        total += ok is not None
-        good += bool(ok)
-        lines.append(f"| e^{x} | {_fmt(m, se)} | {_fmt(ex, exse)} | "
-                     f"{'—' if paper is None else paper} | "
-                     f"{'—' if ok is None else 'yes' if ok else 'no'} |")
-    verdict = "reproduces" if good == total else ("reproduces mostly" if good >= total - 1
-                                                  else "does not reproduce")
+        total += paper is not None
+        cells = []
+        for i, (values, (bm, bse)) in enumerate(zip(columns, bases)):
+            if not values:
+                cells.append("not run | | —")
+                continue
+            m, se = mean_se(values)
+            n = len(values)
+            ex, exse = m - bm, math.hypot(sd / math.sqrt(n), bse)
+            # the excess's sd: the pooled private spread and the baseline's se (sd = se sqrt(n))
+            ok = None if paper is None else agrees(ex, paper, exse * math.sqrt(n), n)
+            good[i] += bool(ok)
+            cells.append(f"{_fmt(m, se)} | {_fmt(ex, exse)} | "
+                         f"{'—' if ok is None else 'yes' if ok else 'no'}")
+        lines.append(f"| e^{x} | " + " | ".join(cells)
+                     + f" | {'—' if paper is None else paper} |")
     x, table, level = FIGURE_LEVEL[name]
-    at = groups.get(math.exp(x), [])
-    level_ok = bool(at) and agrees(mean_se(at)[0], level, mean_se(at)[1] * math.sqrt(len(at)),
-                                   len(at))
-    if not level_ok:
-        verdict = "does not reproduce"
-    lines += ["", f"**Verdict: {verdict}** ({good} of {total} stated excesses within {RULE}; "
-                  f"the level at ε = e^{x}, {table}'s {level} σ_y, "
-                  f"{'agrees' if level_ok else 'does not agree'}). "
-                  f"Why: {reason(preset.scenario, rows, figure=True)}", ""]
+    columns = [by_epsilon(v, x) for _, v, _ in variants]
+    sd = pooled_sd(columns)
+    lines.append("")
+    for (label, _, _), g, at in zip(variants, good, columns):
+        verdict = "reproduces" if g == total else ("reproduces mostly" if g >= total - 1
+                                                   else "does not reproduce")
+        level_ok = bool(at) and agrees(mean_se(at)[0], level, sd, len(at))
+        if not level_ok:
+            verdict = "does not reproduce"
+        lines.append(f"**Verdict{f' ({label})' if authors else ''}: {verdict}** ({g} of "
+                     f"{total} stated excesses within {RULE}; the level at ε = e^{x}, "
+                     f"{table}'s {level} σ_y, {'agrees' if level_ok else 'does not agree'}).")
+    lines += ["", f"Why: {reason(preset.scenario, rows, figure=True)}", ""]
     return "\n".join(lines)
 
 
-def hospital_section(rows: list[dict]) -> str:
-    """The hospital example (no numbers in the paper): distinct positives found in T."""
+HOSPITAL = "pobo sweep hospital --data ../shared/data/diabetic_data.csv.gz --workers 1"
+# the hospital's runs in the two modes of Tables 1-3 (the paper's release and UCB, and the
+# authors' code's): fidelity/hospital{suffix}.csv, and the options that made them
+HOSPITAL_MODES = {"-text": ("the paper's text", "--lift paper"),
+                  AUTHORS: ("the authors' code", "--authors-code")}
+
+
+def release_label(row: dict) -> str:
+    """How a hospital run released the data: its lift, and the authors' code switch."""
+    if row["epsilon"] is None:
+        label = "non-private"
+    elif row.get("lift") in (None, "paper"):
+        label = "PO-GP-UCB (--lift paper)"
+    else:
+        label = f"--lift {row['lift']}"
+    return label + (", authors' code" if row.get("authors_code") else "")
+
+
+def hospital_section(rows: list[dict], modes: dict | None = None) -> str:
+    """The hospital example (no numbers in the paper): distinct positives found in T; with
+    `modes` (suffix -> rows), PO-GP-UCB as the paper's text and as the authors' code beside
+    it, and whether the two are separated (2 se of the difference)."""
     seeds = len({r["seed"] for r in rows})
     groups: dict[tuple, list[float]] = defaultdict(list)
     for row in rows:
-        groups[(row["strategy"], row["epsilon"] is None)].append(row["hits"])
+        groups[(row["strategy"], release_label(row))].append(row["hits"])
     expected = rows[0]["random_hits_expected"]
     lines = ["### Hospital readmission (PO-GP-UCB sec. 1, example (a): no experiment in the paper)",
-             "", f"pobo: {seeds} seeds, n = {int(rows[0]['n'])}, T = {int(rows[0]['T'])}, hits = "
+             "", f"pobo: n = {int(rows[0]['n'])}, T = {int(rows[0]['T'])}, hits = "
                  "distinct patients readmitted within 30 days found; no row queried twice; "
-                 "`pobo sweep hospital --data ../shared/data/diabetic_data.csv.gz"
-                 f" --strategies gp-ucb random --seeds {seeds} --non-private --workers 1`", "",
-             "| strategy | release | hits |", "| --- | --- | --- |"]
-    for (strategy, nonpriv), values in sorted(groups.items()):
-        lines.append(f"| {strategy} | {'non-private' if nonpriv else 'PO-GP-UCB'} | "
-                     f"{_fmt(*mean_se(values))} |")
+                 f"{seeds} seeds, `{HOSPITAL} --strategies gp-ucb random --seeds {seeds} "
+                 "--non-private`"]
+    mode_hits = {}
+    for suffix, mode_rows in (modes or {}).items():
+        label, switch = HOSPITAL_MODES[suffix]
+        n = len({r["seed"] for r in mode_rows})
+        lines[-1] += f"; {label}: {n} seeds, `{HOSPITAL} {switch} --seeds {n}`"
+        for row in mode_rows:
+            groups[(row["strategy"], release_label(row))].append(row["hits"])
+        mode_hits[label] = {r["seed"]: r["hits"] for r in mode_rows if r["epsilon"] is not None}
+    lines += ["", "| strategy | release | hits |", "| --- | --- | --- |"]
+    for (strategy, release), values in sorted(groups.items()):
+        lines.append(f"| {strategy} | {release} | {_fmt(*mean_se(values))} |")
     lines.append(f"| random (expected) | — | {expected:.2f} |")
-    gp = mean_se(groups.get(("gp-ucb", False), [math.nan]))
-    better = gp[0] - 2 * gp[1] > (expected or 0)
-    lines += ["", f"**Verdict: {'better than random' if better else 'no better than random'}** "
-                  "(PO-GP-UCB's mean hits minus 2 se against random's expectation). Why: the "
-                  "paper gives no numbers; the 9 inputs predict 30-day readmission weakly.", ""]
+    private = [(k, v) for k, v in sorted(groups.items()) if k[0] == "gp-ucb"
+               and k[1] != "non-private"]
+    better = [k[1] for k, v in private if mean_se(v)[0] - 2 * mean_se(v)[1] > (expected or 0)]
+    lines += ["", f"**Verdict: better than random** with {', '.join(better)}" if better else
+              "**Verdict: no release better than random**"]
+    lines[-1] += (f" ({len(better)} of {len(private)} private GP-UCB releases: mean hits minus "
+                  "2 se above random's expectation).")
+    if len(mode_hits) == 2:
+        (la, a), (lb, b) = mode_hits.items()
+        common = sorted(set(a) & set(b))  # paired by seed: the same patients and noise draws
+        d = [a[s] - b[s] for s in common]
+        m, se = mean_se(d)
+        lines.append(f"**The two modes** ({la} − {lb}, paired over {len(common)} seeds): "
+                     f"{_fmt(m, se)} hits, {'separated' if abs(m) > 2 * se else 'not separated'}"
+                     " at 2 se.")
+    lines += ["", "Why: the paper gives no numbers; the 9 inputs predict 30-day readmission "
+                  "weakly.", ""]
     return "\n".join(lines)
 
 
@@ -609,7 +672,7 @@ def false_pass_section(folder: Path) -> str:
             paper[(name, r)] = preset.paper[r]
         lifted += [(name, r) for r in lifted_rs(preset, text[name])]
     seeds = min(len(c["text"]) for c in cells.values())
-    rows = []
+    rows, measured = [], {}
     for rule_label, rule in (("this rule (2 se, spread pooled over the shown columns)",
                               pooled_rule), ("the old rule (own se + 0.01 σ_y)", own_rule)):
         for variant, shown in (("wrong: β_t·variance", ("text", "wrong")),
@@ -617,6 +680,7 @@ def false_pass_section(folder: Path) -> str:
             judged = shown[1]
             rates = pass_rates({c: {k: v[k] for k in shown} for c, v in cells.items()},
                                judged, paper, lifted, rule)
+            measured[(rule, judged)] = rates
             rows.append(f"| {rule_label} | {variant} | {rates.rate(True):.0%} | "
                         f"{rates.rate(False):.0%} | {rates.all_lifted:.0%} | "
                         f"{rates.mean_passed:.1f} of {len(cells)} |")
@@ -629,7 +693,17 @@ def false_pass_section(folder: Path) -> str:
         "variant is judged beside the paper's-text column, as the tables show it.", "",
         "| rule | variant judged | lifted cells passed | unlifted cells passed | all "
         f"{len(lifted)} lifted pass | cells passed (mean) |",
-        "| --- | --- | --- | --- | --- | --- |", *rows, ""])
+        "| --- | --- | --- | --- | --- | --- |", *rows, "",
+        "**So:** the lifted cells decide. This rule passes a lifted cell of the wrong variant "
+        f"in {measured[(pooled_rule, 'wrong')].rate(True):.0%} of resamples and all "
+        f"{len(lifted)} in {measured[(pooled_rule, 'wrong')].all_lifted:.0%} (the old rule: "
+        f"{measured[(own_rule, 'wrong')].rate(True):.0%} and "
+        f"{measured[(own_rule, 'wrong')].all_lifted:.0%}), where the authors' code passes all "
+        f"{len(lifted)} in {measured[(pooled_rule, 'authors')].all_lifted:.0%}; the unlifted "
+        f"cells pass the wrong variant {measured[(pooled_rule, 'wrong')].rate(False):.0%} of "
+        f"the time (under the old rule: {measured[(own_rule, 'wrong')].rate(False):.0%})"
+        ", so they do not tell the variants apart and the verdict on Tables 1-3 rests on the "
+        "lifted count.", ""])
 
 
 def render(folder: Path) -> str:
@@ -646,11 +720,13 @@ def render(folder: Path) -> str:
         rows = read_rows(path)
         authors = folder / f"{name}{AUTHORS}.csv"
         scenario = PRESETS[name].scenario
-        parts.append(figure_section(name, rows) if name.startswith("fig") else
-                     table_section(name, rows, read_rows(authors) if authors.exists() else None,
-                                   random.get(scenario), expectations))
+        other = read_rows(authors) if authors.exists() else None
+        parts.append(figure_section(name, rows, other) if name.startswith("fig") else
+                     table_section(name, rows, other, random.get(scenario), expectations))
     if (folder / "hospital.csv").exists():
-        parts.append(hospital_section(read_rows(folder / "hospital.csv")))
+        modes = {suffix: read_rows(folder / f"hospital{suffix}.csv") for suffix in HOSPITAL_MODES
+                 if (folder / f"hospital{suffix}.csv").exists()}
+        parts.append(hospital_section(read_rows(folder / "hospital.csv"), modes))
     parts += ["## Local DP BO (Zhou & Tan)", ""]
     if (folder / "ldp-moma-k.csv").exists():
         others = folder / "ldp-strategies.csv"

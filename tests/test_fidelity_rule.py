@@ -122,3 +122,37 @@ def test_the_wrong_variant_is_beta_without_the_root_at_pobos_index_and_only_in_s
         assert math.sqrt(right.beta(5, 100)) == pytest.approx(beta_gp_ucb(5, 100, 0.1))
         assert GPUCB().beta(5, 100) == beta_gp_ucb(5, 100, 0.05)  # the text's is untouched
     assert right.beta(5, 100) == beta_gp_ucb(4, 100, 0.1)
+
+
+def write_synthetic(folder: Path, suffix: str, offset: float, seeds: int = 20) -> None:
+    """Tables 1-3 as CSVs: every cell at the paper's value + offset, spread 0.02, with
+    r >= 15 lifted (as in the paper's tables)."""
+    from pobo.scenarios.presets import PRESETS
+
+    head = ("scenario,strategy,epsilon,r,seed,T,n,lifted,simple_regret,"
+            "simple_regret_sigma_y,sigma_y,sigma_y_source")
+    noise = 0.02 * standard(seeds, 3)
+    for i in (1, 2, 3):
+        preset = PRESETS[f"table{i}"]
+        rows = [head]
+        for r in preset.rs:
+            lifted = r >= 15 if i == 1 else r >= 20 if i == 2 else r >= 30
+            for seed in range(seeds):
+                v = preset.paper[r] + offset + noise[seed]
+                rows.append(f"synthetic,gp-ucb,3.0,{r},{seed},50,100,{lifted},{v},{v},1.0,"
+                            "declared")
+        (folder / f"table{i}{suffix}.csv").write_text("\n".join(rows) + "\n")
+
+
+def test_fidelity_md_measures_the_false_pass_rate_from_the_wrong_variants_csvs(tmp_path):
+    from pobo.fidelity import render
+
+    write_synthetic(tmp_path, "", 0.0)
+    write_synthetic(tmp_path, "-authors", 0.0)
+    assert "**The rule's false-pass rate**" not in render(tmp_path)  # no wrong variant run: nothing claimed
+    write_synthetic(tmp_path, "-authors-beta", 0.2)  # 0.2 off: ~45 se
+    text = render(tmp_path)
+    assert ("| this rule (2 se, spread pooled over the shown columns) | wrong: β_t·variance "
+            "| 0% | 0% | 0% | 0.0 of 18 |") in text
+    assert "lifted cells (the 6 that tell the variants apart): the paper's text" in text
+    assert "This rule passes a lifted cell of the wrong variant in 0% of resamples" in text
