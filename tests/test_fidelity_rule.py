@@ -156,3 +156,58 @@ def test_fidelity_md_measures_the_false_pass_rate_from_the_wrong_variants_csvs(t
             "| 0% | 0% | 0% | 0.0 of 18 |") in text
     assert "lifted cells (the 6 that tell the variants apart): the paper's text" in text
     assert "This rule passes a lifted cell of the wrong variant in 0% of resamples" in text
+
+
+def test_hospital_modes_are_paired_by_seed_and_separated_at_2_se(tmp_path):
+    from pobo.fidelity import render
+
+    head = ("scenario,strategy,lift,authors_code,epsilon,r,seed,T,n,lifted,hits,"
+            "random_hits_expected,simple_regret,simple_regret_sigma_y,sigma_y,sigma_y_source")
+
+    def write(name, lift, authors, hits):
+        rows = [head] + [f"hospital,gp-ucb,{lift},{authors},8.0,10,{s},100,500,True,{h},8.8,"
+                         "0,0,1,x" for s, h in enumerate(hits)]
+        (tmp_path / f"{name}.csv").write_text("\n".join(rows) + "\n")
+
+    write("hospital", "gaussian", False, [12, 14, 13, 15])
+    write("hospital-text", "paper", False, [10, 20, 30, 40])
+    write("hospital-authors", "paper", True, [11, 21, 31, 41])  # 1 more at every seed
+    text = render(tmp_path)
+    assert "| gp-ucb | --lift gaussian | 13.500 ± 0.645 |" in text
+    assert "| gp-ucb | PO-GP-UCB (--lift paper), authors' code | 26.000 ± 6.455 |" in text
+    # unpaired the two modes overlap; paired by seed the difference is exact
+    assert "paired over 4 seeds): -1.000 ± 0.000 hits, separated at 2 se" in text
+    write("hospital-authors", "paper", True, [11, 19, 31, 39])
+    assert "paired over 4 seeds): 0.000 ± 0.577 hits, not separated at 2 se" in render(tmp_path)
+    assert "--authors-code --seeds 4`" in text
+
+
+def test_a_figure_shows_the_authors_code_beside_the_text_when_run(tmp_path):
+    import math as m
+
+    from pobo.fidelity import FIGURE_EXCESS, FIGURE_LEVEL, render
+    from pobo.scenarios.presets import PRESETS
+
+    head = "scenario,strategy,epsilon,r,seed,T,n,lifted,simple_regret,simple_regret_sigma_y,sigma_y"
+    level_eps, _, level = FIGURE_LEVEL["fig2a"]
+
+    base = level - FIGURE_EXCESS["fig2a"][level_eps]  # the level and its excess both exact
+
+    def write(name, offset):
+        rows = [head]
+        for seed in range(6):
+            rows.append(f"synthetic,gp-ucb,,10,{seed},50,100,False,{base},{base},1")
+            for x in PRESETS["fig2a"].log_eps:
+                v = base + FIGURE_EXCESS["fig2a"].get(x, 0.05) + offset + 0.001 * (seed - 2.5)
+                rows.append(f"synthetic,gp-ucb,{m.exp(x)},10,{seed},50,100,False,{v},{v},1")
+        (tmp_path / f"{name}.csv").write_text("\n".join(rows) + "\n")
+
+    write("fig2a", 0.0)
+    assert "| ε | pobo S_T/σ_y |" in render(tmp_path)  # one column: no label
+    write("fig2a-authors", 0.5)
+    text = render(tmp_path)
+    assert "| ε | pobo (paper's text) S_T/σ_y | excess over non-private | agrees | " \
+           "pobo (authors' code) S_T/σ_y |" in text
+    assert "**Verdict (paper's text): reproduces**" in text
+    assert "**Verdict (authors' code): does not reproduce** (0 of 3" in text
+    assert "--preset fig2a --authors-code --seeds 6" in text
