@@ -6,7 +6,8 @@
 The numbers come only from the CSVs in `fidelity/` (one per sweep, written by `pobo
 sweep`, trimmed); the paper's numbers from `scenarios.presets` and the figure texts
 below; the verdict is computed (`pobo.fidelity_rule`: |pobo - paper| <= 2 se of the
-difference, with the per-run spread pooled over the columns of a cell), and the reason beside it is the best-supported explanation we have, stated as such.
+difference, with the per-run spread pooled over the columns of a cell), and the reason
+beside it is the best-supported explanation we have, stated as such.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from pobo.scenarios.bank import PAPER_N
 from pobo.scenarios.presets import PRESETS, RANDOM_BASELINE
 from pobo.report import mean_se
 
-KEEP = ("scenario", "strategy", "lift", "authors_code", "moma_k", "beta_scale", "ldp_epsilon", "metric",
+KEEP = ("scenario", "strategy", "lift", "authors_code", "moma_k", "beta_scale", "ldp_epsilon",
+        "metric",
         "epsilon", "r",
         "seed", "T", "n", "sigma_min", "lifted", "simple_regret", "simple_regret_sigma_y",
         "cumulative_regret", "hits", "random_hits_expected", "random_regret_expected",
@@ -706,8 +708,24 @@ def false_pass_section(folder: Path) -> str:
         "lifted count.", ""])
 
 
-def render(folder: Path) -> str:
-    """The whole FIDELITY.md from the CSVs in `folder`."""
+# CSVs in fidelity/ not rerun at the current code (the compute budget of issue 50): their
+# documented command now gives other runs at some seeds (near-tie breaking changed since)
+STALE: frozenset[str] = frozenset()
+STALE_NOTE = ("**Not rerun at the current code:** {names} {verb} made by an earlier "
+              "version (near-ties were then broken by index); the command above now gives "
+              "other runs at some seeds.\n")
+
+
+def stale_note(names: list[str], stale: frozenset[str]) -> str:
+    """The note under a section whose CSVs are in `stale` ('' when none is)."""
+    old = [f"fidelity/{n}.csv" for n in names if n in stale]
+    return STALE_NOTE.format(names=", ".join(old), verb="was" if len(old) == 1 else
+                             "were") if old else ""
+
+
+def render(folder: Path, stale: frozenset[str] = STALE) -> str:
+    """The whole FIDELITY.md from the CSVs in `folder` (`stale`: the CSV names not rerun
+    at the current code, noted under their sections)."""
     parts = [HEADER.format(rule=RULE), "## PO-GP-UCB (Kharkovskii et al. 2020)", ""]
     parts.append(synthetic_summary(folder))
     random, expectations = random_by_scenario(folder), random_expectations(folder)
@@ -723,15 +741,19 @@ def render(folder: Path) -> str:
         other = read_rows(authors) if authors.exists() else None
         parts.append(figure_section(name, rows, other) if name.startswith("fig") else
                      table_section(name, rows, other, random.get(scenario), expectations))
+        parts += filter(None, [stale_note([name, name + AUTHORS, f"{scenario}-random"], stale)])
     if (folder / "hospital.csv").exists():
         modes = {suffix: read_rows(folder / f"hospital{suffix}.csv") for suffix in HOSPITAL_MODES
                  if (folder / f"hospital{suffix}.csv").exists()}
         parts.append(hospital_section(read_rows(folder / "hospital.csv"), modes))
+        parts += filter(None, [stale_note(["hospital", *(f"hospital{m}" for m in modes)],
+                                          stale)])
     parts += ["## Local DP BO (Zhou & Tan)", ""]
     if (folder / "ldp-moma-k.csv").exists():
         others = folder / "ldp-strategies.csv"
         parts.append(moma_section(read_rows(folder / "ldp-moma-k.csv"),
                                   read_rows(others) if others.exists() else None))
+        parts += filter(None, [stale_note(["ldp-moma-k", "ldp-strategies"], stale)])
     parts.append(NOT_REPRODUCED)
     return "\n".join(parts)
 

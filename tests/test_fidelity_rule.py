@@ -149,7 +149,8 @@ def test_fidelity_md_measures_the_false_pass_rate_from_the_wrong_variants_csvs(t
 
     write_synthetic(tmp_path, "", 0.0)
     write_synthetic(tmp_path, "-authors", 0.0)
-    assert "**The rule's false-pass rate**" not in render(tmp_path)  # no wrong variant run: nothing claimed
+    # no wrong variant run: nothing claimed
+    assert "**The rule's false-pass rate**" not in render(tmp_path)
     write_synthetic(tmp_path, "-authors-beta", 0.2)  # 0.2 off: ~45 se
     text = render(tmp_path)
     assert ("| this rule (2 se, spread pooled over the shown columns) | wrong: β_t·variance "
@@ -211,3 +212,14 @@ def test_a_figure_shows_the_authors_code_beside_the_text_when_run(tmp_path):
     assert "**Verdict (paper's text): reproduces**" in text
     assert "**Verdict (authors' code): does not reproduce** (0 of 3" in text
     assert "--preset fig2a --authors-code --seeds 6" in text
+
+
+def test_a_csv_not_rerun_at_the_current_code_is_said_so_under_its_section(tmp_path):
+    from pobo.fidelity import render
+
+    write_synthetic(tmp_path, "", 0.0)
+    text = render(tmp_path, stale=frozenset({"table2", "bank-random"}))
+    assert text.count("**Not rerun at the current code:**") == 1
+    i = text.index("### Table 2")
+    assert "**Not rerun at the current code:** fidelity/table2.csv was made" in text[i:]
+    assert "Not rerun" not in render(tmp_path, stale=frozenset())
