@@ -152,15 +152,18 @@ def wrong_variant_command(seeds: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run Tables 1-3 with --authors-code weighted by beta_t (the wrong variant) into
-    OUT/tableN-authors-beta, to measure the verdict rule's false-pass rate."""
+    """Run Tables 1-3 as --authors-code with the variance weighted by beta_t (known wrong).
+
+    Into OUT/tableN-authors-beta, to measure the verdict rule's false-pass rate."""
     from pobo.cli import main as pobo_main
 
     parser = argparse.ArgumentParser(prog="python -m pobo.fidelity_rule",
                                      description=main.__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=50)
-    parser.add_argument("--tables", nargs="+", default=["table1", "table2", "table3"])
-    parser.add_argument("--out", type=Path, default=Path("runs/sweeps"))
+    parser.add_argument("--seeds", type=int, default=50, help="seeds 0..N-1 (default 50)")
+    parser.add_argument("--tables", nargs="+", default=["table1", "table2", "table3"],
+                        choices=["table1", "table2", "table3"], help="default all three")
+    parser.add_argument("--out", type=Path, default=Path("runs/sweeps"),
+                        help="the sweeps' parent folder (default runs/sweeps)")
     args = parser.parse_args(argv)
     with beta_not_root():
         for name in args.tables:
