@@ -177,9 +177,9 @@ def test_hospital_modes_are_paired_by_seed_and_separated_at_2_se(tmp_path):
     assert "| gp-ucb | --lift gaussian | 13.500 ± 0.645 |" in text
     assert "| gp-ucb | PO-GP-UCB (--lift paper), authors' code | 26.000 ± 6.455 |" in text
     # unpaired the two modes overlap; paired by seed the difference is exact
-    assert "paired over 4 seeds): -1.000 ± 0.000 hits, separated at 2 se" in text
+    assert "paired by seed): -1.000 ± 0.000 hits over 4 seeds, separated at 2 se" in text
     write("hospital-authors", "paper", True, [11, 19, 31, 39])
-    assert "paired over 4 seeds): 0.000 ± 0.577 hits, not separated at 2 se" in render(tmp_path)
+    assert "paired by seed): 0.000 ± 0.577 hits over 4 seeds, not separated" in render(tmp_path)
     assert "--authors-code --seeds 4`" in text
 
 
@@ -212,6 +212,7 @@ def test_a_figure_shows_the_authors_code_beside_the_text_when_run(tmp_path):
     assert "**Verdict (paper's text): reproduces**" in text
     assert "**Verdict (authors' code): does not reproduce** (0 of 3" in text
     assert "--preset fig2a --authors-code --seeds 6" in text
+    assert "e^1.1 -0.500 ± 0.000 σ_y over 6 seeds, separated at 2 se" in text
 
 
 def test_a_csv_not_rerun_at_the_current_code_is_said_so_under_its_section(tmp_path):
