@@ -69,8 +69,9 @@ def strategy_spec(name: str, moma_k: int | None = None, distinct: bool = False,
                   authors_code: bool = False) -> str:
     """The strategy as one string, 'name[+k=K][+distinct][+authors]', the form a session's
     `strategy` travels in (so a separate modeler process gets the same options).
-    `authors_code`: GP-UCB scored as the PO-GP-UCB authors' code does (mean + beta_t
-    variance, delta 0.1); the other strategies have no such departure and ignore it."""
+    `authors_code`: GP-UCB scored as the PO-GP-UCB authors' code does (mean +
+    beta_{t-1}^1/2 variance, delta 0.1); the other strategies have no such departure and
+    ignore it."""
     distinct = distinct and name in ("gp-ucb", "random")  # the others pick rows their own way
     authors = authors_code and name == "gp-ucb"
     return (name + ("" if moma_k is None else f"+k={int(moma_k)}")

@@ -309,8 +309,8 @@ class IncrementalGP:
         self._next = None  # nor the row next_row worked out
 
     def ucb_argmax(self, beta: float, rng: np.random.Generator, variance: bool = False) -> int:
-        """argmax of mean + beta^1/2 std over all candidates (`variance`: mean + beta var,
-        the score of the PO-GP-UCB authors' code, a reproduction switch).
+        """argmax of mean + beta^1/2 std over all candidates (`variance`: mean + beta^1/2
+        var, the score of the PO-GP-UCB authors' code, a reproduction switch).
 
         Before any observation every candidate ties and the choice is a uniform draw
         with `rng`; afterwards ties (to 1e-12 relative: duplicate rows, or rows the kernel
@@ -322,10 +322,10 @@ class IncrementalGP:
         return argmax_breaking_ties(self.ucb_score(beta, variance), rng)
 
     def ucb_score(self, beta: float, variance: bool = False) -> np.ndarray:
-        """mean + beta^1/2 std (`variance`: mean + beta var) over all candidates, in the
+        """mean + beta^1/2 std (`variance`: mean + beta^1/2 var) over all candidates, in the
         engine's scratch vector: no n-sized temporary; valid until the engine's next call."""
         if variance:
-            score = np.multiply(self.var, beta, out=self._buf)
+            score = np.multiply(self.var, math.sqrt(beta), out=self._buf)
         else:
             score = np.sqrt(self.var, out=self._buf)
             score *= math.sqrt(beta)

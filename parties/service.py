@@ -340,6 +340,9 @@ class CuratorService:
                          {"mechanism": DP_PROJECTION, "epsilon": s.epsilon, "delta": s.delta,
                           "r": s.r, "lift": s.lift, "test_epsilon": self.test_epsilon,
                           "test_delta": self.test_delta, "randomness": self.randomness_id,
+                          # which sampler drew it: a journal's Z from before the exact
+                          # lattice noise is never served under the exact statement
+                          **({"noise": "lattice-rounded"} if s.lift == "gaussian" else {}),
                           **({"additive_lift": True} if s.additive_lift else {})},
                          sort_keys=True)
         stored = self.journal.projection(key)

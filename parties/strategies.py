@@ -35,8 +35,8 @@ AUTHORS_DELTA = 0.1  # the PO-GP-UCB authors' code's delta_ucb (the paper: 0.05)
 class GPUCB:
     """GP-UCB: argmax mu_{t-1}(z) + S beta_t^1/2 sigma_{t-1}(z) over the candidates,
     S = `beta_scale` (1: Srinivas et al.'s beta_t exactly). `variance` scores
-    mu + S^2 beta_t sigma^2 instead, as the PO-GP-UCB authors' code does (with delta
-    0.1: `authors_code_ucb`), a reproduction switch, never a default."""
+    mu + S beta_{t-1}^1/2 sigma^2 instead, as the PO-GP-UCB authors' code does (with
+    delta 0.1: `authors_code_ucb`), a reproduction switch, never a default."""
 
     delta: float = 0.05
     beta_scale: float = 1.0
@@ -44,14 +44,16 @@ class GPUCB:
     variance: bool = False
 
     def beta(self, t: int, n: int) -> float:
-        """S^2 beta_t at round t over n candidates."""
-        return self.beta_scale**2 * beta_gp_ucb(t, n, self.delta)
+        """S^2 beta at round t over n candidates: beta_t (Algorithm 2); under `variance`
+        beta_{t-1}, the authors' code's index (the observations so far; at t = 1, where
+        every row ties and no beta is used, beta_1)."""
+        index = max(t - 1, 1) if self.variance else t
+        return self.beta_scale**2 * beta_gp_ucb(index, n, self.delta)
 
     def score(self, gp: IncrementalGP, t: int) -> np.ndarray:
         """The UCB score of every candidate at round t (a new array)."""
         width = gp.var if self.variance else np.sqrt(gp.var)
-        beta = self.beta(t, gp.n)
-        return gp.mean + (beta if self.variance else math.sqrt(beta)) * width
+        return gp.mean + math.sqrt(self.beta(t, gp.n)) * width
 
     def select(self, gp: IncrementalGP, t: int, rng: np.random.Generator) -> int:
         """The UCB maximiser at round t (at t = 1 every row ties: a uniform draw)."""
@@ -59,8 +61,10 @@ class GPUCB:
 
 
 def authors_code_ucb(beta_scale: float = 1.0) -> GPUCB:
-    """GP-UCB as the PO-GP-UCB authors' code runs it: mean + beta_t variance, delta 0.1
-    (the paper's text: mean + beta_t^1/2 std, delta 0.05)."""
+    """GP-UCB as the PO-GP-UCB authors' code runs it: mean + beta_{t-1}^1/2 variance, delta
+    0.1 (the paper's text: mean + beta_t^1/2 std, delta 0.05). Their UCB.py weights the
+    variance by `_get_beta()`, which returns the square root of beta, indexed by the
+    number of observations so far (Algorithm 2's t - 1)."""
     return GPUCB(delta=AUTHORS_DELTA, beta_scale=beta_scale, variance=True)
 
 

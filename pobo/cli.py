@@ -406,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connect", help="the curator's endpoint (required)")
     p.add_argument("--seed", type=count, default=None, help="modeler seed (default: OS entropy)")
     _modeler_arguments(p)
-    _authors_code_argument(p, "the modeler's part: GP-UCB's mean + beta_t variance, delta 0.1")
+    _authors_code_argument(p, "the modeler's part: GP-UCB's mean + beta_{t-1}^1/2 variance, "
+                           "delta 0.1")
     p.add_argument("--non-private", action="store_true",
                    help="accept the curator's non-private identity release of X")
     p.add_argument("--timeout", type=positive, default=60.0, help="seconds to wait for a reply")
@@ -558,9 +559,9 @@ def _authors_code_argument(p: argparse.ArgumentParser, who: str) -> None:
     p.add_argument("--authors-code", action="store_true", default=None,
                    help=f"reproduction switch ({who}): run as the PO-GP-UCB authors' code "
                         "does -- the curator lifts sigma + omega (the text: sqrt(sigma^2 + "
-                        "omega^2); --lift paper), GP-UCB scores mean + beta_t variance with "
-                        "delta 0.1 (the text: std, delta 0.05). Never a default; recorded in "
-                        "result.json")
+                        "omega^2); --lift paper), GP-UCB scores mean + beta_{t-1}^1/2 variance "
+                        "with delta 0.1 (the text: beta_t^1/2 std, delta 0.05). Never a "
+                        "default; recorded in result.json")
 
 
 def _ldp_synthetic_arguments(p: argparse.ArgumentParser) -> None:

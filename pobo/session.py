@@ -47,7 +47,8 @@ from pobo.runspec import (  # noqa: F401  (re-exported: defined without numpy)
 CURATOR_LOG = logging.getLogger("pobo.curator")
 AUTHORS_CODE_NOTE = ("reproduction switch --authors-code: lift sigma + omega (the paper's "
                      "text: sqrt(sigma^2 + omega^2)); the modeler's GP-UCB scores mean + "
-                     "beta_t variance with delta 0.1 (the text: std, delta 0.05)")
+                     "beta_{t-1}^1/2 variance with delta 0.1 (the text: beta_t^1/2 std, "
+                     "delta 0.05)")
 DEFAULT_RELEASE_DELTA = 1e-8  # a release's default delta: below 1/n for every n < 5e7
 # central (eps, delta) a default budget leaves for one release at the default (1, 1e-8),
 # which Kusner's two-part releases charge twice; and one release, at any (eps, delta)

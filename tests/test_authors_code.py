@@ -1,5 +1,5 @@
 """Issue 25: --authors-code switches on exactly the two departures of the PO-GP-UCB
-authors' code (the sigma + omega lift, the mean + beta variance UCB with delta 0.1), and
+authors' code (the sigma + omega lift, the mean + beta^1/2 variance UCB with delta 0.1), and
 FIDELITY.md's verdicts are computed from the committed CSVs."""
 import asyncio
 import math
@@ -69,13 +69,14 @@ def fitted_gp() -> IncrementalGP:
     return gp
 
 
-def test_authors_ucb_scores_mean_plus_beta_variance_with_delta_0_1():
+def test_authors_ucb_scores_mean_plus_root_beta_variance_with_delta_0_1():
     gp, t = fitted_gp(), 4
     ucb = make_strategy("gp-ucb+authors")
     assert ucb == GPUCB(delta=0.1, beta_scale=1.0, variance=True)
-    beta = beta_gp_ucb(t, gp.n, 0.1)
-    expected = int(np.argmax(gp.mean + beta * gp.var))
+    beta = beta_gp_ucb(t - 1, gp.n, 0.1)  # the authors' index: observations so far
+    expected = int(np.argmax(gp.mean + math.sqrt(beta) * gp.var))
     assert ucb.select(gp, t, np.random.default_rng(0)) == expected
+    assert ucb.score(gp, t) == pytest.approx(gp.mean + math.sqrt(beta) * gp.var)
     text = make_strategy("gp-ucb")
     assert text == GPUCB(delta=0.05, beta_scale=1.0, variance=False)
     std_pick = int(np.argmax(gp.mean + math.sqrt(beta_gp_ucb(t, gp.n, 0.05)) * np.sqrt(gp.var)))
@@ -84,10 +85,40 @@ def test_authors_ucb_scores_mean_plus_beta_variance_with_delta_0_1():
     gp2 = IncrementalGP(np.array([[0.0], [1.0]]), squared_exponential(1.0, 1.0), 1e-4, 3)
     gp2.add(0, 0.0)
     gp2.mean[:], gp2.var[:] = [1.0, 0.0], [0.01, 0.09]
-    assert GPUCB(delta=0.1, variance=True).score(gp2, 1)[1] == pytest.approx(
-        beta_gp_ucb(1, 2, 0.1) * 0.09)
+    assert GPUCB(delta=0.1, variance=True).score(gp2, 2)[1] == pytest.approx(
+        math.sqrt(beta_gp_ucb(1, 2, 0.1)) * 0.09)
     assert GPUCB(delta=0.1).score(gp2, 1)[1] == pytest.approx(
         math.sqrt(beta_gp_ucb(1, 2, 0.1)) * 0.3)
+
+
+@pytest.mark.parametrize("t", [2, 3, 7, 40])
+def test_authors_ucb_weight_is_root_beta_at_the_authors_index(t):
+    """Issue 50: the authors' `_get_beta()` returns sqrt(beta), indexed by the observations
+    so far (t - 1). Two rows whose order flips between beta_{t-1}^1/2 and the nearest wrong
+    weights (beta_t^1/2: pobo's own index; beta_{t-1}: the square root left out): only the
+    authors' weight picks row 0."""
+    n, delta = 2, 0.1
+    low, high = math.sqrt(beta_gp_ucb(t - 1, n, delta)), math.sqrt(beta_gp_ucb(t, n, delta))
+    assert low < high < low**2  # both wrong weights are larger than the right one
+    var = np.array([0.01, 0.09])
+    gp = IncrementalGP(np.array([[0.0], [1.0]]), squared_exponential(1.0, 1.0), 1e-4, 3)
+    gp.add(0, 0.0)
+    gp.mean[:], gp.var[:] = [(low + high) / 2 * (var[1] - var[0]), 0.0], var
+    for weight, row in ((low, 0), (high, 1), (low**2, 1)):
+        assert int(np.argmax(gp.mean + weight * var)) == row
+    ucb = make_strategy("gp-ucb+authors")
+    assert ucb.select(gp, t, np.random.default_rng(0)) == 0
+    assert ucb.score(gp, t) == pytest.approx(gp.mean + low * var)
+    # the engine's scratch score (what Distinct masks) is the same
+    assert gp.ucb_score(ucb.beta(t, n), True) == pytest.approx(gp.mean + low * var)
+
+
+def test_authors_ucb_first_round_is_a_uniform_draw_without_a_log_of_zero():
+    gp = IncrementalGP(np.arange(5.0)[:, None], squared_exponential(1.0, 1.0), 1e-4, 3)
+    ucb = make_strategy("gp-ucb+authors")
+    assert ucb.beta(1, 5) == beta_gp_ucb(1, 5, 0.1)  # no beta_0 = 2 ln 0
+    picks = {ucb.select(gp, 1, np.random.default_rng(s)) for s in range(30)}
+    assert len(picks) > 1
 
 
 def test_distinct_rows_keep_the_authors_score():
