@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from pobo.parties.dataset import Problem
 from pobo.parties.discrete_gaussian import rows_calibration
 from pobo.parties.domain import MAX_NORM
@@ -40,10 +42,36 @@ def epsilon_at(release: ProjectedDataset, n: int, distance: float,
         return None
     if release.mechanism == GAUSSIAN_SKETCH or (release.mechanism == DP_PROJECTION
                                                 and release.noise_std > 0):
+        if bounded_normal_floor(move, release.omega, release.Z.shape[1]) > release.delta:
+            return None  # the sampler that runs cannot give (eps, delta) there: not stated
         return sketch_epsilon(release.delta, release.omega, release.Z.shape[1], move)
     if release.mechanism == DP_PROJECTION and distance <= 1:
         return release.epsilon  # the unlifted sketch after a passed test: BT3.1 at |v| <= 1
     return None
+
+
+# |g| of NoiseSource's floating-point normals (Box-Muller on uniforms k / 2^53, k >= 1)
+BOX_MULLER_BOUND = math.sqrt(-2.0 * math.log(2.0 ** -53))  # 8.5717
+
+
+def bounded_normal_floor(move: float, omega: float, r: int) -> float:
+    """An upper bound on the delta that the bounded support of the sketch's normals
+    forces at a move of `move` (issue 46): conditioned on the secret M, coordinate j of a
+    row of Z moves by (M^T v)_j / sqrt(r) against noise of std omega / sqrt(r), and an
+    event beyond the support's edge has probability Phi(|M^T v|_j / omega - 8.5717) under
+    one neighbour and 0 under the other; (M^T v)_j ~ N(0, |v|^2), and a union bound over
+    the r coordinates gives r E_g[Phi(|v| |g| / omega - 8.5717)]. The sketches (jl,
+    Blocki's) still draw these normals: where the floor passes delta their epsilon is not
+    stated (the Gaussian rows draw exact lattice noise and have no floor)."""
+    from scipy import integrate
+    from scipy.stats import norm
+
+    a = move / omega
+    if a <= 0:
+        return 0.0
+    value, _ = integrate.quad(lambda x: 2.0 * norm.pdf(x) * norm.cdf(a * x - BOX_MULLER_BOUND),
+                              0.0, np.inf, limit=200)
+    return min(1.0, r * value)
 
 
 def distances(problem: Problem) -> list[tuple[float, str]]:

@@ -188,3 +188,23 @@ def test_the_discrete_laplace_proposal_is_exact(s):
     assert stats.chisquare(observed, expected(t)).pvalue > 1e-3
     assert stats.chisquare(observed, expected(1.05 * t)).pvalue < 1e-6
     assert abs((Y > 0).sum() - (Y < 0).sum()) < 5 * math.sqrt(Y.size)
+
+
+def test_a_sketch_states_no_epsilon_where_its_bounded_normals_floor_passes_delta():
+    """Issue 46: until a release's sampler is exact, no epsilon is printed at a distance
+    where the floor its bounded normals force exceeds delta. The jl sketch (omega = 5.6,
+    r = 10, delta 1e-5) keeps its figure at one unit and one length-scale (floor below
+    1e-7) and states none for a whole row (floor 1); Blocki's omega = 976 keeps all."""
+    from pobo.parties.statement import BOX_MULLER_BOUND, bounded_normal_floor, epsilon_at
+    from pobo.protocol.messages import ProjectedDataset
+    from pobo.protocol.policy import GAUSSIAN_SKETCH
+
+    assert abs(BOX_MULLER_BOUND - 8.5717) < 1e-4
+    Z = np.zeros((10_000, 10))
+    jl = ProjectedDataset(GAUSSIAN_SKETCH, 3.0, 1e-5, 5.6, Z, noise_std=5.6 / 10 ** 0.5)
+    assert bounded_normal_floor(50.0, 5.6, 10) == 1.0
+    assert bounded_normal_floor(6.25, 5.6, 10) < 1e-6
+    assert epsilon_at(jl, 10_000, 1.0) is not None and epsilon_at(jl, 10_000, 6.25) is not None
+    assert epsilon_at(jl, 10_000, 50.0) is None
+    blocki = ProjectedDataset(GAUSSIAN_SKETCH, 3.0, 1e-5, 976.0, Z, noise_std=976 / 10 ** 0.5)
+    assert epsilon_at(blocki, 10_000, 50.0) is not None
