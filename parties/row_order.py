@@ -26,6 +26,15 @@ from pobo.parties.noise import NoiseSource
 ROW_ORDER_META = "row_order"
 
 
+def keeps_data_order(lift: str, inputs_public: bool = False) -> bool:
+    """Whether a release keeps its rows in the data's order: public inputs (a public grid,
+    the tuning candidates: the modeler knows every row, so their order hides nothing),
+    and the paper's Algorithm 1 as published (`--lift paper`, which makes no DP claim and
+    reproduces the paper's tables: its trajectories, and the committed fidelity CSVs,
+    depend on which row is which index)."""
+    return lift == "paper" or inputs_public
+
+
 def draw_order(n: int, source: NoiseSource) -> np.ndarray:
     """A uniformly random permutation of range(n): the data rows in the order of 128
     random bits each (from `source`: the OS CSPRNG or a seeded Generator; a tie, of

@@ -43,7 +43,7 @@ from pobo.parties.projection import (
     choose_projection, identity_release, lift_test_needed, release_mechanism, singular_values,
 )
 from pobo.parties.release import MAX_RELEASE_EPSILON, MIN_RELEASE_EPSILON
-from pobo.parties.row_order import in_release_order, row_order
+from pobo.parties.row_order import in_release_order, keeps_data_order, row_order
 from pobo.parties.statement import release_statement
 from pobo.protocol.checkpoint import ledger_head
 from pobo.protocol.codec import decode, encode
@@ -302,10 +302,12 @@ class CuratorService:
         self.ldp = ldp_mechanism(problem, settings)
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
         self.projection_key, self.release, self.report = self._prepare_projection()
-        # released row j is data row row_order[j]: a secret order (parties/row_order.py)
-        self.row_order = row_order(self.journal, problem.X.shape[0], self.randomness_id,
-                                   NoiseSource(None if settings.seed is None
-                                               else rng_for(settings.seed, "row-order")))
+        # released row j is data row row_order[j]: a secret order (parties/row_order.py);
+        # the paper's Algorithm 1 (no DP claim) releases its rows in their own order
+        self.row_order = (np.arange(problem.X.shape[0]) if keeps_data_order(settings.lift, settings.inputs_public)
+                          else row_order(self.journal, problem.X.shape[0], self.randomness_id,
+                                         NoiseSource(None if settings.seed is None
+                                                     else rng_for(settings.seed, "row-order"))))
         self.release = in_release_order(self.release, self.row_order)
         self.released_f = None if problem.f is None else problem.f[self.row_order]
         # the Dataset every session sends: encoded, hashed and kept once (memory under a

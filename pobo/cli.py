@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import math
+from dataclasses import replace
 import os
 import signal
 import sqlite3
@@ -907,7 +908,9 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
         T=args.T or (preset.T if preset else None),
         non_private=args.non_private or bool(preset and preset.non_private),
         strategies=tuple(strategies),
-        hyper=hyper_from_args(args), options=options,
+        hyper=(replace(hyper_from_args(args), mode=preset.fit)
+               if preset and args.fit == "auto" else hyper_from_args(args)),
+        options=options,
         transcripts=args.transcripts, ldp_epsilons=tuple(args.ldp_eps or (None,)),
         beta_scales=tuple(args.beta_scales or (None,)),
         moma_ks=tuple(args.moma_k or (None,)),

@@ -17,7 +17,7 @@ import numpy as np
 
 from pobo.parties.dataset import Problem, dataset_digest
 from pobo.parties.risk import GRID_BINS, measure_risk
-from pobo.parties.row_order import in_data_order, seeded_order
+from pobo.parties.row_order import in_data_order, keeps_data_order, seeded_order
 from pobo.protocol.messages import Dataset, ProjectedDataset
 from pobo.protocol.policy import GAUSSIAN_ROWS, IDENTITY
 from pobo.runspec import RunConfig, write_json
@@ -144,11 +144,14 @@ def folder_risk(folder: Path | str, options: dict | None = None,
     if release.Z.shape[0] != problem.X.shape[0]:
         raise RiskError(f"the release has {release.Z.shape[0]} rows, the dataset "
                         f"{problem.X.shape[0]}")
-    if seed is None:
+    if keeps_data_order(str(result.get("lift"))):
+        seed = 0 if seed is None else seed  # (no secret order to undo below)
+    elif seed is None:
         raise RiskError(f"the release of {folder} is in its curator's secret row order, "
                         "which a run folder does not hold: measure it with `pobo risk "
                         "SCENARIO` and the run's options on the curator's side")
-    release = in_data_order(release, seeded_order(release.Z.shape[0], int(seed)))
+    if not keeps_data_order(str(result.get("lift"))):
+        release = in_data_order(release, seeded_order(release.Z.shape[0], int(seed)))
     risk = {"scenario": problem.name, "source": problem.source,
             **release_risk(problem, release, anchors, 0 if seed is None else int(seed),
                            repeats)}

@@ -165,7 +165,12 @@ def _read_columnar(path: str | Path, numeric: Sequence[str], text: Sequence[str]
             values[c][~np.isfinite(values[c])] = math.nan
         else:
             values[c] = parse_numbers(cells.astype(str))
-        reason[(reason == None) & np.isnan(values[c])] = f"missing {c}"  # noqa: E711
+        bad = (reason == None) & np.isnan(values[c])  # noqa: E711
+        if bad.any():  # an empty or NA cell, or text where a number belongs (as the row reader)
+            blank = (cells.astype(str).str.strip().str.strip('"').str.strip().str.lower()
+                     .isin(MISSING).to_numpy())
+            reason[bad & blank] = f"missing {c}"
+            reason[bad & ~blank] = f"non-numeric {c}"
     for c in text:
         values[c] = frame[where[c]].str.strip().to_numpy(dtype=object)
     if keep is not None:

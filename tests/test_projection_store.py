@@ -112,18 +112,23 @@ def test_a_refused_in_memory_projection_is_not_kept():
 
 def test_a_service_in_memory_keeps_the_releases_own_z_and_sends_what_a_disk_one_sends(
         tmp_path):
-    """The in-memory journal holds the release's own array (no copy); a service on
-    disk sends the same Dataset bytes."""
+    """The in-memory journal holds the release's own array, in the data's order, and the
+    service serves it in its secret row order (one copy: parties/row_order.py); a
+    service on disk sends the same Dataset bytes."""
+    from pobo.parties.row_order import in_release_order
     from pobo.protocol.codec import decode
     from pobo.session import RunConfig, prepare_service
 
     config = RunConfig("synthetic", T=5, seed=1, options={"grid": 10})
     memory = prepare_service(config)
-    assert memory.journal._arrays[memory.projection_key] is memory.release.Z
+    held = memory.journal._arrays[memory.projection_key]
+    assert np.array_equal(held[memory.row_order], memory.release.Z)
+    assert not np.array_equal(held, memory.release.Z)  # a secret order, not the data's
     assert decode(memory.dataset_body.body).release == memory.release
     disk = prepare_service(config, journal=Journal(tmp_path / "j.db"))
     assert disk.dataset_body.body == memory.dataset_body.body
-    assert disk.journal.projection(disk.projection_key)[0] == memory.release
+    stored = disk.journal.projection(disk.projection_key)[0]
+    assert in_release_order(stored, disk.row_order) == memory.release
 
 
 def test_what_is_served_is_what_was_checked_whatever_happens_to_the_file_after(tmp_path):
