@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 ROBUST_NAMES = ("tgp-ucb", "ata-gp-ucb", "moma-gp-ucb")
 STRATEGIES = ("gp-ucb", "random", *ROBUST_NAMES)
-FIT_MODES = ("auto", "fixed", "map", "once", "every")
+FIT_MODES = ("auto", "fixed", "map", "once", "every", "paper")
 # the dataset release (--lift): "gaussian" (default) and "jl" are the Gaussian releases of
 # parties/gaussian.py; "private" and "always" are PO-GP-UCB's lift at Blocki et al.'s
 # constant (a labelled comparison); "paper" is Algorithm 1 as published (not DP)
@@ -28,7 +28,9 @@ class HyperFit:
     `hold` rewards are told, then every `every` rounds a maximum-a-posteriori fit with
     log-normal priors centred on the declared values, kept only while its evidence beats
     theirs (parties/fitting.py). `once` and `every` are plain maximum likelihood after an
-    initial design of `n_init` random rows. No mode fits on rewards that are all equal.
+    initial design of `n_init` random rows. `paper` is the papers' experiments' (and
+    pobo's `auto` before its MAP fit): the declared values where public, else `every`.
+    No mode fits on rewards that are all equal.
     """
 
     mode: str = "auto"
@@ -46,6 +48,8 @@ class HyperFit:
 
     def resolved(self, status: str) -> HyperFit:
         """This policy with `auto` decided by the declared hyperparameters' status."""
+        if self.mode == "paper":  # the papers' experiments: ML where the values are not public
+            return replace(self, mode="fixed" if status == "public" else "every")
         if self.mode != "auto":
             return self
         return replace(self, mode="fixed" if status == "public" else "map")

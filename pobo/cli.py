@@ -591,7 +591,9 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
                         "priors centred on them, kept only while its evidence beats theirs; "
                         "once after --n-init random rows, or every --fit-every rounds "
                         "(maximum likelihood on Z and rewards); "
-                        "auto: fixed if the curator declares them public, else map")
+                        "auto: fixed if the curator declares them public, else map; paper: "
+                        "fixed if public, else every (the papers' experiments; the "
+                        "presets' default)")
     p.add_argument("--n-init", type=at_least_two, default=5,
                    help="initial design size for --fit once/every")
     p.add_argument("--fit-every", type=positive_int, default=10, help="refit period (map, every)")

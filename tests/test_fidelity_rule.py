@@ -180,7 +180,7 @@ def test_hospital_modes_are_paired_by_seed_and_separated_at_2_se(tmp_path):
     assert "paired by seed): -1.000 ± 0.000 hits over 4 seeds, separated at 2 se" in text
     write("hospital-authors", "paper", True, [11, 19, 31, 39])
     assert "paired by seed): 0.000 ± 0.577 hits over 4 seeds, not separated" in render(tmp_path)
-    assert "--authors-code --seeds 4`" in text
+    assert "--authors-code --fit every --seeds 4`" in text
 
 
 def test_a_figure_shows_the_authors_code_beside_the_text_when_run(tmp_path):
