@@ -262,7 +262,8 @@ def reference(tmp_path_factory) -> dict:
         _stop(modeler, curator)
     return {"curator": record, "modeler": json.loads((where / "m" / "modeler.json").read_text()),
             "curator_lines": _progress(lines, b"[curator] t="),
-            "curator_preamble": sum(map(len, lines[:first])),
+            "curator_preamble": sum(map(len, lines[:first])),  # (names its journal's path)
+            "journal": str(where / "journal.db"),
             "modeler_lines": _progress(out.splitlines(keepends=True), b"[modeler] t=")}
 
 
@@ -280,7 +281,9 @@ def _interrupt(where: Path, side: str, k: int, delay: float, reference: dict) ->
     try:
         if side == "curator":
             listening = (len(f"{LISTENING}tcp://127.0.0.1:{port}\n")
-                         + reference["curator_preamble"])  # and its privacy statement
+                         + reference["curator_preamble"]  # and its privacy statement,
+                         - len(reference["journal"])  # its ledger's line naming this
+                         + len(str(where / "journal.db")))  # trial's journal
             r, w, filler = _stall_after(listening + sum(reference["curator_lines"][:k]))
             fds.append(r)
             try:
