@@ -16,8 +16,8 @@ from pobo.parties.budget_history import budget_history
 from pobo.parties.journal import Journal
 from pobo.protocol.accounting import composed_epsilon, gaussian_epsilon_at, part_of, pld_epsilon
 from pobo.protocol.ledger import PROCESS_ONLY, Budget, Entry, Ledger
-from pobo.session import RunConfig, curate, open_channel, optimise, prepare_service
-from pobo.transport.inproc import pipe_pair
+from pobo.session import RunConfig, prepare_service
+from test_dataset_ledger import _session  # one whole in-process session
 
 
 def _table(tmp_path, n: int = 40) -> dict:
@@ -32,19 +32,6 @@ def _table(tmp_path, n: int = 40) -> dict:
 def _deployed(tmp_path, **overrides) -> RunConfig:
     """A deployed curator's configuration (no seed: the OS CSPRNG; no --journal)."""
     return RunConfig("table", seed=None, T=2, options=_table(tmp_path), **overrides)
-
-
-async def _session(service, out, **modeler):
-    session = service.new_session()
-    cpipe, mpipe = pipe_pair()
-    cchan = open_channel(cpipe, "curator", service.settings.non_private, out, 10.0)
-    mchan = open_channel(mpipe, "modeler", service.settings.non_private, out, 10.0)
-    try:
-        return await asyncio.gather(curate(cchan, session, out, verbose=False),
-                                    optimise(mchan, 1, out=out, **modeler))
-    finally:
-        cchan.close()
-        mchan.close()
 
 
 def test_restarts_without_a_journal_serve_one_release_from_one_budget(tmp_path, own_ledgers):
