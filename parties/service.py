@@ -430,7 +430,11 @@ class CuratorService:
                                                                              self.ldp),
             noise=problem.noise, budget_epsilon=budget["budget_epsilon"] or 0.0,
             budget_delta=s.budget.delta if budget["budget_epsilon"] else 0.0,
-            distinct=bool(s.distinct), ledger_scope=ledger_scope_of(self.journal))
+            distinct=bool(s.distinct), ledger_scope=ledger_scope_of(self.journal),
+            row_budget_epsilon=budget["row_budget_epsilon"] or 0.0,
+            row_budget_delta=s.budget.row_delta if budget["row_budget_epsilon"] else 0.0,
+            budget_releases=-1 if budget["budget_releases"] is None
+            else budget["budget_releases"])
 
     def new_session(self, security: str = "in-process", owner: str = "in-process",
                     batch: int = 1) -> CuratorSession:

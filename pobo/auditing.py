@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from pobo.parties.dataset import arrays_digest
-from pobo.protocol.audit import AuditReport, audit_session, audit_transcript, readable_records
+from pobo.protocol.audit import (
+    AuditReport, audit_session, audit_transcript, budget_changes, readable_records,
+)
 from pobo.parties.journal import Journal
 from pobo.protocol.checkpoint import forks, inconsistencies
 from pobo.protocol.codec import decode
@@ -359,7 +361,7 @@ def check_ledger_chain(reports: list[AuditReport]) -> None:
         report = by_path[point.path]
         if why not in report.violations:
             report.violations.append(why)
-    for note in notes:
+    for note in [*notes, *budget_changes(reports)]:
         reports[0].notes.append(note)
 
 

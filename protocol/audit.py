@@ -103,6 +103,7 @@ class AuditReport:
     complete: bool = True  # False when it holds no End from the peer: its tail is unvouched
     paired: bool = False  # audited with the peer's transcript (which vouches for its tail)
     checkpoints: list[Checkpoint] = field(default_factory=list)  # the curator's ledger heads
+    budget: dict | None = None  # the dataset's budget the Welcome announced (budget_of)
     floors: list[Checkpoint] = field(default_factory=list)  # entries it shows were charged
     dp: bool | None = None  # what the Dataset says (False: "not DP"); None without one
     # what the signed Welcome and Dataset say of the session's privacy (`signed_claims`)
@@ -150,6 +151,43 @@ class AuditReport:
                          f"{c['delta']:.3g}; local reports {loc['reports']} on {loc['rows']} rows,"
                          f" worst-off row eps = {loc['max_row_epsilon']:.6g}")
         return "\n".join(lines)
+
+
+def budget_of(params) -> dict:
+    """The dataset's budget a Welcome announces, and the ledger's size then (its head's
+    entries): what `pobo audit` compares across sessions to show a raise."""
+    return {"central": (params.budget_epsilon, params.budget_delta),
+            "row": (params.row_budget_epsilon, params.row_budget_delta),
+            "releases": params.budget_releases}
+
+
+def budget_changes(reports: list) -> list[str]:
+    """One note per change of the dataset's budget between the sessions of `reports`, in
+    the order of their Welcome's ledger head, then its time (a raise is --raise-budget, recorded in the
+    curator's journal: `pobo ledger` shows its history)."""
+    seen = sorted(((r.checkpoints[0].head.entries if r.checkpoints else 0,
+                    r.checkpoints[0].time if r.checkpoints else 0.0, r.session or "",
+                    r.budget) for r in reports if r.budget is not None), key=lambda t: t[:2])
+    out, last = [], None
+    for entries, _, session, budget in seen:
+        if last is not None and budget != last[2]:
+            raised = any(b > a for a, b in zip((*last[2]["central"], *last[2]["row"]),
+                                               (*budget["central"], *budget["row"]))) or (
+                budget["releases"] == -1 and last[2]["releases"] != -1) or (
+                last[2]["releases"] != -1 and budget["releases"] > last[2]["releases"])
+            out.append(f"the dataset's budget {'was RAISED' if raised else 'changed'} between "
+                       f"session {last[1][:12]} (ledger of {last[0]} entries) and session "
+                       f"{session[:12]} ({entries}): {_budget_text(last[2])} -> "
+                       f"{_budget_text(budget)} (a raise needs --raise-budget; `pobo ledger` "
+                       "shows the journal's budget history)")
+        last = (entries, session, budget)
+    return out
+
+
+def _budget_text(budget: dict) -> str:
+    (eps, dlt), (row, _), releases = budget["central"], budget["row"], budget["releases"]
+    return (f"central ({eps:g}, {dlt:g})" + (f", row {row:g}" if row else "")
+            + ("" if releases < 0 else f", {releases} release(s)"))
 
 
 def dataset_is_dp(messages: list, welcome: Welcome) -> bool | None:
@@ -237,6 +275,7 @@ def audit_transcript(path: str | Path, anchor: dict | None = None,
                             + "; alone it cannot vouch for its tail: records cut from its "
                             "end (a later release, say) cannot be seen (PROTOCOL.md 12.3)")
         report.complete = False
+    report.budget = budget_of(welcome.params)
     if welcome.params.ledger_scope == PROCESS_SCOPE:
         report.notes.append(f"{PROCESS_ONLY}: the curator kept its ledger in memory "
                             "(ledger_scope 'process'); a restart of it started a new budget")

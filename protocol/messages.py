@@ -69,6 +69,12 @@ class SessionParams:
     # version 6: where the budget holds: 'dataset' (a journal on disk: every restart of the
     # curator on the data), 'process' (memory: this curator process only); '' = unstated
     ledger_scope: str = ""
+    # version 6: the rest of the dataset's budget in force (fixed at its first serve): the
+    # LDP epsilon and delta any one row may accumulate (0: none), and how many results may
+    # ever be released (-1: no limit but the central budget)
+    row_budget_epsilon: float = 0.0
+    row_budget_delta: float = 0.0
+    budget_releases: int = -1
 
 
 @dataclass(frozen=True)

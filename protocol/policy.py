@@ -193,6 +193,11 @@ class Boundary:
                 raise ProtocolError("a second welcome in one session", ErrorCode.SEQUENCE)
             if not 1 <= message.params.batch <= MAX_BATCH:
                 raise ProtocolError(f"a welcome granting a batch of {message.params.batch}")
+            if not (message.params.row_budget_epsilon >= 0
+                    and 0 <= message.params.row_budget_delta < 1
+                    and message.params.budget_releases >= -1):
+                raise ProtocolError("a welcome's row budget is an epsilon >= 0 and a delta in "
+                                    "[0, 1), its releases -1 (no limit) or a count >= 0")
             if message.params.ledger_scope not in ("", "dataset", "process"):
                 raise ProtocolError(f"a welcome's ledger_scope is 'dataset', 'process' or '', "
                                     f"not {message.params.ledger_scope[:40]!r}")

@@ -185,3 +185,28 @@ def test_the_budget_history_records_each_change(tmp_path):
     assert [(h["budget_epsilon"], h["why"]) for h in history] == [
         (6.0, "fixed at the dataset's first serve"), (5.0, "lowered")]
     assert json.loads(Journal(journal).meta("budget"))["budget_epsilon"] == 5.0
+
+
+def test_a_raise_between_two_sessions_shows_in_their_audit(tmp_path):
+    """Issue 45: a raise of the budget is recorded in the journal and shows in `pobo
+    audit` of two sessions' transcripts: every Welcome carries the budget in force (its
+    central, per-row and release limits), and the audit names the change between them."""
+    from pobo.auditing import audit_files
+
+    journal = tmp_path / "j.db"
+    config = RunConfig("synthetic", seed=0, T=2, options={"grid": 8}, budget_epsilon=6.0)
+    first = prepare_service(config, journal=Journal(journal))
+    asyncio.run(_session(first, tmp_path / "s1"))
+    first.journal.close()
+    raised = prepare_service(RunConfig("synthetic", seed=0, T=2, options={"grid": 8},
+                                       budget_epsilon=9.0, raise_budget=True),
+                             journal=Journal(journal))
+    assert raised.params.budget_epsilon == 9.0 and raised.params.budget_releases == -1
+    asyncio.run(_session(raised, tmp_path / "s2"))
+    paths = [tmp_path / s / f"{role}.transcript" for s in ("s1", "s2")
+             for role in ("curator", "modeler")]
+    notes = [n for r in audit_files(paths, keys=None) for n in r.notes]
+    said = [n for n in notes if "budget was RAISED" in n]
+    assert len(said) == 1 and "central (6, " in said[0] and "central (9, " in said[0], notes
+    alone = [n for r in audit_files(paths[:2], keys=None) for n in r.notes]
+    assert not any("budget" in n and "RAISED" in n for n in alone)
