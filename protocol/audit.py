@@ -163,8 +163,8 @@ def budget_of(params) -> dict:
 
 def budget_changes(reports: list) -> list[str]:
     """One note per change of the dataset's budget between the sessions of `reports`, in
-    the order of their Welcome's ledger head, then its time (a raise is --raise-budget, recorded in the
-    curator's journal: `pobo ledger` shows its history)."""
+    the order of their Welcome's ledger head, then its time (a raise is --raise-budget,
+    recorded in the curator's journal: `pobo ledger` shows its history)."""
     seen = sorted(((r.checkpoints[0].head.entries if r.checkpoints else 0,
                     r.checkpoints[0].time if r.checkpoints else 0.0, r.session or "",
                     r.budget) for r in reports if r.budget is not None), key=lambda t: t[:2])
