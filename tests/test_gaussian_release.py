@@ -371,3 +371,20 @@ def test_the_calibrated_sigma_meets_its_delta_in_50_digit_arithmetic(epsilon, de
     exact = mpmath.ncdf(-eps / mu + mu / 2) - mpmath.e ** eps * mpmath.ncdf(-eps / mu - mu / 2)
     assert exact <= delta, float(exact / delta)
     assert gaussian_delta(epsilon, 1 / (sigma * (1 + 1e-9))) < delta  # not far above it
+
+
+@pytest.mark.parametrize("epsilon,delta,d", [(math.exp(1.1), 1e-5, 2), (3.0, 1e-6, 9),
+                                             (8.0, 1e-6, 20)])
+def test_the_lattice_release_sigma_is_accepted_by_dp_accounting_at_its_sensitivity(
+        epsilon, delta, d):
+    """The exact release's sigma (parties.discrete_gaussian.rows_calibration), checked by
+    dp-accounting's Gaussian privacy loss, not our profile: at the sensitivity a move of 1
+    has once the row is rounded to the lattice (1 + gamma sqrt(d)) it gives (eps, delta),
+    and 1e-6 less noise does not."""
+    from pobo.parties.discrete_gaussian import rows_calibration
+    sigma, gamma = rows_calibration(epsilon, delta, d)
+    sensitivity = 1.0 + gamma * math.sqrt(d)
+    assert 0 < gamma < sigma * 1e-8
+    loss = lambda s: pl.GaussianPrivacyLoss(s, sensitivity=sensitivity)  # noqa: E731
+    assert loss(sigma).get_delta_for_epsilon(epsilon) <= delta * (1 + 1e-6)
+    assert loss(sigma * (1 - 1e-6)).get_delta_for_epsilon(epsilon) > delta * (1 - 1e-6)

@@ -90,9 +90,9 @@ def test_connect_needs_a_concrete_port():
 
 async def test_plaintext_bind_beyond_loopback_needs_insecure(ctx, caplog):
     with pytest.raises(ValueError) as info:
-        RouterHub.bind(ctx, "tcp://0.0.0.0:5555")
+        RouterHub.bind(ctx, "tcp://0.0.0.0:0")
     assert str(info.value) == (
-        "binding tcp://0.0.0.0:5555 in plaintext exposes the session to the network: use "
+        "binding tcp://0.0.0.0:0 in plaintext exposes the session to the network: use "
         "CURVE keys (--curve-secret/--curve-allow) or pass --insecure")
     with pytest.raises(ValueError, match="--insecure"):
         RouterHub.bind(ctx, "tcp://*:0")
