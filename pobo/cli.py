@@ -411,12 +411,14 @@ def build_parser() -> argparse.ArgumentParser:
                            "delta 0.1")
     p.add_argument("--non-private", action="store_true",
                    help="accept the curator's non-private identity release of X")
-    p.add_argument("--timeout", type=positive, default=60.0, help="seconds to wait for a reply")
+    p.add_argument("--timeout", type=positive, default=60.0,
+                   help="seconds to wait for a reply from a curator that is listening")
     p.add_argument("--resume", action="store_true",
                    help="continue the session recorded in OUT/modeler.transcript")
     p.add_argument("--patience", type=non_negative, default=86400.0,
-                   help="seconds to keep reconnecting to a curator that vanished while an "
-                        "evaluation was pending (it resumes the session; default 1 day)")
+                   help="seconds to wait for a curator that is not listening yet (one still "
+                        "preparing binds when ready), and to keep reconnecting to one that "
+                        "vanished while an evaluation was pending (default 1 day)")
     _spin_argument(p)
     p.add_argument("--curve-secret", type=Path, help="CURVE: the modeler's secret key file")
     p.add_argument("--curve-server", type=Path, help="CURVE: the curator's public key file")

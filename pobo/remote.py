@@ -476,7 +476,8 @@ async def connect_modeler(connect: str, out: Path | None, *, seed: int | None = 
                 return await _modeler_session(connect, out, seed, strategy, hyper, beta_scale,
                                               release, non_private, curve, timeout, state,
                                               verbose, signing or Signing(), batch,
-                                              current.append, heads)
+                                              current.append, heads,
+                                              max(0.0, deadline - loop.time()))
             except (PeerTimeout, PeerGone, ProtocolError, PeerError) as exc:
                 state = _reconnectable(exc, out, deadline)
                 if state is None:
@@ -536,12 +537,16 @@ def _reconnectable(exc: Exception, out: Path | None, deadline: float):
 
 async def _modeler_session(connect, out, seed, strategy, hyper, beta_scale, release,
                            non_private, curve, timeout, state, verbose, signing: Signing,
-                           batch: int, on_channel=None, heads=None) -> dict:
-    """One connection of the modeler: a fresh DEALER, its channel and the session."""
+                           batch: int, on_channel=None, heads=None,
+                           listen_wait: float = 0.0) -> dict:
+    """One connection of the modeler: a fresh DEALER, its channel and the session. Until
+    a curator answers at `connect` (one still preparing binds only when ready), no peer
+    timeout runs: the DEALER waits up to `listen_wait` s for it, saying so."""
     ctx = new_context()
     pipe = channel = None
     try:  # a transcript that cannot be opened still closes the socket and the context
         pipe = DealerPipe.connect(ctx, connect, curve=curve)
+        pipe.listen_wait = listen_wait
         channel = open_channel(pipe, MODELER, non_private, out, timeout,
                                resume=state is not None, signer=signing.modeler,
                                peer_key=signing.curator_key)

@@ -128,3 +128,68 @@ def test_a_query_refused_for_a_spent_row_is_asked_again_with_another_row(tmp_pat
     audit = _pobo("audit", str(out / "curator.transcript"), str(out / "modeler.transcript"),
                   "--allow-unsigned")
     assert audit.returncode == 0, audit.stdout[-3000:]
+
+
+def _unused_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def test_a_modeler_started_before_the_curator_binds_waits_for_it(tmp_path):
+    """A review's finding: `pobo modeler` started against a curator still preparing (it
+    binds only when ready) failed after its own peer timeout. No peer timeout runs until
+    a curator answers: here the timeout is 1 s and the curator binds 3 s after the
+    modeler connects, and the session completes."""
+    import asyncio
+
+    from waits import result_within, stop
+
+    from pobo.remote import connect_modeler, serve_curator
+    from pobo.session import prepare_service
+
+    endpoint = f"tcp://127.0.0.1:{_unused_loopback_port()}"
+    modeler = asyncio.ensure_future(connect_modeler(endpoint, tmp_path / "m", seed=1,
+                                                    timeout=1.0, patience=60.0,
+                                                    ledger_heads=tmp_path / "heads.json"))
+    await asyncio.sleep(3.0)
+    assert not modeler.done(), modeler.exception()  # still waiting, past its 1 s timeout
+    service = prepare_service(RunConfig("synthetic", T=3, seed=1, options={"grid": 5},
+                                        timeout=10.0))
+    curator = asyncio.ensure_future(serve_curator(service, endpoint, tmp_path / "c",
+                                                  verbose=False, accept_timeout=30.0))
+    try:
+        result = await result_within(modeler, 60)
+        await result_within(curator, 30)
+    finally:
+        await stop(curator)
+        await stop(modeler)
+    assert result["status"] == "ok" and len(result["queries"]) == 3
+
+
+async def test_a_modeler_with_no_curator_ever_listening_stops_after_its_patience(tmp_path,
+                                                                                 caplog):
+    """The wait for a listener is bounded by --patience, said while it lasts, and ends
+    with a PeerTimeout naming the endpoint (not a hang, not the 1 s reply timeout)."""
+    import asyncio
+    import logging
+
+    from waits import result_within
+
+    from pobo.protocol.errors import PeerTimeout
+    from pobo.remote import connect_modeler
+    from pobo.transport import sockets
+
+    endpoint = f"tcp://127.0.0.1:{_unused_loopback_port()}"
+    caplog.set_level(logging.WARNING)
+    old, sockets.UNREACHED_EVERY = sockets.UNREACHED_EVERY, 1.0
+    started = time.monotonic()
+    try:
+        with pytest.raises(PeerTimeout, match=f"no curator listened at {endpoint} within 3"):
+            await result_within(connect_modeler(endpoint, tmp_path / "m", seed=1,
+                                                timeout=1.0, patience=3.0,
+                                                ledger_heads=tmp_path / "heads.json"), 30)
+    finally:
+        sockets.UNREACHED_EVERY = old
+    assert 2.5 <= time.monotonic() - started < 20
+    assert "no curator listening at" in caplog.text

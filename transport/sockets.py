@@ -25,6 +25,7 @@ import os
 import secrets
 import struct
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ from pobo.transport.wakeup import Wakeup
 
 LOG = logging.getLogger("pobo.transport")
 
+UNREACHED_EVERY = 10.0  # seconds between 'no curator listening yet' lines
 _POLL_MS = 100  # the longest a receive waits before rechecking (monitor, sweep, close)
 _COPY_BELOW = 1 << 16  # frames shorter than this are sent by copy (cheaper than zero-copy)
 _BATCH = 256  # messages the pump takes per wake-up before yielding to other tasks
@@ -313,6 +315,12 @@ class DealerPipe:
         self.authenticated = curve
         self._failure: tuple[int, int] | None = None  # last failed handshake (event, value)
         self._shook = monitor is None  # a handshake succeeded and none failed since
+        # when a listener first answered (a handshake, failed or not), time.monotonic();
+        # until then a recv's timeout waits for one, up to `listen_wait` s from connecting
+        self._reached_at: float | None = time.monotonic() if monitor is None else None
+        self._connected_at = time.monotonic()
+        self.listen_wait = 0.0  # seconds a recv waits for a listener before its timeout
+        self._said = 0.0  # the last 'still waiting' line, in seconds since connecting
         # every operation goes through plain sockets sharing the asyncio ones' handles
         self._sync = zmq.Socket.shadow(sock.underlying)
         self._events = zmq.Socket.shadow(monitor.underlying) if monitor is not None else None
@@ -412,7 +420,8 @@ class DealerPipe:
         handshake has succeeded the monitor wakes the wait; after it, within _POLL_MS:
         a refusal after a reconnect)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + max(0.0, timeout)
+        timeout = max(0.0, timeout)
+        start = time.monotonic()
         check_at = -math.inf  # when the monitor is read next: on entry, at every wake until
         while True:  # a handshake has succeeded, and after it every _POLL_MS
             if self._closed:
@@ -426,9 +435,12 @@ class DealerPipe:
                     return _single(_recv_parts(self._sync))
                 except zmq.Again:
                     pass
-            remaining = deadline - now
+            remaining = self._deadline(start, timeout) - time.monotonic()
             if remaining <= 0:  # read the last events, so the error names a cause;
                 self._check_handshake()  # a stream of events never extends the deadline
+                if self._reached_at is None and self.listen_wait > 0:
+                    raise PeerTimeout(f"no curator listened at {self.endpoint} within "
+                                      f"{self.listen_wait:.0f} s")
                 raise self._timeout(timeout)
             if self._reader_loop is not loop:
                 self._watch(loop)
@@ -439,6 +451,23 @@ class DealerPipe:
                 await self._wakeup.wait(loop, now + min(remaining, _POLL_MS / 1000))
             finally:
                 _unwatch(loop, self._watched)
+
+    def _deadline(self, start: float, timeout: float) -> float:
+        """The time.monotonic() deadline of a recv begun at `start` with `timeout`. A
+        curator still preparing binds only when ready, so with `listen_wait` no peer
+        timeout runs before a listener answers (a handshake, failed or not): the timeout
+        counts from then, and until then the wait lasts up to `listen_wait` s from
+        connecting, said every UNREACHED_EVERY s."""
+        if self.listen_wait <= 0:
+            return start + timeout
+        if self._reached_at is not None:
+            return max(start, self._reached_at) + timeout
+        waited = time.monotonic() - self._connected_at
+        if waited >= self._said + UNREACHED_EVERY:
+            self._said = waited - waited % UNREACHED_EVERY
+            LOG.warning("no curator listening at %s yet: still waiting (%.0f s of %.0f)",
+                        self.endpoint, waited, self.listen_wait)
+        return max(start + timeout, self._connected_at + self.listen_wait)
 
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Keep a reader on the socket's descriptor on `loop` (moved from another loop's)."""
@@ -490,6 +519,8 @@ class DealerPipe:
             if len(parts) != 2 or len(parts[0]) != 6:
                 continue
             event, value = struct.unpack("=HI", parts[0])
+            if self._reached_at is None and event & _HANDSHAKE_EVENTS:
+                self._reached_at = time.monotonic()
             if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._failure, self._shook = None, True
             elif event & _HANDSHAKE_EVENTS:
