@@ -2,6 +2,7 @@
 `--full` option (the statistical checks at full length, see README)."""
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,6 +30,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # the per-user key store of this test session (its parties' and children's): never
     # the real ~/.pobo
     os.environ["POBO_HOME"] = tempfile.mkdtemp(prefix="pobo-home-")
+    if sys.dont_write_bytecode and "PYTHONPYCACHEPREFIX" not in os.environ:
+        # PYTHONDONTWRITEBYTECODE (set on some machines) makes every process the suite
+        # starts compile pobo's ~70 modules again, ~0.3 s of CPU each: they keep their
+        # bytecode in this test session's own folder instead (removed at the end)
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="pobo-pyc-")
     if config.getoption("--full"):
         os.environ["POBO_FULL"] = "1"  # read by the tests' REDUCED flags at collection
         if config.getoption("timeout", None) is None:
@@ -54,10 +61,11 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove this test session's key store (one folder per run was left in /tmp)."""
-    home = os.environ.get("POBO_HOME", "")
-    if os.path.basename(home).startswith("pobo-home-"):
-        shutil.rmtree(home, ignore_errors=True)
+    """Remove this test session's key store and bytecode folder (one per run was left in /tmp)."""
+    for folder, prefix in ((os.environ.get("POBO_HOME", ""), "pobo-home-"),
+                           (os.environ.get("PYTHONPYCACHEPREFIX", ""), "pobo-pyc-")):
+        if os.path.basename(folder).startswith(prefix):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
