@@ -210,8 +210,10 @@ def _free_port() -> int:
 
 
 async def test_modeler_with_no_curator_times_out_with_a_typed_error(tmp_path):
-    with pytest.raises(PeerTimeout):
-        await connect_modeler(f"tcp://127.0.0.1:{_free_port()}", tmp_path, timeout=0.5)
+    """No curator ever listens: the wait for one (its --patience) ends in a typed error."""
+    with pytest.raises(PeerTimeout, match="no curator listened at"):
+        await asyncio.wait_for(connect_modeler(f"tcp://127.0.0.1:{_free_port()}", tmp_path,
+                                               timeout=0.5, patience=1.0), 30)
     assert json.loads((tmp_path / "modeler.json").read_text())["status"] == "error"
 
 
