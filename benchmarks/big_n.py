@@ -1,6 +1,6 @@
 """Ten million candidates: `pobo run synthetic --grid G --r 20 --T 100`, time and memory.
 
-    python benchmarks/big_n.py [--grid 3163] [--compare 1000] [--r 20] [--T 100]
+    python benchmarks/big_n.py [--grid 3163] [--compare 1000] [--r 20] [--T 100] [--steps]
 
 Runs `pobo run synthetic --grid G --r R --T T` (two party processes over loopback tcp;
 n = G^2 candidates; seeded, as `pobo run` is) first at the --compare grid (default
@@ -13,14 +13,25 @@ Prints per run: wall time, the modeler's preparation (handshake, Dataset, GP set
 and time per step (the modeler's record: its T queries' wall time / T), each party's
 peak RSS and their sum against --target-gb (issue 23: 16 GB at n = 1e7), and the floor
 the parties cannot go below: Z (n r float64, held by each party) plus the modeler's GP
-cache (T n float64, float32 past 2 GiB: parties/gp.py). The last lines give the ratios of the big run to the comparison
-row: n, time per step and peak memory (linear scaling keeps them near the n ratio).
+cache (T n float64, float32 past 2 GiB: parties/gp.py). The last lines give the ratios
+of the big run to the comparison row: n, time per step and peak memory (linear scaling
+keeps them near the n ratio).
+
+Per step (the modeler's `step_times`: wall time from one reward told to the next), each
+run's 'late / first': the median of its last 10 steps over that of its first 10 (a step
+costs O(n t): the ratio grows with T, not with n), the big run's against the comparison
+run's (the baseline, measured in the same benchmark), and its largest jump: a step over
+the median of the 10 before it. Issue 47: at n = 1e7, T = 100 steps 89-100 took 11-25 s
+against 2.8-3.9 s before them (every float32 block product forked a second BLAS thread
+past t = 88). Targets: the big run's late / first within 2x of the baseline's, no jump
+above 2x. --steps prints every step's time of the big run.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -113,6 +124,7 @@ def run_once(grid: int, r: int, T: int, out: Path, interval: float,
     n = grid * grid
     return {"grid": grid, "n": n, "wall": wall,
             "prepare": modeler.get("prepare_seconds"), "step": modeler.get("step_seconds"),
+            "steps": modeler.get("step_times") or [],
             "curator": watcher.peaks["curator"], "modeler": watcher.peaks["modeler"],
             "floor": 2 * n * r * 8 + T * n * cache_dtype("auto", n, T).itemsize}
 
@@ -124,6 +136,28 @@ def show(row: dict, target: float) -> None:
     print(f"{row['n']:>10,d} {row['wall']:>8.1f} {prepare:>9} {step:>9} "
           f"{row['curator'] / GB:>8.2f} {row['modeler'] / GB:>8.2f} {total / GB:>7.2f} "
           f"{total / (target * GB):>9.2f} {total / row['floor']:>8.2f}", flush=True)
+
+
+def late_over_first(steps: list[float], k: int = 10) -> float:
+    """The median of the last k steps' times over the median of the first k."""
+    k = max(1, min(k, len(steps) // 2))
+    return float(statistics.median(steps[-k:]) / statistics.median(steps[:k]))
+
+
+def largest_jump(steps: list[float], k: int = 10) -> tuple[float, int]:
+    """(ratio, step): the largest time of a step over the median of the k steps before it
+    (1-based step number; from step k + 1 on)."""
+    jumps = [(steps[i] / statistics.median(steps[i - k:i]), i + 1)
+             for i in range(k, len(steps))]
+    return max(jumps, default=(float("nan"), 0))
+
+
+def show_steps(row: dict, per_line: int = 10) -> None:
+    """Every step's wall time, `per_line` a line, each line headed by its first step."""
+    steps = row["steps"]
+    print(f"n = {row['n']:,}: seconds per step")
+    for start in range(0, len(steps), per_line):
+        print(f"  {start + 1:>4}: " + " ".join(f"{s:7.3g}" for s in steps[start:start + per_line]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
     parser.add_argument("--out", type=Path, default=None,
                         help="folder for the runs' records (default: a temporary one)")
+    parser.add_argument("--steps", action="store_true", help="print every step's time")
     args = parser.parse_args(argv)
     grids = [g for g in (args.compare, args.grid) if g]
     print(f"pobo run synthetic --r {args.r} --T {args.T}: grids {grids}; target: both "
@@ -159,10 +194,28 @@ def main(argv: list[str] | None = None) -> int:
               f"preparation x{big['prepare'] / small['prepare']:.1f}, "
               f"peak memory x{mem(big) / mem(small):.1f}")
     big = rows[-1]
+    if args.steps and big["steps"]:
+        show_steps(big)
+    steady = True
+    for row in rows:
+        if len(row["steps"]) < 20:
+            continue
+        jump, at = largest_jump(row["steps"])
+        print(f"n = {row['n']:,}: late / first steps x{late_over_first(row['steps']):.2f} "
+              f"(median of the last 10 over the first 10); largest jump x{jump:.2f} at step "
+              f"{at} (over the median of the 10 before)")
+        steady &= jump <= 2.0 or row is not big  # (the baseline's short steps: noise)
+    if len(rows) == 2 and min(len(row["steps"]) for row in rows) >= 20:
+        ratio = late_over_first(big["steps"]) / late_over_first(rows[0]["steps"])
+        print(f"late / first of n = {big['n']:,} over the baseline's (n = {rows[0]['n']:,}): "
+              f"x{ratio:.2f} (target <= 2)")
+        steady &= ratio <= 2.0
     met = big["curator"] + big["modeler"] <= args.target_gb * GB
     print(f"n = {big['n']:,}: peaks sum to {(big['curator'] + big['modeler']) / GB:.2f} GB "
-          f"({'within' if met else 'OVER'} the {args.target_gb:g} GB target)")
-    return 0 if met else 1
+          f"({'within' if met else 'OVER'} the {args.target_gb:g} GB target); steps "
+          f"{'steady' if steady else 'NOT steady'} (no jump above x2, late / first within "
+          f"x2 of the baseline's)")
+    return 0 if met and steady else 1
 
 
 if __name__ == "__main__":

@@ -31,11 +31,14 @@ Memory (`cache`): V is the engine's only large state, T x n. "float64" keeps it 
 "float32" (what "auto" picks when the float64 cache would pass LEAN_CACHE_BYTES: 8 GB at
 n = 1e7, T = 100) halves it and keeps the arithmetic in float64: a new row is computed
 in float64 (the t x n product over column blocks of the stored rows, each block widened
-to float64) and updates mean and variance before it is rounded for storage, and the row
-l of L comes from L and the kernel (l = L^-1 k(X_t, z_i), a t x t triangular solve)
-instead of the rounded column of V. Only the stored rows carry float32 rounding (2^-24
-relative), which reaches later rows through the product, amplified at most by the
-conditioning of L; tests/test_gp_lean.py bounds the difference from the float64 engine.
+to float64: SCRATCH / t candidates, so that a block stays in one core's L2 cache whatever
+t, and on one BLAS thread: the thousands of block products of a step would otherwise
+each fork and join a second thread) and updates mean and variance before it is rounded
+for storage, and the row l of L comes from L and the kernel (l = L^-1 k(X_t, z_i), a
+t x t triangular solve) instead of the rounded column of V. Only the stored rows carry
+float32 rounding (2^-24 relative), which reaches later rows through the product,
+amplified at most by the conditioning of L; tests/test_gp_lean.py bounds the difference
+from the float64 engine.
 The candidates are never copied: a kernel column is Z (z_i / l^2) and |z / l|^2 is
 computed once over row blocks.
 
@@ -44,7 +47,9 @@ reference and the "full recompute" of the benchmark.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -55,7 +60,11 @@ DEFAULT_JITTER = 1e-10
 PIVOT_FLOOR = 1e-12  # a Cholesky pivot below this fraction of its diagonal is lost to rounding
 CACHES = ("auto", "float64", "float32")
 LEAN_CACHE_BYTES = 1 << 31  # "auto": a float64 cache larger than this is stored as float32
-SCRATCH = 1 << 19  # float64 elements of the float32 product's scratch (4 MB: stays in cache)
+# float64 elements of one block of the float32 cache's product, whatever t (1 MB: with its
+# float32 source it stays in a 2 MB L2; and below OpenBLAS's 460,800 elements, where a
+# product forks a second thread: issue 47, steps 89-100 of n = 1e7, T = 100 were 5-7x slower)
+SCRATCH = 1 << 17
+MIN_BLOCK = 256  # candidates per block at least (a large capacity: fewer, longer products)
 ROW_BLOCK = 1 << 16  # candidates per block when computing |z / l|^2
 
 
@@ -67,6 +76,21 @@ def cache_dtype(cache: str, n: int, capacity: int) -> np.dtype:
     if cache == "auto":
         cache = "float32" if 8 * n * capacity > LEAN_CACHE_BYTES else "float64"
     return np.dtype(cache)
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """BLAS on one thread for the block (threadpoolctl). A fit (a dataset's preparation)
+    then gives the same bits whatever OPENBLAS_NUM_THREADS says -- a threaded reduction sums
+    in another order, and the dataset's digest, which binds its journal, changed -- and
+    small products stop thrashing between threads: the 400-row example's fit, 74 s with 2
+    threads on a loaded machine, 7.6 s with one; the float32 cache's thousands of block
+    products a step (`IncrementalGP._new_row`) likewise."""
+    import scipy.linalg  # noqa: F401  (loaded first: a limit binds only loaded libraries)
+    from threadpoolctl import threadpool_limits  # lazy: party start-up stays light
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 class NumericalError(PoboError):
@@ -141,11 +165,10 @@ class IncrementalGP:
         # (t, index, l, d) of the last next_row: reused while the engine has not changed
         # (a modeler checks a row when it asks and appends it when the reward comes)
         self._next: tuple[int, int, np.ndarray, float] | None = None
-        # the float32 product's scratch: capacity x block float64, the block one row of V
+        # the float32 product's scratch: t x block float64 (`_product_block`), the stored rows
         # widened (a preallocated copy is 4x faster than numpy's mixed-type product)
-        self._block = max(256, min(n, SCRATCH // max(1, self.capacity)))
-        self._scratch = (np.empty((self.capacity, self._block)), np.empty(self._block)) \
-            if self._lean else None
+        size = max(SCRATCH, MIN_BLOCK * self.capacity)
+        self._scratch = (np.empty(size), np.empty(min(n, size))) if self._lean else None
 
     @property
     def n(self) -> int:
@@ -260,15 +283,22 @@ class IncrementalGP:
         self._row_at = -1
         if t:  # float64 products over blocks of columns of V, each widened to float64
             wide, part = self._scratch
-            for start in range(0, self.n, self._block):
-                stop = min(start + self._block, self.n)
-                block = wide[:t, :stop - start]
-                np.copyto(block, self.V[:t, start:stop])
-                v[start:stop] -= np.dot(l_row, block, out=part[:stop - start])
+            step = self._product_block(t)
+            with one_blas_thread():
+                for start in range(0, self.n, step):
+                    stop = min(start + step, self.n)
+                    block = wide[:t * (stop - start)].reshape(t, stop - start)
+                    np.copyto(block, self.V[:t, start:stop])
+                    v[start:stop] -= np.dot(l_row, block, out=part[:stop - start])
         v *= 1.0 / d
         self.V[t] = v
         self._row_at = t
         return l_row, d, v
+
+    def _product_block(self, t: int) -> int:
+        """Candidates per block of the float32 cache's product at t stored rows: SCRATCH / t
+        (at least MIN_BLOCK, at most n), so a block's size does not grow with t."""
+        return max(MIN_BLOCK, min(self.n, SCRATCH // max(1, t)))
 
     def _l_row(self, index: int) -> np.ndarray:
         """L^-1 k(X_t, z_index): column `index` of V, read from a float64 cache, or solved

@@ -9,14 +9,12 @@ The constant mean m is the sample mean of y.
 """
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from pobo.parties.gp import DEFAULT_JITTER
+from pobo.parties.gp import DEFAULT_JITTER, one_blas_thread
 from pobo.parties.kernels import Kernel
 
 
@@ -76,20 +74,6 @@ def default_bounds(kernel: Kernel, X: np.ndarray, y: np.ndarray) -> np.ndarray:
     rows = [(math.log(1e-2 * s), math.log(1e2 * s)) for s in spread]
     rows += [(math.log(1e-2 * vy), math.log(1e2 * vy)), (math.log(1e-8 * vy), math.log(10 * vy))]
     return np.array(rows)
-
-
-@contextlib.contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """BLAS on one thread for the block (threadpoolctl). A fit (a dataset's preparation)
-    then gives the same bits whatever OPENBLAS_NUM_THREADS says -- a threaded reduction sums
-    in another order, and the dataset's digest, which binds its journal, changed -- and
-    its small (sample x sample) factorisations stop thrashing between threads (the
-    400-row example: 74 s with 2 threads on a loaded machine, 7.6 s with one)."""
-    import scipy.linalg  # noqa: F401  (loaded first: a limit binds only loaded libraries)
-    from threadpoolctl import threadpool_limits  # lazy: party start-up stays light
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
 
 
 def fit_hyperparameters(kernel: Kernel, noise_var: float, X: np.ndarray, y: np.ndarray,

@@ -313,6 +313,7 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         for query in in_flight:
             await window.send(query)
     prepared, told = time.perf_counter(), modeler.t
+    steps, last = [], prepared  # wall seconds from one reward told to the next
     try:
         T = welcome.params.T
         while modeler.t < T:
@@ -325,6 +326,9 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
                 next_seq = reward.seq
                 continue
             modeler.tell(reward.seq - 1, reward.value)
+            now = time.perf_counter()
+            steps.append(now - last)
+            last = now
             if on_step is not None:
                 on_step(reward.seq, reward.index, reward.value)
         channel.verify_accepted()  # an authenticated pipe's last rewards: before any End
@@ -334,7 +338,8 @@ async def run_modeler(channel: Channel, strategy: Strategy, rng: np.random.Gener
         raise
     modeler.timing = {"prepare_seconds": prepared - started,
                       "step_seconds": (time.perf_counter() - prepared) / max(1, modeler.t - told),
-                      "steps": modeler.t - told}
+                      "steps": modeler.t - told,
+                      "step_times": [round(step, 6) for step in steps]}
     if release is not None:
         await channel.send(modeler.with_kernel(release))
         reply = await channel.recv()

@@ -125,6 +125,9 @@ async def test_same_seed_same_run_and_other_seed_other_run(tmp_path):
     c = await run_inproc(RunConfig(T=8, seed=6, options={"grid": 15}), tmp_path / "c")
     assert a["queries"] == b["queries"] and a["rewards"] == b["rewards"]
     assert a["queries"] != c["queries"]
+    times = a["modeler"]["step_times"]  # each step's wall time, in order (benchmarks/big_n.py)
+    assert len(times) == a["modeler"]["steps"] == 8 and min(times) > 0
+    assert sum(times) <= 8 * a["modeler"]["step_seconds"] + 1e-5
 
 
 async def _serve_and_drive(tmp_path, drive):

@@ -144,3 +144,52 @@ def test_a_rebuild_in_place_takes_the_cache_over_and_matches_a_fresh_one(cache):
     assert taken.V is cache_memory and gp.V is None
     assert np.array_equal(taken.mean, fresh.mean) and np.array_equal(taken.var, fresh.var)
     assert np.array_equal(taken.V[:20], fresh.V[:20])
+
+
+class _RecordingNumpy:
+    """numpy for parties.gp, recording each vector-matrix `dot` (a block of the float32
+    cache's product): its matrix's elements and the most BLAS threads any library may use."""
+
+    def __init__(self) -> None:
+        self.products: list[tuple[int, int]] = []
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    def dot(self, a, b, out=None):
+        if np.ndim(a) == 1 and np.ndim(b) == 2:
+            threads = 0
+            if not self.products:  # (a step's products share one limit: its first tells)
+                from threadpoolctl import threadpool_info
+                threads = max(i["num_threads"] for i in threadpool_info()
+                              if i["user_api"] == "blas")
+            self.products.append((b.size, threads))
+        return np.dot(a, b, out=out)
+
+
+def test_the_float32_product_keeps_its_blocks_small_and_on_one_blas_thread(monkeypatch):
+    """Issue 47: at n = 1e7, T = 100 steps 89-100 were 5-7x slower than step 88. The blocks
+    were capacity-sized (5242 candidates x t rows), so at t = 88 each of the ~1900 block
+    products a step crossed OpenBLAS's threading threshold (460,800 elements) and forked and
+    joined a second thread, on a loaded 2-core machine a wait for a core every time. Now a
+    block product holds SCRATCH / t candidates, the same size at every t, and runs with the
+    BLAS limited to one thread; the blocks cover all n candidates every step."""
+    n, capacity = 70_000, 100
+    Z = np.random.default_rng(7).normal(size=(n, 3))
+    gp = IncrementalGP(Z, squared_exponential(1.0), 1e-2, capacity, cache="float32")
+    recorder = _RecordingNumpy()
+    monkeypatch.setattr(gp_module, "np", recorder)
+    largest = {}
+    for t in range(capacity):
+        recorder.products.clear()
+        gp.add(int(np.argmax(gp.ucb_score(4.0))) if t % 2 else 7 * t, float(np.sin(t)))
+        if t == 0:
+            assert not recorder.products  # no stored row yet: no product
+            continue
+        sizes = [size for size, _ in recorder.products]
+        assert sum(sizes) == t * n, t  # every stored row times every candidate, once
+        assert max(sizes) <= gp_module.SCRATCH, (t, max(sizes))
+        assert recorder.products[0][1] == 1, t
+        largest[t] = max(sizes)
+    # the block's size does not grow with t (it did, 20x from t = 5 to t = 99)
+    assert largest[capacity - 1] <= largest[5] and largest[5] >= gp_module.SCRATCH // 2
