@@ -19,7 +19,8 @@ times with no protocol, as the curator does (`parties.objective.run_command`), o
 time and Q at a time -- the most each pobo run could reach then -- and prints the
 machine's load average. Once, first: the curator's CPU per command, watched through a
 pidfd as the curator runs it on Linux, and by asyncio's subprocess support (a thread
-per command in Python 3.11), Q at a time.
+per command in Python 3.11), Q at a time. Last, where a --batch 1 query's time goes,
+from both parties' transcripts.
 
 Then (`--sessions 0` skips it) `--sessions` (16) concurrent sessions in one process
 (curator service and modelers over in-process pipes, T = `--session-T` each, tabulated f)
@@ -44,6 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pobo.parties import objective  # noqa: E402
 from pobo.parties.journal import Journal  # noqa: E402
+from pobo.protocol.codec import decode  # noqa: E402
+from pobo.protocol.signing import body_of  # noqa: E402
 from pobo.protocol.transcript import read_transcript  # noqa: E402
 from pobo.launch import run  # noqa: E402
 from pobo.runspec import RunConfig  # noqa: E402
@@ -57,8 +60,38 @@ def command(args: argparse.Namespace) -> str:
     return f"/bin/sh -c 'sleep {args.sleep}; echo 0.5' {{index}}"
 
 
-def queries_per_second(args: argparse.Namespace, batch: int) -> float:
-    """T over the modeler's seconds of one session at `batch`."""
+STAGES = ("modeler -> curator", "query in -> Pending out", "Pending out -> Reward out",
+          "curator -> modeler", "Reward in -> next query out")
+
+
+def stages(run_dir: Path) -> dict[str, float]:
+    """Median ms of each stage of a --batch 1 query, from both parties' transcripts (the
+    time each record was written; one clock, one machine): the query's trip, the
+    curator's reservation and Pending, the evaluation with the answer's commit, the
+    reward's trip, and the modeler's step to its next query."""
+    at: dict[tuple[str, str, str, int], float] = {}
+    for party in ("modeler", "curator"):
+        for r in read_transcript(run_dir / f"{party}.transcript"):
+            if r.kind in ("query", "pending", "reward"):
+                at.setdefault((party, r.kind, r.dir, decode(body_of(r.frame)).seq), r.time)
+    seqs = sorted(seq for (party, kind, way, seq) in at
+                  if (party, kind, way) == ("modeler", "reward", "recv"))
+    spans = {name: [] for name in STAGES}
+    for seq in seqs[1:-1]:  # (the first and the last have no step on either side)
+        for name, (a, b) in zip(STAGES, (
+                (("modeler", "query", "sent", seq), ("curator", "query", "recv", seq)),
+                (("curator", "query", "recv", seq), ("curator", "pending", "sent", seq)),
+                (("curator", "pending", "sent", seq), ("curator", "reward", "sent", seq)),
+                (("curator", "reward", "sent", seq), ("modeler", "reward", "recv", seq)),
+                (("modeler", "reward", "recv", seq), ("modeler", "query", "sent", seq + 1)))):
+            spans[name].append((at[b] - at[a]) * 1e3)
+    return {name: statistics.median(v) for name, v in spans.items()}
+
+
+def queries_per_second(args: argparse.Namespace, batch: int,
+                       split: dict[str, list[float]] | None = None) -> float:
+    """T over the modeler's seconds of one session at `batch` (with `split`, each of its
+    `stages` appended to it)."""
     with tempfile.TemporaryDirectory() as out:
         config = RunConfig("synthetic", T=args.T, seed=1, options={"grid": args.grid},
                            objective_cmd=command(args), batch=batch, max_batch=batch,
@@ -69,6 +102,9 @@ def queries_per_second(args: argparse.Namespace, batch: int) -> float:
             raise SystemExit(f"run failed: {result.get('error')}")
         times = [(r.kind, r.time) for r in read_transcript(Path(out) / "run" / "modeler.transcript")
                  if r.kind in ("query", "reward")]
+        if split is not None:
+            for name, ms in stages(Path(out) / "run").items():
+                split.setdefault(name, []).append(ms)
     first = min(t for kind, t in times if kind == "query")
     last = max(t for kind, t in times if kind == "reward")
     return args.T / (last - first)
@@ -168,11 +204,11 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average {load()}", flush=True)
     curator_cpu(args)
-    ratios, singles, shares = [], [], []
+    ratios, singles, shares, split = [], [], [], {}
     for rep in range(args.reps):
         bare = {q: spin.run(alone(args, q), spin.SPIN)[0] for q in (1, args.batch)}
         order = (1, args.batch) if rep % 2 == 0 else (args.batch, 1)
-        qps = {q: queries_per_second(args, q) for q in order}
+        qps = {q: queries_per_second(args, q, split if q == 1 else None) for q in order}
         ratios.append(qps[args.batch] / qps[1])
         singles.append(qps[1])
         shares.append(qps[1] / bare[1])
@@ -184,6 +220,9 @@ def main() -> None:
           f"journal {args.durability}, median of {args.reps}: {statistics.median(ratios):.2f}x "
           f"(target >= 3x); --batch 1 {statistics.median(singles):.1f} queries/s (target >= 70), "
           f"{statistics.median(shares):.0%} of the command's own rate one at a time", flush=True)
+    print("a --batch 1 query, median ms (over its queries, then the repetitions): "
+          + "; ".join(f"{name} {statistics.median(ms):.2f}" for name, ms in split.items()),
+          flush=True)
     if args.sessions <= 0:
         return
     ratios = []
