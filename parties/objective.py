@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
 import shlex
 import signal
+import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,6 +116,8 @@ class CommandObjective:
     template: str
     timeout: float = 3600.0
     name: str = "command"
+    # the template split once (not at every query), before its words are formatted
+    words: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         if not self.template.strip():
@@ -123,13 +127,17 @@ class CommandObjective:
                              "'./measure.sh {index}'")
         if not (self.timeout > 0):
             raise ValueError(f"the command timeout must be > 0 seconds, got {self.timeout}")
+        try:
+            object.__setattr__(self, "words", tuple(shlex.split(self.template)))
+        except ValueError as exc:  # an unclosed quotation
+            raise ValueError(f"--objective-cmd {self.template!r}: {exc}") from None
         self.argv(EvaluationRequest("s", 1, 0, None))  # type: ignore[arg-type]  # bad braces
 
     def argv(self, request: EvaluationRequest) -> list[str]:
         """The command line for one evaluation."""
         values = {"index": request.index, "session": request.session, "seq": request.seq}
         try:
-            return [word.format(**values) for word in shlex.split(self.template)]
+            return [word.format(**values) for word in self.words]
         except (KeyError, IndexError, ValueError) as exc:
             raise ValueError(f"--objective-cmd {self.template!r}: bad placeholder ({exc}); "
                              f"it may use {{{'}, {'.join(PLACEHOLDERS)}}}") from None
@@ -138,37 +146,162 @@ class CommandObjective:
         """Run the command for the row; its stdout is the value."""
         argv = self.argv(request)
         what = f"objective command {shlex.join(argv)!r}"
-        try:  # its own process group: a timeout or a cancel kills what it started too
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        try:
+            code, out, err = await run_command(argv, self.timeout)
+        except asyncio.TimeoutError:  # (first: an OSError too, since Python 3.11)
+            raise EvaluationFailed(f"{what} ran past {self.timeout:g} s and was killed") from None
         except OSError as exc:
             raise EvaluationFailed(f"{what} could not start: {exc}") from None
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-            await _kill(proc)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise EvaluationFailed(f"{what} ran past {self.timeout:g} s and was killed") from None
-        if proc.returncode != 0:
+        if code != 0:
             last = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
-            raise EvaluationFailed(f"{what} exited with {proc.returncode}: {last[0][:200]}")
+            raise EvaluationFailed(f"{what} exited with {code}: {last[0][:200]}")
         return checked_value(out.decode(errors="replace").strip(), what)
 
 
-_REAP_S = 5.0  # how long a killed command's pipes may stay open before they are closed
+_REAP_S = 5.0  # how long a killed command may take to exit (asyncio's: to close its pipes)
+
+
+@functools.lru_cache(maxsize=1)
+def pidfd_usable() -> bool:
+    """Whether a child's exit can be watched through a pidfd here (Linux >= 5.3, and not
+    refused by a sandbox): the check Python 3.12's asyncio makes before it uses one."""
+    if not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:
+        return False
+    return True
+
+
+async def run_command(argv: list[str], timeout: float) -> tuple[int, bytes, bytes]:
+    """(exit code, stdout, stderr) of `argv`, run with no stdin in a process group of
+    its own, once it has exited and closed its output; OSError if it cannot start.
+    Past `timeout` s (asyncio.TimeoutError) or cancelled, the whole group is killed
+    first (a lab tool it started too), and the wait for it is bounded (`_REAP_S`).
+
+    Where a pidfd can watch the exit (Linux), the loop itself watches both pipes and
+    the exit: asyncio's subprocess support (Python 3.11) starts a thread per command
+    to wait for it and takes some thirty loop turns a command, about twice the
+    curator's CPU per command (benchmarks/batches.py prints both); elsewhere it is
+    asyncio's."""
+    if pidfd_usable():
+        return await _run_watched(argv, timeout)
+    return await _run_asyncio(argv, timeout)
+
+
+async def _run_watched(argv: list[str], timeout: float) -> tuple[int, bytes, bytes]:
+    """`run_command` with readers on the loop for both pipes and the child's pidfd."""
+    loop = asyncio.get_running_loop()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    watched: list[int] = []  # the descriptors with a reader on the loop
+
+    def unwatch(fd: int) -> None:
+        if fd in watched:
+            watched.remove(fd)
+            loop.remove_reader(fd)
+
+    def collect(fd: int) -> asyncio.Future:
+        """What `fd` gives until its end, as a future."""
+        chunks: list[bytes] = []
+        done = loop.create_future()
+
+        def readable() -> None:
+            try:
+                data = os.read(fd, 1 << 16)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # (as an end of file: nothing more can be read)
+                data = b""
+            if data:
+                chunks.append(data)
+                return
+            unwatch(fd)
+            if not done.done():
+                done.set_result(b"".join(chunks))
+
+        os.set_blocking(fd, False)
+        loop.add_reader(fd, readable)
+        watched.append(fd)
+        return done
+
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except OSError:  # (no descriptor left, say): not started after all
+        _kill_group(proc)
+        proc.wait()
+        _close_pipes(proc)
+        raise
+    exited = loop.create_future()
+
+    def ended() -> None:
+        unwatch(pidfd)
+        if not exited.done():
+            exited.set_result(None)
+
+    try:
+        loop.add_reader(pidfd, ended)
+        watched.append(pidfd)
+        out = collect(proc.stdout.fileno())  # type: ignore[union-attr]
+        err = collect(proc.stderr.fileno())  # type: ignore[union-attr]
+        try:  # (asyncio.wait cancels none of them: `exited` stays to be waited for)
+            _, left = await asyncio.wait((out, err, exited), timeout=timeout)
+            if left:
+                raise asyncio.TimeoutError
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            _kill_group(proc)
+            await asyncio.wait((exited,), timeout=_REAP_S)
+            if not exited.done():
+                log.warning("a killed objective command (pid %d) has not exited after "
+                            "%g s; its pipes are closed", proc.pid, _REAP_S)
+            raise
+        return proc.wait(), out.result(), err.result()
+    finally:
+        for fd in list(watched):
+            unwatch(fd)
+        os.close(pidfd)
+        _close_pipes(proc)
+        if exited.done():
+            proc.wait()  # reaped (it has exited: at once)
+
+
+def _close_pipes(proc: subprocess.Popen) -> None:
+    """Close this side of a command's output pipes."""
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def _kill_group(proc: subprocess.Popen | asyncio.subprocess.Process) -> None:
+    """SIGKILL a command and its process group (the group's id is not reused while a
+    member lives, nor the command's pid before it is reaped)."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+async def _run_asyncio(argv: list[str], timeout: float) -> tuple[int, bytes, bytes]:
+    """`run_command` by asyncio's subprocess support (no pidfd here)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except (asyncio.TimeoutError, asyncio.CancelledError):
+        await _kill(proc)
+        raise
+    assert proc.returncode is not None
+    return proc.returncode, out, err
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:
     """Kill a command and its process group, and reap it within _REAP_S: asyncio's
     `wait()` also waits for the command's pipes to close, which a child that left the
     group could hold open for ever -- past _REAP_S the pipes are closed from this side."""
-    if hasattr(os, "killpg"):  # the group's id is not reused while a member lives
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
+    _kill_group(proc)
     try:
         await asyncio.wait_for(asyncio.shield(proc.wait()), _REAP_S)
     except asyncio.TimeoutError:

@@ -470,7 +470,31 @@ def _measure(objective, index=3, journal=None):
     return asyncio.run(asyncio.wait_for(objective.measure(request), 30))
 
 
-def test_a_command_prints_the_value_and_a_failure_is_typed():
+@pytest.fixture(params=["pidfd", "asyncio"])
+def runner(request, monkeypatch):
+    """Each way a command is run: watched on the loop through a pidfd (Linux), or by
+    asyncio's subprocess support (elsewhere); the test fails if the other one ran."""
+    from pobo.parties import objective
+
+    if request.param == "pidfd" and not objective.pidfd_usable():
+        pytest.skip("no pidfd on this system: commands are run by asyncio's subprocess support")
+    if request.param == "asyncio":
+        monkeypatch.setattr(objective, "pidfd_usable", lambda: False)
+    ran = []
+    for name in ("_run_watched", "_run_asyncio"):
+        real = getattr(objective, name)
+
+        async def counted(*args, real=real, name=name):
+            ran.append(name)
+            return await real(*args)
+
+        monkeypatch.setattr(objective, name, counted)
+    yield request.param
+    expected = "_run_watched" if request.param == "pidfd" else "_run_asyncio"
+    assert ran and set(ran) == {expected}, f"ran {set(ran)}, not {expected}"
+
+
+def test_a_command_prints_the_value_and_a_failure_is_typed(runner):
     assert _measure(CommandObjective(f"{PY} -c 'print({{index}} * 2.5)'")) == 7.5
     failing = CommandObjective(f"{PY} -c 'import sys; sys.exit(\"lab down {{index}}\")'")
     with pytest.raises(EvaluationFailed, match="exited with 1: lab down 3") as exc:
@@ -484,7 +508,7 @@ def test_a_command_prints_the_value_and_a_failure_is_typed():
         _measure(CommandObjective("/no/such/command {index}"))
 
 
-def test_a_command_past_its_timeout_is_killed():
+def test_a_command_past_its_timeout_is_killed(runner):
     slow = CommandObjective(f"{PY} -c 'import time; time.sleep(30 + {{index}})'", timeout=0.5)
     started = time.monotonic()
     with pytest.raises(EvaluationFailed, match="killed"):
@@ -514,7 +538,8 @@ def _child(pidfile: Path) -> int | None:
 
 
 @pytest.mark.parametrize("how", ["timeout", "cancelled"])
-def test_a_stopped_command_is_killed_with_its_children_without_waiting_for_them(tmp_path, how):
+def test_a_stopped_command_is_killed_with_its_children_without_waiting_for_them(tmp_path, how,
+                                                                                runner):
     """A command past its timeout, or whose evaluation is cancelled (the curator stops),
     used to be killed alone, and asyncio's wait() then waited for its pipes -- held by
     the child it started -- for as long as the child ran (here 60 s; a lab tool, for
@@ -551,6 +576,38 @@ def test_a_stopped_command_is_killed_with_its_children_without_waiting_for_them(
         child = _child(pidfile) if pidfile.exists() else None
         if child is not None:
             kill_all([child])
+
+
+def test_a_command_printing_more_than_a_pipe_holds_is_read_whole(runner):
+    """Both pipes are read while the command runs: one that fills them (64 KiB) before it
+    exits neither blocks for ever nor loses a byte, and its stderr's last line is kept."""
+    script = ("import sys; sys.stderr.write('x' * 300000 + chr(10) + 'last words'); "
+              "sys.stdout.write(' ' * 300000 + str({index} * 2.5)); sys.exit({index} - 3)")
+    assert _measure(CommandObjective(f"{PY} -c \"{script}\"")) == 7.5
+    with pytest.raises(EvaluationFailed, match="exited with 1: last words$"):
+        _measure(CommandObjective(f"{PY} -c \"{script}\""), index=4)
+
+
+def test_a_command_is_watched_without_a_thread_of_its_own():
+    """Where a pidfd can watch a command's exit, no thread is started for it (asyncio's
+    subprocess support in Python 3.11 started one per command, benchmarks/batches.py)."""
+    import threading
+
+    from pobo.parties.objective import pidfd_usable
+
+    if not pidfd_usable():
+        pytest.skip("no pidfd on this system: commands are run by asyncio's subprocess support")
+    objective = CommandObjective(f"{PY} -c 'import time; time.sleep(0.5); print({{index}})'")
+    before = set(threading.enumerate())
+
+    async def measure():
+        task = asyncio.ensure_future(objective.measure(EvaluationRequest("s1", 1, 3, None)))
+        await asyncio.sleep(0.25)  # the command runs
+        during = set(threading.enumerate()) - before
+        return await task, during
+
+    value, during = asyncio.run(asyncio.wait_for(measure(), 30))
+    assert value == 3 and not during, f"threads started: {[t.name for t in during]}"
 
 
 def test_a_function_that_never_returns_does_not_hold_up_the_loop_shutdown():
