@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(getattr(args, "verbose", 0) or 0, getattr(args, "quiet", False))
     _terminate_like_interrupt()
-    args.under_run = _stop_with_parent()
+    args.parent = _stop_with_parent()
+    args.under_run = args.parent is not None
     try:
         if args.command in CONFIGURABLE:
             sub = parser.subcommands[args.command]
@@ -107,26 +108,57 @@ def _raise_interrupt(signum, frame) -> None:
 PARENT_GRACE = 30.0  # seconds a party whose `pobo run` died has to unwind before exiting
 
 
-def _stop_with_parent() -> bool:
-    """A party started by `pobo run` (its stdin a pipe from it, scenarios.launch) stops
-    like on SIGTERM when that pipe closes -- `pobo run` died, even by SIGKILL -- and
-    exits PARENT_GRACE s later if it has not by then: no party outlives its run. True
-    for such a party."""
-    if os.environ.pop(PARENT_PIPE, None) != "1":  # popped: not for the party's children
-        return False
+class ParentPipe:
+    """A party's standard input when `pobo run` started it: a pipe whose first line is the
+    curator's endpoint (for a modeler started with `--connect -`) and whose end says the
+    run died (the party then stops like on SIGTERM, and exits PARENT_GRACE s later if it
+    has not by then: no party outlives its run)."""
 
-    def watch() -> None:
+    def __init__(self) -> None:
+        self._line: list[str] = []
+        self._read = threading.Event()  # the first line, or the end, was read
+        threading.Thread(target=self._watch, name="pobo-parent-watch", daemon=True).start()
+
+    def first_line(self) -> str:
+        """The pipe's first line, once written ("" if it ended first)."""
+        while not self._read.wait(0.5):  # (a timed wait: signals are handled meanwhile)
+            pass
+        return self._line[0] if self._line else ""
+
+    def _watch(self) -> None:
+        pending = b""
         try:
-            while os.read(0, 1 << 16):  # nobody writes: this returns at end of file
-                pass
+            while chunk := os.read(0, 1 << 16):  # returns at end of file
+                if not self._read.is_set():
+                    pending += chunk
+                    if b"\n" in pending:
+                        self._line.append(pending.split(b"\n", 1)[0].decode().strip())
+                        self._read.set()
         except OSError:
             pass
+        self._read.set()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(PARENT_GRACE)
         os._exit(143)
 
-    threading.Thread(target=watch, name="pobo-parent-watch", daemon=True).start()
-    return True
+
+def _stop_with_parent() -> ParentPipe | None:
+    """The pipe from `pobo run` of a party it started (its stdin, scenarios.launch),
+    watched; None for a command a person typed."""
+    if os.environ.pop(PARENT_PIPE, None) != "1":  # popped: not for the party's children
+        return None
+    return ParentPipe()
+
+
+def _endpoint(args: argparse.Namespace) -> str:
+    """The curator's endpoint: --connect, or with `--connect -` the first line of the
+    standard input (how `pobo run` starts its modeler before the curator has bound)."""
+    if args.connect != "-":
+        return args.connect
+    line = args.parent.first_line() if args.parent is not None else sys.stdin.readline()
+    if not line.strip():
+        raise ValueError("--connect -: no endpoint on the standard input")
+    return line.strip()
 
 
 class Parser(argparse.ArgumentParser):
@@ -404,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, metavar="FILE.toml",
                    help="read settings from a TOML file (every flag as a key; a [modeler] "
                         "table for this command); flags given here override it")
-    p.add_argument("--connect", help="the curator's endpoint (required)")
+    p.add_argument("--connect", help="the curator's endpoint (required; '-': the first line "
+                                      "of the standard input)")
     p.add_argument("--seed", type=count, default=None, help="modeler seed (default: OS entropy)")
     _modeler_arguments(p)
     _authors_code_argument(p, "the modeler's part: GP-UCB's mean + beta_{t-1}^1/2 variance, "
@@ -1323,7 +1356,7 @@ def _cmd_modeler(args: argparse.Namespace) -> int:
     from pobo.transport import spin
     from pobo.transport.security import CurveClient
 
-    result = spin.run(connect_modeler(args.connect, args.out, seed=args.seed,
+    result = spin.run(connect_modeler(_endpoint(args), args.out, seed=args.seed,
                                       strategy=strategy_spec(args.strategy, args.moma_k,
                                                              bool(args.distinct),
                                                              bool(args.authors_code)),

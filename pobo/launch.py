@@ -257,8 +257,10 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
         curator_curve, modeler_curve = (curator_curve + curator_sign,
                                         modeler_curve + modeler_sign)
         # the curator prepares its dataset, then binds a port the system picks (tcp) and
-        # says where; only then does the modeler start: no port is chosen long before it
-        # is bound, and no peer timeout runs while the curator prepares (however long)
+        # says where: no port is chosen long before it is bound. The modeler starts at
+        # the same time (its start-up overlaps the curator's) but learns the endpoint
+        # only then, on its standard input (`--connect -`): no peer timeout runs while
+        # the curator prepares (however long)
         bind = ("tcp://127.0.0.1:0" if transport == "tcp"
                 else f"ipc://{sockdir}/curator.sock")
         endpoint_ready = threading.Event()
@@ -270,11 +272,13 @@ def run_processes(config: RunConfig, out: Path | str, transport: str = "tcp", *,
                                          "--out", str(out), *curator_curve], verbose,
                              on_line=lambda line: _found_endpoint(line, endpoint, endpoint_ready))
             spawned.append(curator)
-            _wait_for_endpoint(curator, endpoint_ready, start_timeout, stop)
-            spawned.append(_spawn("modeler", ["modeler", "--connect", endpoint[0], "--out",
-                                              str(out), *modeler_argv(config), *modeler_curve,
-                                              *(["-v"] if modeler_lines else [])],
-                                  verbose=modeler_lines))
+            modeler = _spawn("modeler", ["modeler", "--connect", "-", "--out", str(out),
+                                         *modeler_argv(config), *modeler_curve,
+                                         *(["-v"] if modeler_lines else [])],
+                             verbose=modeler_lines)
+            spawned.append(modeler)
+            _wait_for_endpoint(curator, endpoint_ready, start_timeout, stop, modeler)
+            _tell_endpoint(modeler, endpoint[0])
             codes = _wait_all(spawned, wall_timeout, stop)
         except KeyboardInterrupt:  # Ctrl-C reached the parties too: let them write
             for s in spawned:
@@ -344,10 +348,12 @@ def _discard_unserved(out: Path, before: set[str] | None, made: Path) -> None:
 
 
 def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float,
-                       stop: threading.Event | None = None) -> None:
-    """Wait until the curator prints its endpoint; fail at once if it exits first, and
-    after `timeout` s only of silence: a curator that keeps saying it works (preparing
-    the dataset, every 10 s) is waited for as long as it lives."""
+                       stop: threading.Event | None = None,
+                       modeler: Spawned | None = None) -> None:
+    """Wait until the curator prints its endpoint; fail at once if it (or the `modeler`
+    waiting for it) exits first, and after `timeout` s only of silence: a curator that
+    keeps saying it works (preparing the dataset, every 10 s) is waited for as long as it
+    lives."""
     deadline = time.monotonic() + timeout
     heard = len(curator.lines) + len(curator.errors)
     while not ready.wait(0.05):
@@ -356,6 +362,10 @@ def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float,
             deadline = time.monotonic() + timeout
         if stop is not None and stop.is_set():
             raise LaunchError("the run was stopped")
+        if modeler is not None and (code := modeler.process.poll()) is not None:
+            modeler.reader.join(2)  # (a setting it refuses, say: said on its stderr)
+            raise LaunchError(f"the modeler exited with code {code} before the curator bound"
+                              + (" (its error is above)" if modeler.errors else ""))
         code = curator.process.poll()
         if code is not None:
             curator.reader.join(2)
@@ -363,6 +373,16 @@ def _wait_for_endpoint(curator: Spawned, ready: threading.Event, timeout: float,
                               + (" (its error is above)" if curator.errors else ""))
         if time.monotonic() > deadline:
             raise LaunchError(f"the curator said nothing for {timeout:g} s and did not bind")
+
+
+def _tell_endpoint(modeler: Spawned, endpoint: str) -> None:
+    """Give the modeler (started with `--connect -`) the curator's endpoint, on its
+    standard input; the pipe stays open (its end tells the modeler this run died)."""
+    try:
+        modeler.process.stdin.write(endpoint + "\n")  # type: ignore[union-attr]
+        modeler.process.stdin.flush()  # type: ignore[union-attr]
+    except (BrokenPipeError, OSError):  # it exited meanwhile: _wait_all says so
+        pass
 
 
 def _found_endpoint(line: str, endpoint: list[str], ready: threading.Event) -> None:
@@ -375,8 +395,9 @@ def _spawn(role: str, argv: list[str], verbose: bool, on_line=None) -> Spawned:
     """Start `python -m pobo ARGV` -- the installed package, so that a `scenarios/`
     folder in the working directory cannot shadow it -- forwarding its stdout line by
     line."""
-    # stdin is a pipe nobody writes to: it closes when this process dies, however it
-    # dies, and the party then stops by itself (scenarios.cli) instead of running on
+    # stdin is a pipe (written to once, with a modeler's endpoint): it closes when this
+    # process dies, however it dies, and the party then stops by itself (pobo.cli's
+    # ParentPipe) instead of running on
     process = subprocess.Popen([sys.executable, "-m", "pobo", *argv],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                stdin=subprocess.PIPE, text=True, bufsize=1,

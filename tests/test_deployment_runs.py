@@ -193,3 +193,42 @@ async def test_a_modeler_with_no_curator_ever_listening_stops_after_its_patience
         sockets.UNREACHED_EVERY = old
     assert 2.5 <= time.monotonic() - started < 20
     assert "no curator listening at" in caplog.text
+
+
+def test_a_modeler_reads_its_endpoint_from_standard_input_with_connect_dash(tmp_path):
+    """`pobo modeler --connect -` takes the curator's endpoint from its standard input's
+    first line (how `pobo run` starts its modeler beside a curator still preparing);
+    an empty input is a one-line error."""
+    from curator_process import CuratorProcess
+
+    curator = CuratorProcess(tmp_path / "c", 2)
+    try:
+        curator.wait_listening()
+        done = subprocess.run([*POBO, "modeler", "--connect", "-", "--seed", "1", "--out",
+                               str(tmp_path / "m"), "--timeout", "30"],
+                              input=curator.endpoint + "\n", capture_output=True, text=True,
+                              timeout=120, env=ENV)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert curator.finish()["status"] == "ok"
+    finally:
+        curator.kill()
+    empty = subprocess.run([*POBO, "modeler", "--connect", "-", "--out", str(tmp_path / "e")],
+                           input="", capture_output=True, text=True, timeout=60, env=ENV)
+    assert empty.returncode != 0 and "no endpoint on the standard input" in empty.stderr
+    assert "Traceback" not in empty.stderr
+
+
+def test_pobo_run_stops_a_preparing_curator_when_its_modeler_fails_first(tmp_path,
+                                                                        monkeypatch):
+    """The modeler starts beside the curator: one that exits with an error while the
+    curator still prepares ends the run at once (the curator stopped, no wait for its
+    preparation or its accept timeout)."""
+    script = _slow_scenario(tmp_path, 60)
+    real = launch.modeler_argv
+    monkeypatch.setattr(launch, "modeler_argv",
+                        lambda config: [*real(config), "--timeout", "-1"])  # refused at start
+    started = time.monotonic()
+    with pytest.raises(launch.LaunchError, match="the modeler exited with code 2 before"):
+        launch.run_processes(RunConfig(scenario=str(script), T=2, seed=1, timeout=30.0),
+                             tmp_path / "out", verbose=False)
+    assert time.monotonic() - started < 40
