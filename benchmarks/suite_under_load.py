@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     helpers.append(subprocess.Popen([sys.executable, "-c", LISTEN.format(port=args.port)]))
     try:
         time.sleep(1.0)
+        if helpers[-1].poll() is not None:
+            raise SystemExit(f"could not listen on {args.port} (in use?)")
         with socket.create_connection(("127.0.0.1", args.port), timeout=5):
             pass  # the listener is up: the suite must pass beside it
         outcomes = []
