@@ -194,8 +194,8 @@ def test_the_default_fit_keeps_what_the_release_gives_on_hospital(tmp_path):
     """Issue 47: with default flags (--fit auto = map) hospital's GP-UCB finds at least
     1.8x random selection's expected hits, and no fewer than --fit fixed by more than two
     standard errors of the paired difference. On the embedded patients (the real file is
-    optional; docs/frontier.md has the real file's figures: 23.5 +- 1.3 hits against
-    random's 8.8 and fixed's 21.6 over 20 seeds). 4 seeds here, 20 under --full."""
+    optional; docs/frontier.md has the real file's figures: 22.6 +- 0.8 hits against
+    random's 8.8 and fixed's 19.75 over 40 seeds). 4 seeds here, 20 under --full."""
     from pobo.blocking import run_blocking
     from pobo.runspec import RunConfig
     from pobo.scenarios.hospital import build
