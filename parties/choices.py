@@ -27,10 +27,11 @@ class HyperFit:
     marks them 'initial' (starting values only) it is `map`: the declared values until
     `hold` rewards are told, then every `every` rounds a maximum-a-posteriori fit with
     log-normal priors centred on the declared values, kept only while its evidence beats
-    theirs (parties/fitting.py). `once` and `every` are plain maximum likelihood after an
-    initial design of `n_init` random rows. `paper` is the papers' experiments' (and
-    pobo's `auto` before its MAP fit): the declared values where public, else `every`.
-    No mode fits on rewards that are all equal.
+    the declared kernel's at its best constant mean (parties/fitting.py). `once` and
+    `every` are plain maximum likelihood after an initial design of `n_init` random rows.
+    `paper` is the papers' experiments' (and pobo's `auto` before its MAP fit): the
+    declared values where public, else `every`. No mode fits on rewards that are all
+    equal.
     """
 
     mode: str = "auto"

@@ -16,8 +16,9 @@ bounds, analytic gradients by the chain rule through the widening). The prior
 declared values -- as BoTorch puts log-normal priors on its length-scales -- with the
 length-scales held within x2 of the declared ones. `prior=None` is plain type-II
 maximum likelihood (`--fit once/every`). The modeler keeps a fit only where its
-evidence log p(y | theta) beats the declared values' on the same rewards
-(parties/modeler.py).
+evidence log p(y | theta) beats the declared values' on the same rewards, each at its
+constant mean: the declared kernel at its best one (`gls_mean`), so the test weighs the
+kernel, not the mean (parties/modeler.py).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pobo.parties.gp import DEFAULT_JITTER
 from pobo.parties.kernels import Kernel
 from pobo.parties.likelihood import Fit, default_bounds, log_marginal_likelihood, one_blas_thread
 
@@ -107,6 +109,21 @@ def evidence(kernel: Kernel, noise_var: float, noise: InputNoise, X: np.ndarray,
     with one_blas_thread():
         return _evidence(base_theta(kernel, noise_var), kernel.family, noise,
                          np.asarray(X, dtype=float), np.asarray(y, dtype=float), mean)[0]
+
+
+def gls_mean(kernel: Kernel, noise_var: float, noise: InputNoise, X: np.ndarray,
+             y: np.ndarray) -> float:
+    """The constant prior mean that maximises log p(y | X) under the widened model of base
+    `kernel` and `noise_var`: the generalised least-squares mean 1'K^-1 y / 1'K^-1 1
+    (ordinary kriging's). Not the rewards' plain mean: GP-UCB's queries crowd where
+    rewards are high, and correlated rewards count for less than independent ones."""
+    import scipy.linalg  # here, not at import: only a fit needs scipy
+    wide, total = widened(kernel, noise_var, noise)
+    X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
+    factor = scipy.linalg.cho_factor(wide(X, X) + (total + DEFAULT_JITTER) * np.eye(len(y)),
+                                     lower=True, check_finite=False)
+    weights = scipy.linalg.cho_solve(factor, np.ones(len(y)), check_finite=False)
+    return float(weights @ y / weights.sum())
 
 
 def declared_prior(kernel: Kernel, noise_var: float) -> tuple[Prior, np.ndarray]:

@@ -4,7 +4,8 @@ Hyperparameters are the curator's declared public ones (`fixed`), or the modeler
 fits them itself on what it has -- Z and the rewards: by default (`map`, what `auto`
 means for values declared 'initial') a maximum-a-posteriori fit around the declared
 values every m rounds once enough rewards are told, kept only while its evidence beats
-the declared values' (parties/fitting.py); or by maximum likelihood once after an
+the declared kernel's at that kernel's best constant mean (parties/fitting.py), the
+declared kernel held at that mean otherwise; or by maximum likelihood once after an
 initial design of uniformly random rows (`once`), or again every m rounds (`every`).
 Every fit scores the release's widened model (the input-noise widening applies on top
 of what is fitted), none is made on rewards that are all equal, and the engine is
@@ -29,7 +30,9 @@ import numpy as np
 
 from pobo.parties.choices import FIT_MODES, HyperFit  # noqa: F401  (re-exported)
 from pobo.parties.gp import IncrementalGP
-from pobo.parties.fitting import InputNoise, declared_prior, evidence, map_fit, widened
+from pobo.parties.fitting import (
+    InputNoise, declared_prior, evidence, gls_mean, map_fit, widened,
+)
 from pobo.parties.kernels import kernel_by_name
 from pobo.parties.likelihood import Fit, one_blas_thread
 from pobo.parties.robust import ROBUST, RewardModel
@@ -60,7 +63,7 @@ def noise_dims(Z: np.ndarray) -> int:
 
 
 REBUILD_TOLERANCE = 0.1  # a fit this close to the held one leaves the engine as it is
-EVIDENCE_MARGIN = 1.0  # nats per fitted parameter a fit must beat the declared model by
+EVIDENCE_MARGIN = 1.0  # nats per fitted kernel parameter a fit must beat the declared kernel by
 
 
 def close_fits(new: Fit, held: Fit, tolerance: float = REBUILD_TOLERANCE) -> bool:
@@ -141,6 +144,7 @@ class Modeler:
         kernel, noise = widened(*self.declared, self.input_noise)
         self._gp = IncrementalGP(Z, kernel, noise, capacity=params.T)
         self._fitted: Fit | None = None  # the fit the engine holds (None: the declared values)
+        self._declared_mean = 0.0  # the prior mean the declared values are held at
         self.learner = None
         if robust:
             cls = ROBUST[strategy.name]
@@ -306,11 +310,11 @@ class Modeler:
 
     def _refit(self) -> None:
         """Fit the hyperparameters to the rewards told: MAP around the declared values
-        (`map`), held only if its evidence beats the declared model's (declared values,
-        prior mean 0: what the engine starts with) on the same rewards by more than one
-        nat per fitted parameter (Akaike's penalty), otherwise the declared model is
-        held, and not rebuilt when it is within REBUILD_TOLERANCE of the held fit; or
-        maximum likelihood (`once`, `every`), held as fitted. Nothing is fitted
+        (`map`), held only if its evidence beats the declared kernel's at its best
+        constant mean (`gls_mean`) by more than one nat per fitted kernel parameter
+        (Akaike's penalty), otherwise the declared kernel is held at that mean; a fit
+        within REBUILD_TOLERANCE of the held one leaves the engine as it is. Or maximum
+        likelihood (`once`, `every`), held as fitted. Nothing is fitted
         on rewards that are all equal (no evidence about any length-scale), nor after
         the session's last reward (no query left to use it)."""
         y = np.asarray(self.rewards)
@@ -335,10 +339,14 @@ class Modeler:
         fit = map_fit(kernel, noise, self.input_noise, X, y, self.rng, prior=prior,
                       bounds=bounds, starts=starts,
                       restarts=0 if self.hyper.mode == "map" else self.hyper.restarts)
-        # the declared model as the engine holds it (prior mean 0); the fit must beat it
-        # by more than the parameters it chose (Akaike: one nat each, the mean included)
-        declared = evidence(kernel, noise, self.input_noise, X, y, 0.0)
-        margin = EVIDENCE_MARGIN * (len(kernel.lengthscales) + 3)
+        # The declared values say nothing of the mean: the declared kernel is scored at
+        # its best constant mean (GLS), so the test weighs the kernel alone (at prior
+        # mean 0 any objective far from 0, real estate's -9.5, passed it on the mean),
+        # and the fit must beat it by the kernel parameters it chose (Akaike: one nat
+        # each: length-scales, signal and noise variance)
+        mean = gls_mean(kernel, noise, self.input_noise, X, y)
+        declared = evidence(kernel, noise, self.input_noise, X, y, mean)
+        margin = EVIDENCE_MARGIN * (len(kernel.lengthscales) + 2)
         guarded = self.hyper.mode == "map"  # once / every: plain ML, held as fitted
         fit = replace(fit, declared_log_likelihood=declared,
                       kept=fit.log_likelihood > declared + margin or not guarded)
@@ -350,15 +358,22 @@ class Modeler:
                 self._gp = self._gp.rebuilt(fit.kernel, fit.noise_var, fit.prior_mean,
                                             in_place=True)
                 self._fitted = fit
-        elif self._fitted is not None:  # back to the declared values, as the engine began
-            self._gp = self._gp.rebuilt(*widened(kernel, noise, self.input_noise), 0.0,
+        elif self._fitted is not None or self._declared_mean != mean:
+            # the declared kernel, at the mean it was scored at
+            self._gp = self._gp.rebuilt(*widened(kernel, noise, self.input_noise), mean,
                                         in_place=True)
-            self._fitted = None
+            self._fitted, self._declared_mean = None, mean
 
     @property
     def held(self) -> Fit | None:
-        """The fit the engine holds (None: the declared values, prior mean 0)."""
+        """The fit the engine holds (None: the declared values, at `declared_mean`)."""
         return self._fitted
+
+    @property
+    def declared_mean(self) -> float:
+        """The prior mean the engine holds the declared values at: 0 until a fit round
+        holds them, then the declared kernel's GLS mean of the last round that did."""
+        return self._declared_mean
 
     def _name(self) -> str:
         """The strategy's name as the sequential-only refusal gives it."""
@@ -368,11 +383,11 @@ class Modeler:
 
     def with_kernel(self, request: ReleaseRequest) -> ReleaseRequest:
         """`request` carrying the kernel the GP used for the whole session (family,
-        length-scale, signal and noise variance), when it was fixed throughout (no fit
-        held) and isotropic; otherwise unchanged (zeros: the curator's declared kernel)."""
+        length-scale, signal and noise variance), when it was fixed throughout at prior
+        mean 0 (no fit made: a fit round moves even a declared kernel held to its GLS
+        mean) and isotropic; otherwise unchanged (zeros: the curator's declared kernel)."""
         k = self._gp.kernel
-        if (self.learner is not None or self.hyper.design or any(f.kept for f in self.fits)
-                or k.ard):
+        if self.learner is not None or self.hyper.design or self.fits or k.ard:
             return request
         return replace(request, kernel=k.family, lengthscale=k.lengthscales[0],
                        signal_var=k.variance, noise_var=self._gp.noise_var)
