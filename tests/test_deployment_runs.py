@@ -171,7 +171,6 @@ async def test_a_modeler_with_no_curator_ever_listening_stops_after_its_patience
                                                                                  caplog):
     """The wait for a listener is bounded by --patience, said while it lasts, and ends
     with a PeerTimeout naming the endpoint (not a hang, not the 1 s reply timeout)."""
-    import asyncio
     import logging
 
     from waits import result_within
