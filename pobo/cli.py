@@ -40,7 +40,7 @@ from pobo.protocol.errors import PoboError
 from pobo.protocol.ledger import describe_ledger
 from pobo.launch import PARENT_PIPE, TRANSPORTS, LaunchError, run
 from pobo.scenarios.presets import PRESETS, Preset
-from pobo.scenarios.registry import build_problem, is_known, is_script, scenario_names
+from pobo.scenarios.registry import DISTINCT_ROWS, build_problem, is_known, is_script, scenario_names
 from pobo.config import CONFIGURABLE, apply_config, check_required
 from pobo.progress import configure_logging
 from pobo.runspec import RunConfig, nominal_reason, startup_warnings
@@ -261,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="make every reward eps-LDP (CTL Laplace); several values are swept")
     p.add_argument("--beta-scales", type=beta_scale, nargs="+",
                    help="exploration scales S to sweep (default: each strategy's default)")
+    _distinct_argument(p, "; a paper --preset: off, as the paper's GP-UCB")
     p.add_argument("--moma-k", type=moma_k_value, nargs="+", metavar="K",
                    help="moma-gp-ucb epoch lengths to sweep (default: the theorem's k)")
     p.add_argument("--kernel", choices=("se", "ard-se", "matern52", "ard-matern52"))
@@ -617,9 +618,7 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--moma-k", type=moma_k_value, metavar="K",
                    help="moma-gp-ucb: plays per epoch (default: the theorem's "
                         "ceil(24 ln(4eT/delta)), 312 at T = 2000)")
-    p.add_argument("--distinct", action=argparse.BooleanOptionalAction, default=None,
-                   help="gp-ucb, random: never query a row twice (default: on for hospital, "
-                        "whose tabulated outcome is exact)")
+    _distinct_argument(p, "")
     p.add_argument("--fit", choices=FIT_MODES, default="auto",
                    help="hyperparameters: fixed (declared); map: the declared values until "
                         "--fit-hold rewards, then every --fit-every rounds a fit with log-normal "
@@ -647,6 +646,14 @@ def _modeler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=positive_int, default=1,
                    help="keep up to q queries outstanding, chosen by GP-BUCB (Desautels et "
                         "al. 2014); the curator's --max-batch caps it (default 1)")
+
+
+def _distinct_argument(p: argparse.ArgumentParser, default_note: str) -> None:
+    """--distinct / --no-distinct: the session's rule that a row is queried at most once."""
+    rows = ", ".join(sorted(DISTINCT_ROWS))
+    p.add_argument("--distinct", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"gp-ucb, random: never query a row twice (default: on for {rows}, "
+                        f"whose tabulated outcome is exact{default_note})")
 
 
 def _risk_argument(p: argparse.ArgumentParser, when: str) -> None:
@@ -955,7 +962,8 @@ def sweep_spec_from_args(args: argparse.Namespace) -> tuple[SweepSpec, Preset | 
                            "paper" if args.authors_code else DEFAULT_LIFT),
         lifts=() if args.lift or not preset else preset.lifts,
         authors_code=bool(args.authors_code),
-        risk_anchors=args.risk or (preset.risk_anchors if preset else None))
+        risk_anchors=args.risk or (preset.risk_anchors if preset else None),
+        distinct=args.distinct if args.distinct is not None or not preset else preset.distinct)
     return spec, preset
 
 

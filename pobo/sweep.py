@@ -49,6 +49,7 @@ class SweepSpec:
     authors_code: bool = False  # reproduce the PO-GP-UCB authors' code (RunConfig.authors_code)
     lifts: tuple[str, ...] = ()  # several releases to compare (the frontier); () = (lift,)
     risk_anchors: int | None = None  # measure each release's risk (pobo.risk) with k known rows
+    distinct: bool | None = None  # a row at most once (RunConfig.distinct; None: the scenario's rule)
 
     def runs(self) -> list[tuple[str, RunConfig]]:
         """(run id, config) for every run, seed-major so that a seed's runs are adjacent.
@@ -66,7 +67,7 @@ class SweepSpec:
         for seed in range(self.seeds):
             base = RunConfig(self.scenario, T=self.T, seed=seed, hyper=self.hyper,
                              options=dict(self.options), lift=self.lift,
-                             authors_code=self.authors_code)
+                             authors_code=self.authors_code, distinct=self.distinct)
             for strategy in self.strategies:
                 ks = self.moma_ks if strategy == "moma-gp-ucb" else (None,)
                 for k in ks:

@@ -22,10 +22,12 @@ if TYPE_CHECKING:  # a scenario's module (and numpy) is imported when it is buil
 
 ENTRY_POINTS = "pobo.scenarios"
 PUBLIC_INPUTS = frozenset({"ldp-synthetic", "tuning"})  # inputs are a public grid: no projection by default
-# The task is to find distinct rows (patients to test) and the tabulated outcome is exact:
-# by default the modeler's GP-UCB or random never queries a row twice (a public fact of
-# the task, not of the data).
-DISTINCT_ROWS = frozenset({"hospital"})
+# The task is to find distinct rows (patients to test, projects to buy) and the tabulated
+# outcome is exact: a second query of a row returns the same value and costs a query. By
+# default the modeler's GP-UCB or random never queries a row twice (a public fact of the
+# task, not of the data). Real estate's GP-UCB spent 38 of its 100 queries on rows asked
+# before (seeds 0-99): under the rule it finds 5.78 +- 0.13 top-1% projects, not 2.91.
+DISTINCT_ROWS = frozenset({"hospital", "realestate"})
 # name -> the module whose `build` it is, imported only when the scenario is built
 SCENARIOS: dict[str, str] = {
     "synthetic": "synthetic", "branin": "branin", "hospital": "hospital", "bank": "bank",

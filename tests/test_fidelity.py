@@ -130,6 +130,30 @@ def test_hospital_does_not_retest_a_patient(tmp_path):
     assert isinstance(make_strategy("random+distinct"), Distinct)
 
 
+def test_realestate_does_not_ask_a_project_twice_but_the_paper_presets_may(tmp_path):
+    """A project's price is tabulated and exact: by default GP-UCB asks each at most once
+    (38 of 100 queries were repeats before, seeds 0-99); the paper's presets and their
+    random baseline keep the paper's GP-UCB, which may repeat; --no-distinct lifts it."""
+    import asyncio
+
+    from pobo.cli import build_parser, sweep_spec_from_args
+    from pobo.scenarios.presets import RANDOM_BASELINE
+    from pobo.session import run_inproc
+
+    cfg = RunConfig("realestate", T=40, seed=0, options={"n": 300})
+    assert cfg.distinct and cfg.strategy_spec == "gp-ucb+distinct"
+    result = asyncio.run(run_inproc(cfg, tmp_path, transcripts=False))
+    assert len(set(result["queries"])) == 40
+    parse = build_parser().parse_args
+    for argv in (["--preset", "table8"], ["--preset", "fig2c"],
+                 RANDOM_BASELINE["realestate"].split(), ["realestate", "--no-distinct"]):
+        spec, _ = sweep_spec_from_args(parse(["sweep", *argv]))
+        assert spec.runs() and not any(c.distinct for _, c in spec.runs()), argv
+    for argv in (["realestate"], ["--preset", "frontier", "realestate"], ["synthetic", "--distinct"]):
+        spec, _ = sweep_spec_from_args(parse(["sweep", *argv]))
+        assert spec.runs() and all(c.distinct for _, c in spec.runs()), argv
+
+
 @pytest.mark.skipif(not FULL.exists(), reason=f"the full LendingClub file is not at {FULL} "
                                               "(shared data beside the project)")
 def test_the_full_2007_2011_file_loads():
