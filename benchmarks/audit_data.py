@@ -2,7 +2,7 @@
 
     python benchmarks/audit_data.py [--n 1000000] [--d 2]
 
-The check (protocol.audit._check_data) looks for rows of X verbatim in a release of X's
+The check (protocol.audit_data._check_data) looks for rows of X verbatim in a release of X's
 width, and for any scalar sent that equals one row's value of f or entry of X. It now
 compares rows as numpy keys (`np.isin`) and counts values by binary search in sorted
 copies; the baseline is the plain code it replaced, measured in the same run on the
@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pobo.protocol.audit import _held, _rounded_abs, _row_keys  # noqa: E402
+from pobo.protocol.audit_data import _held, _rounded_abs, _row_keys  # noqa: E402
 
 
 def plain(X: np.ndarray, Z: np.ndarray, f: np.ndarray, probes: list[float]) -> tuple:

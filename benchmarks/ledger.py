@@ -9,7 +9,7 @@ this run:
   baseline  the plain basic-sum loop: a dict of per-row sums and a central sum;
   charge    `Ledger.charge` for every entry under a row budget the basic sums never
             reach (the path every answer takes);
-  audit     `protocol.audit.recompute_ledger` over the same reports as Reward messages
+  audit     `protocol.audit_ledger.recompute_ledger` over the same reports as Reward messages
             (what `pobo audit` does per transcript) and its `to_dict` (the worst-off
             row by the PLD accountant: one dp-accounting composition, memoised);
   check     `pobo ledger`'s cross-check of a transcript's reports against the journal's

@@ -419,7 +419,7 @@ def uncharged_in_journal(journal: Journal, messages: list, path: Path) -> list[s
     """Why the journal does not hold the charges a session's transcript proves were
     released (empty: it does): each LDP report (a Reward with noise, each seq once) as a
     local entry of that session on that row, at no less than the mechanism's epsilon,
-    and its release as an entry of that session (protocol.audit.session_charges). A
+    and its release as an entry of that session (protocol.audit_ledger.session_charges). A
     review's attacks: entries removed after a crash (no head had been kept past them),
     and reports booked on another row, which left the answered rows' budgets whole."""
     from pobo.protocol.audit import session_charges
@@ -436,7 +436,7 @@ def uncharged_in_journal(journal: Journal, messages: list, path: Path) -> list[s
 
 def missing_charges(proved: list, held: list, where: str) -> list[str]:
     """Why the entries `held` (a session's, in the journal) do not cover those `proved`
-    (its transcript's, `protocol.audit.session_charges`): per row, fewer local entries at
+    (its transcript's, `protocol.audit_ledger.session_charges`): per row, fewer local entries at
     no less than the report's epsilon than reports (at most three named), and a release
     with no entry of its mechanism at no less than its (epsilon, delta). One pass over
     each list: linear in the reports (benchmarks/ledger.py times it)."""

@@ -218,7 +218,7 @@ def test_the_vectorised_data_check_counts_what_row_tuples_and_counters_count():
     it replaced: tuples of rounded rows in a set, and Counters of rounded values."""
     from collections import Counter
 
-    from pobo.protocol.audit import _held, _rounded_abs, _row_keys
+    from pobo.protocol.audit_data import _held, _rounded_abs, _row_keys
 
     rng = np.random.default_rng(7)
     X = np.round(rng.standard_normal((400, 3)), 3)
@@ -243,7 +243,7 @@ def test_the_data_check_at_rounding_ties_and_at_huge_magnitudes():
     rounding to 12 decimals would overflow are compared exactly, never as infinity."""
     import warnings
 
-    from pobo.protocol.audit import _held, _rounded_abs, _row_keys, _scalar_keys
+    from pobo.protocol.audit_data import _held, _rounded_abs, _row_keys, _scalar_keys
 
     f = _rounded_abs([0.14097402593749997, 7.0])
     assert any(_held(f, key) == 1 for key in _scalar_keys(0.1409740259375))

@@ -1,6 +1,6 @@
 """Audits of interrupted sessions pass, and stay strict.
 
-Unit checks of the paired audit (`protocol.audit.compare`) on one real session's records:
+Unit checks of the paired audit (`protocol.audit_pair.compare`) on one real session's records:
 a lost tail is unacknowledged, anything else that differs is a violation. Then 10 kill -9
 points over real processes (seeded: the curator or the modeler, alternately, after k of T
 answered queries), each followed by a clean resume: exactly T evaluations, the ledger of
