@@ -242,7 +242,7 @@ def test_export_data_writes_the_file_it_names(tmp_path):
 def test_a_curator_whose_session_failed_says_which_and_why(capsys):
     """`pobo curator --sessions 1` exited 1 with no error line when its session failed (a
     review's repro: a flood past the refusal limit); now each failed session is named."""
-    from pobo.cli import curator_status
+    from pobo.cli_sessions import curator_status
 
     ok = {"session": "a" * 32, "status": "ok", "error": None}
     failed = {"session": "b" * 32, "status": "failed", "error": "ProtocolError: 10001 refusals"}
@@ -308,7 +308,7 @@ def test_a_journal_path_that_names_no_file_is_said_to_start_a_new_ledger(tmp_pat
 def test_the_ledger_of_a_run_with_no_dp_claim_is_said_to_be_nominal(tmp_path):
     """A review's finding: `pobo run --lift paper` printed "no bound" at every scale and
     then a ledger of eps 3.004 spent, as if the run gave that guarantee."""
-    from pobo.cli import ledger_lines
+    from pobo.cli_sessions import ledger_lines
 
     journal = tmp_path / "j.db"
     done = _pobo("run", "synthetic", "--T", "2", "--grid", "8", "--lift", "paper",
@@ -387,7 +387,7 @@ def test_a_service_keeps_its_last_results_in_memory_and_counts_the_earlier_ones(
     without bound: a review's peer opened 6,000 sessions in 20 s); it keeps the last
     KEPT_RESULTS and counts the earlier ones by status, and its exit status still says
     when an earlier one failed."""
-    from pobo.cli import curator_status
+    from pobo.cli_sessions import curator_status
     from pobo.remote import KEPT_RESULTS, Admissions
 
     slots = Admissions(limit=0, max_live=0)

@@ -92,6 +92,7 @@ async def test_a_frame_sent_in_parts_arrives_whole_over_zeromq():
 
 
 def test_a_curator_has_a_session_cap_by_default():
-    from pobo.cli import DEFAULT_MAX_SESSIONS, build_parser
+    from pobo.cli import build_parser
+    from pobo.cli_sessions import DEFAULT_MAX_SESSIONS
     args = build_parser().parse_args(["curator", "synthetic"])
     assert args.max_sessions == DEFAULT_MAX_SESSIONS > 0
