@@ -49,7 +49,7 @@ BANK = {"prep": "paper"}  # the paper's n, input scaling and a stable regret uni
 PAPER_PREP = {"bank": BANK, "realestate": {"prep": "paper"}}  # the paper's own preprocessing
 # the random-search baseline of a scenario's tables: one sweep (arguments after `pobo sweep`)
 RANDOM_BASELINE = {"bank": "bank --prep paper --strategies random --log-eps 2.9 --r 15 "
-                           "--lift paper --no-distinct",
+                           "--lift paper",
                    "realestate": "realestate --prep paper --strategies random --log-eps 2.8 --r 15 "
                                  "--lift paper --no-distinct"}
 
