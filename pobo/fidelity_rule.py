@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pobo.headline import mean_se
+
 PAPER_RUNS = 50  # the paper's runs per cell
 Z = 2.0  # standard errors of the difference
 TOLERANCE = 0.0  # sigma_y of absolute slack beside Z se (issue 50: 0.01 let wrong variants pass)
@@ -35,6 +37,7 @@ OLD_TOLERANCE = 0.01  # the rule before issue 50: own se, + 0.01 sigma_y
 WRONG = "-beta"  # fidelity/tableN-authors-beta.csv: the authors' code with beta_t, not beta^1/2
 RESAMPLES = 2000
 BOOTSTRAP_SEED = 50  # fixed: FIDELITY.md is regenerated bit for bit
+RULE = "2 se" + (f" + {TOLERANCE} σ_y" if TOLERANCE else "")  # the rule, as the tables say it
 
 
 def pooled_sd(columns: Sequence[Sequence[float]]) -> float:
@@ -59,6 +62,22 @@ def agrees(mean: float, paper: float, sd: float, seeds: int,
            tolerance: float = TOLERANCE) -> bool:
     """Whether pobo's mean over `seeds` runs agrees with the paper's (see the module)."""
     return abs(mean - paper) <= window(sd, seeds, tolerance)
+
+
+def _fmt(m: float, se: float) -> str:
+    """'mean ± se' as FIDELITY.md prints it."""
+    return f"{m:.3f} ± {se:.3f}"
+
+
+def paired(a: dict, b: dict, unit: str = "") -> str:
+    """a − b over the seeds both ran (the same data, projection and noise draws per seed),
+    mean ± se, and whether it is separated from 0 at 2 se."""
+    common = sorted(set(a) & set(b))
+    if len(common) < 2:
+        return "not run"
+    m, se = mean_se([a[s] - b[s] for s in common])
+    return (f"{_fmt(m, se)}{unit} over {len(common)} seeds, "
+            f"{'separated' if abs(m) > 2 * se else 'not separated'} at 2 se")
 
 
 def old_agrees(values: np.ndarray, paper: float) -> np.ndarray:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from pobo.headline import number
-from pobo.html_report import (
-    RUN_PARAMETERS, ReportError, _e, _ledger_html, _page, _table, _unit_html, _where,
-    audit_html, load_json, nominal_spent, privacy_html, run_result_html,
+from pobo.html_page import ReportError, _e, _page, _table, _where, load_json
+from pobo.html_run import (
+    RUN_PARAMETERS, _ledger_html, _unit_html, audit_html, nominal_spent, privacy_html,
+    run_result_html,
 )
 from pobo.party_records import modeler_view, party_status, without_curator_private
 from pobo.runspec import nominal_reason

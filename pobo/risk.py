@@ -119,7 +119,7 @@ def folder_risk(folder: Path | str, options: dict | None = None,
     """The risk of a run folder's release: Z from its transcript, X rebuilt from the
     scenario, the seed and `options` (the run's --data, --n, ...) and checked against the
     run's dataset digest; with `record`, kept in its result.json under `risk`."""
-    from pobo.html_report import ReportError, load_json
+    from pobo.html_page import ReportError, load_json
 
     folder = Path(folder)
     try:

@@ -167,7 +167,7 @@ def describe_sweep(folder: Path) -> dict:
     """A sweep's fields from runs.csv and its runs' result.json: scenario, how many runs
     finished ok, its policies and releases, epsilon spent per run (largest, and summed in
     `epsilon_spent_sum`), and its headline (best private, random, non-private)."""
-    from pobo.html_report import read_rows  # (numpy): only when there is a sweep
+    from pobo.html_sweep import read_rows  # (numpy): only when there is a sweep
 
     rows = read_rows(folder / "runs.csv")
     results = []
