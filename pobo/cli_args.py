@@ -12,7 +12,7 @@ from pobo.parties.choices import (
     DEFAULT_DURABILITY, DEFAULT_LIFT, DURABILITY, FIT_MODES, LIFT_MODES, STRATEGIES,
     epoch_length_option,
 )
-from pobo.scenarios.registry import DISTINCT_ROWS, is_known, is_script, scenario_names
+from pobo.scenarios.registry import DISTINCT_IF_TABULATED, DISTINCT_ROWS, is_known, is_script, scenario_names
 
 
 class Parser(argparse.ArgumentParser):
@@ -231,7 +231,8 @@ def modeler_arguments(p: argparse.ArgumentParser) -> None:
 
 def distinct_argument(p: argparse.ArgumentParser, default_note: str) -> None:
     """--distinct / --no-distinct: the session's rule that a row is queried at most once."""
-    rows = ", ".join(sorted(DISTINCT_ROWS))
+    rows = ", ".join(sorted(DISTINCT_ROWS) + [f"{name} with an --objective column"
+                                              for name in sorted(DISTINCT_IF_TABULATED)])
     p.add_argument("--distinct", action=argparse.BooleanOptionalAction, default=None,
                    help=f"gp-ucb, random: never query a row twice (default: on for {rows}, "
                         f"whose tabulated outcome is exact{default_note})")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pobo.parties.choices import DEFAULT_DURABILITY, DEFAULT_LIFT, HyperFit, strategy_spec
-from pobo.scenarios.registry import DISTINCT_ROWS, public_inputs
+from pobo.scenarios.registry import distinct_by_default, public_inputs
 
 LISTENING = "[curator] listening on "  # then the endpoint: what `pobo run` waits for
 # the fields of a curator's records that must not leave it: the unsalted SHA-256 of
@@ -75,7 +75,8 @@ class RunConfig:
         if self.non_private is None:
             object.__setattr__(self, "non_private", public_inputs(self.scenario))
         if self.distinct is None:
-            object.__setattr__(self, "distinct", self.scenario in DISTINCT_ROWS)
+            on_demand = self.objective_cmd is not None or self.objective_wait
+            object.__setattr__(self, "distinct", distinct_by_default(self.scenario, on_demand))
 
     @property
     def strategy_spec(self) -> str:
