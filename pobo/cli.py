@@ -37,7 +37,7 @@ from pobo.cli_args import (
     Parser, at_least_two, authors_code_argument, beta_scale, count, distinct_argument,
     durability_argument, ldp_synthetic_arguments, log_epsilon, modeler_arguments, moma_k_value,
     non_negative, output_arguments, positive, positive_int, risk_argument, scenario_arg,
-    scenario_arguments, scenario_or_run, spin_argument,
+    scenario_arguments, scenario_or_run, spin_argument, table_arguments,
 )
 from pobo.cli_config import config_from_args, sweep_spec_from_args
 from pobo.cli_records import (
@@ -205,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=positive_int, help="hospital, bank, realestate: use n random rows")
     p.add_argument("--prep", choices=("default", "paper"),
                    help="bank, realestate: the paper's preparation (the presets pass it)")
+    table_arguments(p)
     ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=positive, nargs="+",
                    help="make every reward eps-LDP (CTL Laplace); several values are swept")

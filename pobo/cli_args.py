@@ -100,14 +100,7 @@ def scenario_arguments(p: argparse.ArgumentParser, default_seed: int | None) -> 
                    help="bank, realestate: prepare as the PO-GP-UCB paper (bank: n = 36,000, "
                         "inputs standardised, regret in std(f); realestate: ARD length-scales), "
                         "outside the privacy claim; the fidelity presets pass paper")
-    p.add_argument("--features", metavar="A,B,C",
-                   help="table: the CSV columns that are the inputs X")
-    p.add_argument("--objective", metavar="COLUMN", help="table: the CSV column that is f")
-    p.add_argument("--minimise", action="store_true", default=None,
-                   help="table: minimise the objective (default: maximise)")
-    p.add_argument("--bounds", metavar="LO:HI,LO:HI",
-                   help="table: each feature's public bounds (rows clipped to them); without "
-                        "them the preprocessing is fitted on the rows and not covered")
+    table_arguments(p)
     ldp_synthetic_arguments(p)
     p.add_argument("--ldp-eps", type=positive,
                    help="make every reward eps-LDP with the CTL Laplace mechanism (Zhou & Tan)")
@@ -227,6 +220,18 @@ def modeler_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=positive_int, default=1,
                    help="keep up to q queries outstanding, chosen by GP-BUCB (Desautels et "
                         "al. 2014); the curator's --max-batch caps it (default 1)")
+
+
+def table_arguments(p: argparse.ArgumentParser) -> None:
+    """The table scenario's columns and bounds (pobo run, curator, sweep, risk)."""
+    p.add_argument("--features", metavar="A,B,C",
+                   help="table: the CSV columns that are the inputs X")
+    p.add_argument("--objective", metavar="COLUMN", help="table: the CSV column that is f")
+    p.add_argument("--minimise", action="store_true", default=None,
+                   help="table: minimise the objective (default: maximise)")
+    p.add_argument("--bounds", metavar="LO:HI,LO:HI",
+                   help="table: each feature's public bounds (rows clipped to them); without "
+                        "them the preprocessing is fitted on the rows and not covered")
 
 
 def distinct_argument(p: argparse.ArgumentParser, default_note: str) -> None:

@@ -116,6 +116,19 @@ def test_a_table_column_is_asked_a_row_at_most_once_unless_measured_on_demand(cs
     assert not RunConfig("table", options=options, objective_wait=True).distinct
 
 
+def test_pobo_sweep_takes_a_table_s_columns(csv_file):
+    """`pobo sweep table --data F --features ... --objective ...` (docs/privacy.md's way to
+    draw a table's frontier) was refused: sweep had no table flags."""
+    from pobo.cli import build_parser, sweep_spec_from_args
+
+    spec, _ = sweep_spec_from_args(build_parser().parse_args(
+        ["sweep", "table", "--data", str(csv_file), "--features", "temp,dose", "--objective",
+         "yield", "--minimise", "--seeds", "2"]))
+    assert spec.options == {"data": str(csv_file), "features": "temp,dose",
+                            "objective": "yield", "minimise": True}
+    assert [c.distinct for _, c in spec.runs()] == [True, True]
+
+
 def test_table_without_an_objective_column_measures_on_demand_from_public_bounds(
         csv_file, tmp_path):
     """Issue 22 item 12: the README's on-demand example (`table ... --objective-cmd` with no
