@@ -99,8 +99,8 @@ def curator_stamps() -> Stamps:
     """Stamps in the curator: frame in (hub) ... ZeroMQ send of the reply."""
     from pobo.parties.curator import Curator
     from pobo.protocol.channel import Channel
-    from pobo.transport import sockets
-    from pobo.transport.sockets import RouterHub
+    from pobo.transport import router
+    from pobo.transport.router import RouterHub
 
     stamps = Stamps()
     stamps.wrap(RouterHub, "_take_one", "hub takes the frame off the socket", first=True)
@@ -109,14 +109,14 @@ def curator_stamps() -> Stamps:
     stamps.wrap(Channel, "recv", "query checked and recorded", enter=False)
     stamps.wrap(Curator, "start", "evaluate f and commit the answer (journal)")
     stamps.wrap(Channel, "_send", "reward encoded, sealed, signed, recorded")
-    stamps.wrap(sockets, "_send_parts", "ZeroMQ send", last=True)
+    stamps.wrap(router, "_send_parts", "ZeroMQ send", last=True)  # where RouterHub reads it
     return stamps
 
 
 def modeler_stamps() -> Stamps:
     """Stamps in the modeler: Channel.send(Query) ... Channel.recv returning the Reward."""
     from pobo.protocol.channel import Channel
-    from pobo.transport.sockets import DealerPipe
+    from pobo.transport.dealer import DealerPipe
 
     stamps = Stamps()
     stamps.wrap(Channel, "send", "Channel.send(Query)", first=True)
@@ -133,16 +133,16 @@ def serve_curator(report: Path, rounds: int, argv: list[str]) -> None:
     """Run `pobo curator` with stamps (this is the curator's process); write the medians
     to `report` once `rounds` round trips are in, and again at exit."""
     stamps = curator_stamps()
-    from pobo.transport import sockets
+    from pobo.transport import router
 
-    send = sockets._send_parts
+    send = router._send_parts
 
     def written(*args, **kwargs):
         result = send(*args, **kwargs)
         if len(stamps.rounds) == rounds + 100:
             report.write_text(json.dumps(stamps.medians()))
         return result
-    sockets._send_parts = written
+    router._send_parts = written
     from pobo.cli import main
     sys.argv = ["pobo", *argv]
     main()

@@ -12,7 +12,7 @@ with ModelerClient.connect("tcp://127.0.0.1:5555", out="runs/m") as client:
 ```
 
 The client goes through exactly what `pobo modeler` goes through
-(`scenarios.remote.connect_modeler`): a `transport.sockets.DealerPipe` (CURVE-encrypted
+(`scenarios.remote.connect_modeler`): a `transport.dealer.DealerPipe` (CURVE-encrypted
 to the curator's key when `curve` is given) wrapped by `scenarios.session.open_channel`,
 so every message passes the same codec and boundary policy, every frame is signed with
 `signing.modeler` (and every curator frame verified against `signing.curator_key`) and

@@ -177,11 +177,11 @@ async def test_a_modeler_with_no_curator_ever_listening_stops_after_its_patience
 
     from pobo.protocol.errors import PeerTimeout
     from pobo.remote import connect_modeler
-    from pobo.transport import sockets
+    from pobo.transport import dealer
 
     endpoint = f"tcp://127.0.0.1:{_unused_loopback_port()}"
     caplog.set_level(logging.WARNING)
-    old, sockets.UNREACHED_EVERY = sockets.UNREACHED_EVERY, 1.0
+    old, dealer.UNREACHED_EVERY = dealer.UNREACHED_EVERY, 1.0
     started = time.monotonic()
     try:
         with pytest.raises(PeerTimeout, match=f"no curator listened at {endpoint} within 3"):
@@ -189,7 +189,7 @@ async def test_a_modeler_with_no_curator_ever_listening_stops_after_its_patience
                                                 timeout=1.0, patience=3.0,
                                                 ledger_heads=tmp_path / "heads.json"), 30)
     finally:
-        sockets.UNREACHED_EVERY = old
+        dealer.UNREACHED_EVERY = old
     assert 2.5 <= time.monotonic() - started < 20
     assert "no curator listening at" in caplog.text
 

@@ -1,6 +1,6 @@
 """A reader's wake-up: the future one waiting recv awaits, and a deadline timer kept
-across frames, so that a pipe creates no timer per frame (transport.sockets,
-transport.inproc)."""
+across frames, so that a pipe creates no timer per frame (transport.dealer,
+transport.router, transport.inproc)."""
 from __future__ import annotations
 
 import asyncio
