@@ -1,7 +1,6 @@
 """ZeroMQ frame pipes: the curator binds a ROUTER, each modeler connects a DEALER.
 
-No pending recv is ever cancelled: a wait is a recv with a receive timeout (RCVTIMEO,
-which fails the pending recv with EAGAIN before any message is taken) or a poll with a
+No pending recv is ever cancelled: a wait is a reader on the socket's descriptor with a
 deadline; a send is non-blocking, retried until a deadline. Sockets get
 MAXMSGSIZE (a peer sending a larger frame is disconnected by libzmq), LINGER=0,
 bounded high-water marks, ZeroMQ heartbeats, and ROUTER_MANDATORY so a reply to a
