@@ -94,13 +94,34 @@ class ProjectionStore:
         if not frame.startswith(NPY_REF):  # Z in memory, or in the row itself (older)
             return decode(frame).release, json.loads(report)
         ref = json.loads(frame[len(NPY_REF):])
-        Z = (self._arrays[ref["memory"]] if "memory" in ref
+        Z = (self._held_array(ref["memory"]) if "memory" in ref
              else read_npy(self.projection_dir / f"{ref['npy']}.npy", ref["npy"],
                            tuple(ref["shape"])))
         head = decode(bytes.fromhex(ref["dataset"])).release
         from dataclasses import replace
 
         return replace(head, Z=Z), json.loads(report)
+
+    def _held_array(self, key: str):
+        """An in-memory projection's Z in its stored order: the array itself, or, once its
+        server permuted it in place (`hold_permuted`), its rows put back (a copy)."""
+        import numpy as np
+
+        held = self._arrays[key]
+        if not isinstance(held, tuple):
+            return held
+        Z, order = held
+        Z = Z[np.argsort(order)]
+        Z.flags.writeable = False
+        return Z
+
+    def hold_permuted(self, key: str, Z, order) -> None:
+        """Note that the in-memory projection `key` is now `Z` with its rows in `order` (row
+        j the stored row order[j]): the service that serves it permuted the array this
+        journal kept in place (parties/row_order.py), and one Z stays in memory, not two.
+        Nothing to do on disk (the file keeps the stored order)."""
+        if self.path == ":memory:" and key in self._arrays:
+            self._arrays[key] = (Z, order)
 
     def store_projection(self, key: str, release, report: dict, entries: list[Entry],
                          budget: Budget) -> None:

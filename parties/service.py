@@ -43,7 +43,7 @@ from pobo.parties.projection import (
     choose_projection, identity_release, lift_test_needed, release_mechanism, singular_values,
 )
 from pobo.parties.release import MAX_RELEASE_EPSILON, MIN_RELEASE_EPSILON
-from pobo.parties.row_order import in_release_order, keeps_data_order, row_order
+from pobo.parties.row_order import in_release_order, keeps_data_order, permute_rows, row_order
 from pobo.parties.statement import release_statement
 from pobo.protocol.checkpoint import ledger_head
 from pobo.protocol.codec import decode, encode
@@ -301,14 +301,14 @@ class CuratorService:
         self.ledger = DatasetLedger(self.journal, budget)
         self.ldp = ldp_mechanism(problem, settings)
         self.test_epsilon, self.test_delta = settings.test_budget(*problem.X.shape)
-        self.projection_key, self.release, self.report = self._prepare_projection()
+        self.projection_key, release, self.report, owned = self._prepare_projection()
         # released row j is data row row_order[j]: a secret order (parties/row_order.py);
         # the paper's Algorithm 1 (no DP claim) releases its rows in their own order
         self.row_order = (np.arange(problem.X.shape[0]) if keeps_data_order(settings.lift, settings.inputs_public)
                           else row_order(self.journal, problem.X.shape[0], self.randomness_id,
                                          NoiseSource(None if settings.seed is None
                                                      else rng_for(settings.seed, "row-order"))))
-        self.release = in_release_order(self.release, self.row_order)
+        self.release = self._in_release_order(release, owned)
         self.released_f = None if problem.f is None else problem.f[self.row_order]
         # the Dataset every session sends: encoded, hashed and kept once (memory under a
         # flood of Hellos is one copy, not one per session); a Z larger than one chunk is
@@ -335,8 +335,29 @@ class CuratorService:
             return SECURE
         return f"{SEEDED}:{hashlib.sha256(str(int(self.settings.seed)).encode()).hexdigest()}"
 
-    def _prepare_projection(self) -> tuple[str, ProjectedDataset, dict]:
-        """The projection for the settings: from the journal, or drawn and charged once."""
+    def _in_release_order(self, release: ProjectedDataset, owned: bool) -> ProjectedDataset:
+        """The prepared release with its rows in `row_order`, one Z in memory: an array this
+        process owns (drawn now, or read from the journal's file) is permuted in place and
+        an in-memory journal that keeps it is told (Z[order] beside it was a second Z, 1.6
+        GB at n = 1e7: docs/performance.md); one it shares (an in-memory journal's, read
+        back) is copied. The data's own order (`keeps_data_order`) is served as it is."""
+        if keeps_data_order(self.settings.lift, self.settings.inputs_public):
+            return release
+        Z = release.Z
+        try:
+            Z.flags.writeable = True  # (read-only since the release was built)
+        except ValueError:  # a view of memory this process may not write: copied
+            owned = False
+        if not owned:
+            return in_release_order(release, self.row_order)
+        permute_rows(Z, self.row_order)
+        Z.flags.writeable = False
+        self.journal.hold_permuted(self.projection_key, Z, self.row_order)
+        return release
+
+    def _prepare_projection(self) -> tuple[str, ProjectedDataset, dict, bool]:
+        """The projection for the settings, from the journal or drawn and charged once, and
+        whether this process alone holds its Z (drawn now, or read from a file)."""
         s = self.settings
         key = json.dumps({"mechanism": "identity"} if s.non_private else
                          {"mechanism": DP_PROJECTION, "epsilon": s.epsilon, "delta": s.delta,
@@ -350,7 +371,7 @@ class CuratorService:
         stored = self.journal.projection(key)
         if stored is not None:
             release, report = stored
-            return key, release, report
+            return key, release, report, self.journal.path != ":memory:"
         self._check_single_release(key)
         if s.non_private:
             if math.isfinite(s.budget.epsilon) and not s.inputs_public:
@@ -381,7 +402,7 @@ class CuratorService:
             self.journal.store_projection(key, release, report, entries, s.budget)
         except (PrivacyBudgetExceeded, sqlite3.IntegrityError) as exc:
             return self._stored_meanwhile(key, exc)  # this draw: never released nor charged
-        return key, release, report
+        return key, release, report, True
 
     def _check_single_release(self, key: str) -> None:
         """Refuse (one line) to draw a release of a dataset whose journal holds another one
@@ -403,14 +424,14 @@ class CuratorService:
                 "budget)")
 
     def _stored_meanwhile(self, key: str, refusal: Exception
-                          ) -> tuple[str, ProjectedDataset, dict]:
+                          ) -> tuple[str, ProjectedDataset, dict, bool]:
         """The projection another curator on this journal stored under `key` since this one
         looked (two starting at once: the second is refused its charge, or its row, and
         serves the first one's, charged once); else the refusal stands."""
         stored = self.journal.projection(key)
         if stored is None:
             raise refusal
-        return key, *stored
+        return key, *stored, self.journal.path != ":memory:"
 
     def _session_params(self) -> SessionParams:
         s, problem = self.settings, self.problem

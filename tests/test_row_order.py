@@ -127,3 +127,17 @@ def test_an_on_demand_objective_is_asked_for_the_data_row(tmp_path):
     released = int(np.flatnonzero(service.row_order != np.arange(service.row_order.size))[0])
     asyncio.run(session.measure(1, released))
     assert asked == [int(service.row_order[released])] and asked[0] != released
+
+
+def test_rows_permuted_in_place_are_z_in_that_order_bit_for_bit():
+    """`permute_rows` (a block of columns at a time, a quarter of Z's scratch) gives the
+    values of Z[order] exactly, whatever r and the number of parts."""
+    from pobo.parties.row_order import permute_rows
+
+    rng = np.random.default_rng(5)
+    for n, r, parts in [(1000, 20, 4), (7, 3, 4), (50, 1, 4), (100, 20, 1), (100, 5, 10)]:
+        Z = rng.standard_normal((n, r))
+        order = rng.permutation(n)
+        expected = Z[order]
+        permute_rows(Z, order, parts)
+        assert np.array_equal(Z, expected), (n, r, parts)
