@@ -301,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("curator", help="run the curator alone, bound to an endpoint")
     scenario_arguments(p, default_seed=None)
     authors_code_argument(p, "the curator's part: the sigma + omega lift")
+    distinct_argument(p, "; the rule every session's Welcome carries")
     output_arguments(p, "-v: every answer line, no bar")
     p.add_argument("--bind", default="tcp://127.0.0.1:5555",
                    help="ZeroMQ endpoint to bind (tcp://HOST:PORT or ipc://PATH; default "

@@ -42,8 +42,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     modeler = ({"strategy": args.strategy, "hyper": hyper_from_args(args),
                 "beta_scale": args.beta_scale, "release": args.release,
                 "release_epsilon": args.release_eps, "release_delta": args.release_delta,
-                "batch": args.batch, "moma_k": args.moma_k, "distinct": args.distinct}
+                "batch": args.batch, "moma_k": args.moma_k}
                if hasattr(args, "strategy") else {})
+    modeler["distinct"] = getattr(args, "distinct", None)  # run, modeler and the curator's rule
     batch = getattr(args, "batch", 1)
     max_batch = getattr(args, "max_batch", None) or batch
     journal = getattr(args, "journal", None)

@@ -25,7 +25,7 @@ from pathlib import Path
 from pobo.protocol.errors import PoboError
 from pobo.inuse import holding
 from pobo.progress import step
-from pobo.runspec import LISTENING, ROLES, RunConfig, merge_results
+from pobo.runspec import LISTENING, ROLES, RunConfig, merge_results, release_conflict
 
 TRANSPORTS = ("tcp", "ipc", "inproc")
 STOP_WAIT = 30.0  # seconds a cancelled run_async waits for its parties to be stopped
@@ -77,6 +77,7 @@ def scenario_argv(config: RunConfig) -> list[str]:
         argv.append("--objective-wait")
     if config.authors_code:
         argv.append("--authors-code")
+    argv.append("--distinct" if config.distinct else "--no-distinct")  # the session's rule
     for key, value in sorted(config.options.items()):
         if value is True:  # a switch (--minimise)
             argv.append("--" + key.replace("_", "-"))
@@ -119,7 +120,11 @@ def run(config: RunConfig, out: Path | str, transport: str = "tcp", *,
     """Run one session over `transport` (two processes for tcp/ipc); return result.json.
     Works from a running event loop too (a notebook): see `run_async` to await it.
     `modeler_lines` also shows the modeler's per-query lines (`pobo run -v`). Ctrl-C
-    raises `Interrupted` carrying the result.json of what both sides recorded."""
+    raises `Interrupted` carrying the result.json of what both sides recorded. A release
+    the curator would refuse at the Hello (`release_conflict`) is a LaunchError first."""
+    conflict = release_conflict(config)
+    if conflict is not None:
+        raise LaunchError(conflict)
     if transport == "inproc":
         from pobo.blocking import run_blocking
 

@@ -140,6 +140,24 @@ def merge_results(curator: dict, modeler: dict, out: Path, transcripts: bool = T
     return result
 
 
+def release_conflict(config: RunConfig) -> str | None:
+    """Why the release `config` asks for could never be granted in its own session (None:
+    it could): Kusner et al.'s noisy release needs every query to be GP-UCB's maximiser
+    (PROTOCOL.md 10.1), which may be a row asked before (the `distinct` rule forbids it)
+    and is one query at a time (no batch). The curator would refuse the Hello; `pobo run`
+    says so before either party starts."""
+    if config.release != "noisy" or config.strategy != "gp-ucb":
+        return None
+    if config.distinct:
+        return (f"--release noisy needs every query to be GP-UCB's maximiser, which may be a "
+                f"row asked before, and {config.scenario}'s rule is distinct (a row at most "
+                "once): add --no-distinct")
+    if config.batch > 1:
+        return (f"--release noisy needs one query at a time (every query GP-UCB's "
+                f"maximiser), not --batch {config.batch}")
+    return None
+
+
 def nominal_reason(result: dict) -> str | None:
     """Why a run's record carries no DP claim (seeded, `--lift paper`, non-private: its
     ledger is then nominal), or None when it carries one."""

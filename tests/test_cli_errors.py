@@ -357,14 +357,15 @@ def test_a_refused_run_into_a_run_folder_leaves_the_earlier_run_as_it_was(tmp_pa
 
 
 def test_pobo_run_stops_at_once_when_the_modeler_refuses_its_settings(tmp_path):
-    """A review's finding: a modeler that exits at once (--batch 4 with Kusner's noisy
-    release, which chooses one query at a time) left the curator waiting for its Hello
-    until the accept timeout: the run hung for minutes."""
+    """A review's finding: a modeler that exits at once (--batch 4 with a strategy that
+    chooses one query at a time) left the curator waiting for its Hello until the accept
+    timeout: the run hung for minutes. (Its first trigger, --batch 4 with Kusner's noisy
+    release, is now refused before either party starts: test_distinct_rule.)"""
     started = time.monotonic()
-    done = _pobo("run", "ldp-synthetic", "--ldp-eps", "2", "--release", "noisy", "--T", "8",
-                 "--batch", "4", "--out", str(tmp_path / "r"), timeout=90)
+    done = _pobo("run", "ldp-synthetic", "--ldp-eps", "2", "--strategy", "moma-gp-ucb",
+                 "--T", "8", "--batch", "4", "--out", str(tmp_path / "r"), timeout=90)
     assert done.returncode == 1 and time.monotonic() - started < 30, done.stderr
-    assert "one query at a time" in done.stderr
+    assert "moma-gp-ucb chooses one query at a time" in done.stderr
     assert "the modeler exited (code 1) while the curator was still running" in done.stderr
 
 
