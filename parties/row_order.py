@@ -9,7 +9,8 @@ released rows; the curator maps one to its data row only where f is evaluated (t
 tabulated f is held in released order, an on-demand objective gets the data row), so
 transcripts, the journal's answers and the per-row ledger are all in released indices.
 
-One order per dataset and randomness, kept in the journal (meta `row_order`): every
+One order per dataset and randomness, kept in the journal (meta `row_order:<randomness>`,
+so that a seeded start on a deployed curator's journal leaves its order alone): every
 projection of the dataset, every restart and every session use the same one, so a
 released index names the same data row wherever it appears (the per-row LDP budget
 stays per data row). The order never crosses the boundary.
@@ -60,23 +61,45 @@ def decode_order(text: str) -> tuple[str, np.ndarray]:
     return str(data["randomness"]), order
 
 
+def order_key(randomness: str) -> str:
+    """The journal meta key of the order drawn with `randomness`."""
+    return f"{ROW_ORDER_META}:{randomness}"
+
+
+def stored_order(journal, randomness: str) -> np.ndarray | None:
+    """The order the journal holds for `randomness`, or None: under its own key, or under
+    `row_order` (one order a journal, before each randomness kept its own) if drawn
+    with it."""
+    for key in (order_key(randomness), ROW_ORDER_META):
+        held = journal.meta(key)
+        if held is not None:
+            kind, order = decode_order(held)
+            if kind == randomness:
+                return order
+    return None
+
+
 def row_order(journal, n: int, randomness: str, source: NoiseSource) -> np.ndarray:
     """The dataset's release order: the journal's, when it holds one for `n` rows drawn
-    with this `randomness`, else drawn from `source` and kept in the journal."""
-    held = journal.meta(ROW_ORDER_META)
-    if held is not None:
-        kind, order = decode_order(held)
-        if kind == randomness and order.size == n:
-            return order
+    with this `randomness`, else drawn from `source` and kept in the journal (beside the
+    orders of other randomness: a seeded start never replaces a deployed one's)."""
+    order = stored_order(journal, randomness)
+    if order is not None and order.size == n:
+        return order
     order = draw_order(n, source)
-    journal.set_meta(ROW_ORDER_META, encode_order(order, randomness))
+    journal.set_meta(order_key(randomness), encode_order(order, randomness))
     return order
 
 
-def stored_order(journal) -> np.ndarray | None:
-    """The order the journal holds (for `pobo answer`), or None."""
-    held = journal.meta(ROW_ORDER_META)
-    return None if held is None else decode_order(held)[1]
+def randomness_id(seed: int | None) -> str:
+    """Which randomness a curator with `seed` draws from: 'os-csprng', or 'seeded:' +
+    SHA-256 of the seed (a deployed curator never serves a seeded run's order or Z)."""
+    import hashlib
+
+    from pobo.parties.noise import SECURE, SEEDED
+    if seed is None:
+        return SECURE
+    return f"{SEEDED}:{hashlib.sha256(str(int(seed)).encode()).hexdigest()}"
 
 
 def in_release_order(release, order: np.ndarray):

@@ -11,7 +11,6 @@ dataset's (DESIGN.md, threat model: the dataset, not the session, owns the budge
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import math
@@ -43,7 +42,9 @@ from pobo.parties.projection import (
     choose_projection, identity_release, lift_test_needed, release_mechanism, singular_values,
 )
 from pobo.parties.release import MAX_RELEASE_EPSILON, MIN_RELEASE_EPSILON
-from pobo.parties.row_order import in_release_order, keeps_data_order, permute_rows, row_order
+from pobo.parties.row_order import (
+    in_release_order, keeps_data_order, permute_rows, randomness_id, row_order,
+)
 from pobo.parties.statement import release_statement
 from pobo.protocol.checkpoint import ledger_head
 from pobo.protocol.codec import decode, encode
@@ -331,9 +332,7 @@ class CuratorService:
         """Which randomness drew a projection: 'os-csprng', or 'seeded:' + SHA-256 of the
         seed. Part of the projection's key, so that a deployed curator never serves a Z
         that a seeded run left in its journal (the seed would give M and G away)."""
-        if self.settings.seed is None:
-            return SECURE
-        return f"{SEEDED}:{hashlib.sha256(str(int(self.settings.seed)).encode()).hexdigest()}"
+        return randomness_id(self.settings.seed)
 
     def _in_release_order(self, release: ProjectedDataset, owned: bool) -> ProjectedDataset:
         """The prepared release with its rows in `row_order`, one Z in memory: an array this

@@ -176,19 +176,18 @@ def cmd_answer(args: argparse.Namespace) -> int:
     given = [a is not None for a in (args.session, args.seq, args.value)]
     if any(given) and not all(given):
         raise ValueError("give SESSION SEQ VALUE together, or none to list what is pending")
-    from pobo.parties.row_order import stored_order
-
     journal = Journal(existing_journal(args.journal))
     try:
         if all(given):
             entered = journal.supply(args.session, args.seq, args.value)
-            order = stored_order(journal)
+            order = session_order(journal, entered.session)
             row = entered.row if order is None else int(order[entered.row])
             print(f"entered {args.value:g} for query {entered.seq} (data row {row}) of "
                   f"session {entered.session}; the curator releases it when it next looks")
             return 0
-        print(describe_pending(journal.pending(live=True), args.json,
-                               stored_order(journal)))
+        pending = journal.pending(live=True)
+        print(describe_pending(pending, args.json, {p.session: session_order(journal, p.session)
+                                                    for p in pending}))
     finally:
         journal.close()
     return 0
@@ -208,12 +207,29 @@ def existing_journal(path: Path) -> Path:
     return path
 
 
-def describe_pending(pending: list, as_json: bool = False, order=None) -> str:
+def session_order(journal, session: str):
+    """The secret row order of `session`'s release (released row j is data row order[j]),
+    or None for a release in the data's own order: the order its curator drew with its
+    randomness (its seed), as the curator's `row_order`."""
+    from pobo.parties.row_order import keeps_data_order, randomness_id, stored_order
+    from pobo.scenarios.registry import public_inputs
+
+    saved = journal.load(session)
+    config = {} if saved is None else saved.config
+    if keeps_data_order(str(config.get("lift")), public_inputs(str(config.get("scenario")))
+                        and bool(config.get("non_private"))):
+        return None
+    return stored_order(journal, randomness_id(config.get("seed")))
+
+
+def describe_pending(pending: list, as_json: bool = False, orders: dict | None = None) -> str:
     """The evaluations a curator awaits, one line each (or JSON): `row` is the data row
-    to evaluate f at (the released index, which the modeler asked for, mapped through the
-    curator's secret row `order`; `released_row` beside it)."""
+    to evaluate f at (the released index, which the modeler asked for, mapped through its
+    session's secret row order, `orders[session]`; `released_row` beside it)."""
+    orders = orders or {}
     rows = [{"session": p.session, "seq": p.seq,
-             "row": p.row if order is None else int(order[p.row]), "released_row": p.row,
+             "row": p.row if orders.get(p.session) is None else int(orders[p.session][p.row]),
+             "released_row": p.row,
              "waiting_s": round(time.time() - p.requested, 1), "entered": p.measured}
             for p in pending]
     if as_json:

@@ -141,3 +141,47 @@ def test_rows_permuted_in_place_are_z_in_that_order_bit_for_bit():
         expected = Z[order]
         permute_rows(Z, order, parts)
         assert np.array_equal(Z, expected), (n, r, parts)
+
+
+def test_a_seeded_start_on_the_journal_does_not_change_the_deployed_release_order(tmp_path):
+    """A deployed curator's secret order is kept across a seeded start on the same
+    journal (a file dataset serves both): the journal held one order, which the seeded
+    run replaced, so the deployed curator's restart drew a new one and served its
+    release's rows in another order (its released indices, its sessions' answers and
+    its per-row ledger naming other data rows)."""
+    from pobo.scenarios.registry import build_problem
+
+    problem = build_problem("synthetic", 1, grid=10)
+    deployed = RunConfig("synthetic", T=5, seed=None, options={"grid": 10})
+    first = prepare_service(deployed, problem, journal=Journal(tmp_path / "j.db"))
+    order, served = first.row_order.copy(), first.release.Z.copy()
+    first.journal.close()
+    seeded = prepare_service(RunConfig("synthetic", T=5, seed=1, options={"grid": 10}),
+                             problem, journal=Journal(tmp_path / "j.db"))
+    assert not np.array_equal(seeded.row_order, order)  # (its own order: from the seed)
+    seeded.journal.close()
+    again = prepare_service(deployed, problem, journal=Journal(tmp_path / "j.db"))
+    assert np.array_equal(again.row_order, order)
+    assert np.array_equal(again.release.Z, served)
+
+
+def test_pobo_answer_maps_each_sessions_query_through_that_sessions_order(tmp_path):
+    """`pobo answer` names the data row to evaluate through the order of the pending
+    session's own curator (its randomness; none under --lift paper): it read the one
+    order the journal held, whichever run had drawn it last."""
+    from pobo.cli_records import session_order
+    from pobo.scenarios.registry import build_problem
+
+    problem = build_problem("synthetic", 1, grid=10)
+    services = [prepare_service(RunConfig("synthetic", T=5, seed=seed, lift=lift,
+                                          new_release=True, budget_epsilon=100.0,
+                                          raise_budget=True, options={"grid": 10}),
+                                problem, journal=Journal(tmp_path / "j.db"))
+                for seed, lift in [(None, "gaussian"), (1, "gaussian"), (2, "paper")]]
+    sessions = [service.new_session() for service in services]
+    journal = Journal(tmp_path / "j.db")
+    deployed, seeded, paper = (session_order(journal, s.session_id) for s in sessions)
+    assert np.array_equal(deployed, services[0].row_order)
+    assert np.array_equal(seeded, services[1].row_order)
+    assert paper is None and np.array_equal(services[2].row_order, np.arange(100))
+    assert not np.array_equal(deployed, seeded)
