@@ -479,6 +479,11 @@ class CuratorService:
         saved = self.journal.load(session_id)
         if saved.f_digest != self.digest:
             raise ProtocolError("the journaled session is of another dataset", ErrorCode.INTERNAL)
+        if self._served_order(saved.config) != self._served_order(self.config):
+            raise ProtocolError(  # its released indices name other data rows here
+                "the journaled session's release was served in another row order (its "
+                "curator's --lift or seed): resume it with the settings that started it",
+                ErrorCode.INTERNAL)
         stored = ((self.release, self.report) if saved.projection == self.projection_key
                   else self.journal.projection(saved.projection))  # (this one: read once)
         if stored is None:
@@ -488,6 +493,15 @@ class CuratorService:
                    else in_release_order(stored[0], self.row_order))
         return CuratorSession(self, session_id, saved.ordinal, welcome.params,
                               release, owner, generation, saved)
+
+    def _served_order(self, config: dict) -> str:
+        """Which row order a curator started with `config` (the journal's record of its
+        settings; this service's where it says nothing) serves: 'data', or the randomness
+        its secret order is drawn with (parties/row_order.py)."""
+        lift = config.get("lift", self.settings.lift)
+        if keeps_data_order(str(lift), self.settings.inputs_public):
+            return "data"
+        return randomness_id(config["seed"] if "seed" in config else self.settings.seed)
 
     def checkpoint(self) -> LedgerHead:
         """The dataset ledger's head now, for a Welcome or an End: kept in the head file

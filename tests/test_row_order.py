@@ -185,3 +185,36 @@ def test_pobo_answer_maps_each_sessions_query_through_that_sessions_order(tmp_pa
     assert np.array_equal(seeded, services[1].row_order)
     assert paper is None and np.array_equal(services[2].row_order, np.arange(100))
     assert not np.array_equal(deployed, seeded)
+
+
+def test_a_session_is_never_resumed_in_another_row_order(tmp_path):
+    """A session opened under --lift paper (rows in the data's order) was resumed by a
+    curator restarted with a secret order, which put the session's stored release in its
+    own order: the session's released indices then named other data rows. Such a resume
+    is refused, typed; the settings that started it resume it."""
+    from pobo.protocol.errors import ProtocolError
+    from pobo.scenarios.registry import build_problem
+
+    problem = build_problem("synthetic", 1, grid=10)
+
+    def service(lift: str, seed: int | None = 1):
+        return prepare_service(RunConfig("synthetic", T=5, seed=seed, lift=lift,
+                                         new_release=True, budget_epsilon=100.0,
+                                         raise_budget=True, options={"grid": 10}),
+                               problem, journal=Journal(tmp_path / "j.db"))
+
+    for started, refused, resumed in (("paper", [("gaussian", 1)], ("paper", 1)),
+                                      ("gaussian", [("gaussian", None), ("paper", 1)],
+                                       ("gaussian", 1))):
+        first = service(started)
+        session = first.new_session(owner="K")
+        session.curator().respond(1, 7)
+        first.journal.close()
+        for lift, seed in refused:
+            other = service(lift, seed)
+            with pytest.raises(ProtocolError, match="another row order"):
+                other.resume(session.session_id, owner="K")
+            other.journal.close()
+        same = service(*resumed)
+        assert same.resume(session.session_id, owner="K").curator().respond(1, 7) is not None
+        same.journal.close()
