@@ -67,9 +67,10 @@ from pobo.protocol.messages import (
 )
 from pobo.protocol.policy import CURATOR, MODELER, RELEASE_ALGORITHMS
 from pobo.session import MODELER_LOG, Signing, open_channel, write_json
+from pobo.transport.dealer import DealerPipe
 from pobo.transport.keyfiles import pobo_home
 from pobo.transport.security import CurveClient
-from pobo.transport.sockets import DealerPipe, close_context, new_context
+from pobo.transport.zmqbase import close_context, new_context
 
 if TYPE_CHECKING:
     import zmq.asyncio
