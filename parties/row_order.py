@@ -102,6 +102,16 @@ def randomness_id(seed: int | None) -> str:
     return f"{SEEDED}:{hashlib.sha256(str(int(seed)).encode()).hexdigest()}"
 
 
+DATA_ORDER = "data"  # `order_source` of a release kept in the data's own order
+
+
+def order_source(lift: str, inputs_public: bool, seed: int | None) -> str:
+    """Which row order a curator with these settings serves: DATA_ORDER
+    (`keeps_data_order`), or the randomness its secret order is drawn with (the journal
+    key of that order). Two curators serve a session alike exactly when these agree."""
+    return DATA_ORDER if keeps_data_order(lift, inputs_public) else randomness_id(seed)
+
+
 def in_release_order(release, order: np.ndarray):
     """The release with its rows in the secret order: released row j is Z[order[j]]."""
     from dataclasses import replace

@@ -43,7 +43,7 @@ from pobo.parties.projection import (
 )
 from pobo.parties.release import MAX_RELEASE_EPSILON, MIN_RELEASE_EPSILON
 from pobo.parties.row_order import (
-    in_release_order, keeps_data_order, permute_rows, randomness_id, row_order,
+    DATA_ORDER, in_release_order, order_source, permute_rows, randomness_id, row_order,
 )
 from pobo.parties.statement import release_statement
 from pobo.protocol.checkpoint import ledger_head
@@ -305,8 +305,9 @@ class CuratorService:
         self.projection_key, release, self.report, owned = self._prepare_projection()
         # released row j is data row row_order[j]: a secret order (parties/row_order.py);
         # the paper's Algorithm 1 (no DP claim) releases its rows in their own order
-        self.row_order = (np.arange(problem.X.shape[0]) if keeps_data_order(settings.lift, settings.inputs_public)
-                          else row_order(self.journal, problem.X.shape[0], self.randomness_id,
+        self.order_source = order_source(settings.lift, settings.inputs_public, settings.seed)
+        self.row_order = (np.arange(problem.X.shape[0]) if self.order_source == DATA_ORDER
+                          else row_order(self.journal, problem.X.shape[0], self.order_source,
                                          NoiseSource(None if settings.seed is None
                                                      else rng_for(settings.seed, "row-order"))))
         self.release = self._in_release_order(release, owned)
@@ -339,8 +340,8 @@ class CuratorService:
         process owns (drawn now, or read from the journal's file) is permuted in place and
         an in-memory journal that keeps it is told (Z[order] beside it was a second Z, 1.6
         GB at n = 1e7: docs/performance.md); one it shares (an in-memory journal's, read
-        back) is copied. The data's own order (`keeps_data_order`) is served as it is."""
-        if keeps_data_order(self.settings.lift, self.settings.inputs_public):
+        back) is copied. The data's own order (DATA_ORDER) is served as it is."""
+        if self.order_source == DATA_ORDER:
             return release
         Z = release.Z
         try:
@@ -479,7 +480,9 @@ class CuratorService:
         saved = self.journal.load(session_id)
         if saved.f_digest != self.digest:
             raise ProtocolError("the journaled session is of another dataset", ErrorCode.INTERNAL)
-        if self._served_order(saved.config) != self._served_order(self.config):
+        theirs, s = saved.config, self.settings  # (the journal's record of its curator)
+        if order_source(theirs.get("lift", s.lift), s.inputs_public,
+                        theirs["seed"] if "seed" in theirs else s.seed) != self.order_source:
             raise ProtocolError(  # its released indices name other data rows here
                 "the journaled session's release was served in another row order (its "
                 "curator's --lift or seed): resume it with the settings that started it",
@@ -493,15 +496,6 @@ class CuratorService:
                    else in_release_order(stored[0], self.row_order))
         return CuratorSession(self, session_id, saved.ordinal, welcome.params,
                               release, owner, generation, saved)
-
-    def _served_order(self, config: dict) -> str:
-        """Which row order a curator started with `config` (the journal's record of its
-        settings; this service's where it says nothing) serves: 'data', or the randomness
-        its secret order is drawn with (parties/row_order.py)."""
-        lift = config.get("lift", self.settings.lift)
-        if keeps_data_order(str(lift), self.settings.inputs_public):
-            return "data"
-        return randomness_id(config["seed"] if "seed" in config else self.settings.seed)
 
     def checkpoint(self) -> LedgerHead:
         """The dataset ledger's head now, for a Welcome or an End: kept in the head file

@@ -211,15 +211,14 @@ def session_order(journal, session: str):
     """The secret row order of `session`'s release (released row j is data row order[j]),
     or None for a release in the data's own order: the order its curator drew with its
     randomness (its seed), as the curator's `row_order`."""
-    from pobo.parties.row_order import keeps_data_order, randomness_id, stored_order
+    from pobo.parties.row_order import DATA_ORDER, order_source, stored_order
     from pobo.scenarios.registry import public_inputs
 
     saved = journal.load(session)
     config = {} if saved is None else saved.config
-    if keeps_data_order(str(config.get("lift")), public_inputs(str(config.get("scenario")))
-                        and bool(config.get("non_private"))):
-        return None
-    return stored_order(journal, randomness_id(config.get("seed")))
+    source = order_source(str(config.get("lift")), public_inputs(str(config.get("scenario")))
+                          and bool(config.get("non_private")), config.get("seed"))
+    return None if source == DATA_ORDER else stored_order(journal, source)
 
 
 def describe_pending(pending: list, as_json: bool = False, orders: dict | None = None) -> str:
